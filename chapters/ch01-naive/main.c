@@ -1,0 +1,66 @@
+/* Chapter 1: naive decoding. Each step recomputes the K and V of the whole
+ * sequence; see naive.h for the idea and solutions/ch01/naive.c for the
+ * code a student writes. This file only wires the chapter into the shared
+ * program (common/run_single.c). */
+#include <stdio.h>
+
+#include "mem.h"
+#include "naive.h"
+#include "run_single.h"
+
+static NaiveKv naive_kv;
+
+static int open_kv(const Model *m, const CliOptions *opts, int n_prompt, SingleStreamKv *kv, int *max_step, Err *err)
+{
+    (void)opts;
+    (void)n_prompt;
+    if (naive_kv_init(&naive_kv, &m->cfg, err))
+        return -1;
+    *kv = naive_strategy(&naive_kv);
+    *max_step = m->cfg.seq_len; /* the last step feeds the whole sequence */
+    return 0;
+}
+
+static void close_kv(SingleStreamKv *kv)
+{
+    (void)kv;
+    naive_kv_free(&naive_kv);
+}
+
+/* The K/V this run computed and threw away, against what a cache would
+ * have computed: one K/V row per layer per position, once. */
+static void recompute_table(FILE *f, const SingleStreamKv *kv, const Generation *g)
+{
+    (void)kv;
+    const ModelConfig *c = &naive_kv.cfg;
+    size_t per_token = model_kv_bytes_per_token(c, sizeof(float));
+    size_t last_step = (size_t)(g->n_tokens - 1) * per_token / (size_t)c->n_layers;
+    fprintf(f, "recomputation\n");
+    fprintf(f, "  K/V rows computed     %ld positions x %d layers (a cache would compute %d x %d)\n",
+            g->positions_run, c->n_layers, g->n_tokens - 1, c->n_layers);
+    fprintf(f, "  transient K/V         %zu B at the last step (one layer of %d positions; activations)\n",
+            last_step, g->n_tokens - 1);
+}
+
+static void recompute_json(JsonWriter *j, const SingleStreamKv *kv, const Generation *g)
+{
+    (void)kv;
+    const ModelConfig *c = &naive_kv.cfg;
+    size_t per_layer_token = model_kv_bytes_per_token(c, sizeof(float)) / (size_t)c->n_layers;
+    json_int(j, "transient_kv_bytes_last_step", (long long)((size_t)(g->n_tokens - 1) * per_layer_token));
+}
+
+int main(int argc, char **argv)
+{
+    static const SingleStreamChapter chapter = {
+        .program = {.name = "ch01-naive",
+                    .summary = "Chapter 1: greedy decoding that recomputes K and V of the whole sequence at every step.",
+                    .features = CLI_MODEL | CLI_PROMPT | CLI_SAMPLING},
+        .kv_open = open_kv,
+        .kv_close = close_kv,
+        .extra_table = recompute_table,
+        .extra_json = recompute_json,
+        .keeps_kv = 0,
+    };
+    return run_single_main(&chapter, argc, argv);
+}

@@ -1,0 +1,267 @@
+#define _GNU_SOURCE /* getopt_long */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    OPT_MODEL = 1000, OPT_TOKENIZER, OPT_PROMPT, OPT_STEPS, OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_JSON,
+    OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
+    OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_DEVICE, OPT_KV_DTYPE, OPT_HELP
+};
+
+typedef struct {
+    const char *name;
+    int id;
+    unsigned feature; /* 0: every program */
+    const char *arg;  /* metavar, NULL for a flag */
+    const char *help;
+} OptionSpec;
+
+static const OptionSpec SPECS[] = {
+    {"model", OPT_MODEL, CLI_MODEL, "FILE", "checkpoint (llama2.c legacy or ak42 v1); default: models/, then ../shared/models/, then a synthetic model"},
+    {"tokenizer", OPT_TOKENIZER, CLI_MODEL, "FILE", "tokenizer.bin for the model; default: found by vocabulary size next to the model"},
+    {"prompt", OPT_PROMPT, CLI_PROMPT, "TEXT", "prompt text (default \"Once upon a time\")"},
+    {"steps", OPT_STEPS, CLI_PROMPT, "N", "new tokens to generate after the prompt (default 256; stops earlier at seq_len, BOS or EOS)"},
+    {"temperature", OPT_TEMPERATURE, CLI_SAMPLING, "T", "0 = greedy, reproducible (default 0)"},
+    {"top-p", OPT_TOP_P, CLI_SAMPLING, "P", "nucleus sampling threshold in [0,1]; 0 or 1 = off (default 0.9, used only when T > 0)"},
+    {"seed", OPT_SEED, CLI_SAMPLING, "N", "random seed for sampling (default 42)"},
+    {"kv-alloc", OPT_KV_ALLOC, CLI_KV_ALLOC, "max|grow", "reserve the model's seq_len up front, or start small and double (default max)"},
+    {"requests", OPT_REQUESTS, CLI_SERVING, "FILE", "request file: one 'max_new_tokens<TAB>prompt' per line (default data/requests-mixed.tsv)"},
+    {"out", OPT_OUT, CLI_SERVING, "FILE", "write one JSON object per request (JSON Lines)"},
+    {"kv-budget", OPT_KV_BUDGET, CLI_SERVING, "SIZE", "memory for K/V, e.g. 512KiB, 4MiB, 2GiB (default: 8 full-length requests)"},
+    {"max-batch", OPT_MAX_BATCH, CLI_BATCHING, "N", "most requests in one batch (default 64)"},
+    {"reserve", OPT_RESERVE, CLI_BATCHING, "max|request|pow2|grow", "how much K/V to reserve per request (default max)"},
+    {"block-size", OPT_BLOCK_SIZE, CLI_PAGED, "N", "tokens per KV block, a power of two from 1 to 256 (default 16)"},
+    {"n", OPT_N, CLI_PAGED, "N", "samples per prompt, sharing the prompt's blocks (default 1; needs --temperature > 0 when > 1)"},
+    {"watermark", OPT_WATERMARK, CLI_PAGED, "PCT", "percent of blocks kept free when admitting, against thrashing (default 1)"},
+    {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
+    {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the K/V cache on the device (default f32)"},
+    {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads (default: OMP_NUM_THREADS or all cores; results never depend on it)"},
+    {"json", OPT_JSON, CLI_MODEL, "FILE", "write the run report (memory, timing) as one JSON object"},
+    {"quiet", OPT_QUIET, CLI_MODEL, NULL, "do not print the memory table on stderr"},
+    {"help", OPT_HELP, 0, NULL, "show this help and exit"},
+};
+#define N_SPECS (sizeof SPECS / sizeof SPECS[0])
+
+void cli_defaults(CliOptions *o)
+{
+    memset(o, 0, sizeof *o);
+    o->prompt = "Once upon a time";
+    o->steps = 256;
+    o->temperature = 0.0f;
+    o->top_p = 0.9f;
+    o->seed = 42;
+    o->kv_alloc = "max";
+    o->max_batch = 64;
+    o->reserve = "max";
+    o->block_size = 16;
+    o->n_samples = 1;
+    o->watermark = 1;
+    o->device = "cpu";
+    o->kv_dtype = "f32";
+}
+
+static int accepted(const CliProgram *p, const OptionSpec *s)
+{
+    return s->feature == 0 || (p->features & s->feature);
+}
+
+static void print_help(const CliProgram *p)
+{
+    printf("Usage: %s [options]\n%s\n\nOptions:\n", p->name, p->summary);
+    for (size_t i = 0; i < N_SPECS; i++) {
+        const OptionSpec *s = &SPECS[i];
+        if (!accepted(p, s))
+            continue;
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s%s", s->name, s->arg ? " " : "", s->arg ? s->arg : "");
+        printf("  %-30s %s\n", left, s->help);
+    }
+    printf("\nstdout carries only the text (prompt, generated text, newline); tables and progress go to stderr.\n");
+}
+
+static int parse_long(const char *name, const char *text, long min, long max, long *out, Err *err)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end != '\0')
+        return err_set(err, "--%s: '%s' is not a whole number", name, text);
+    if (v < min || v > max)
+        return err_set(err, "--%s: %ld is out of range [%ld, %ld]", name, v, min, max);
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *name, const char *text, float min, float max, float *out, Err *err)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(text, &end);
+    if (errno || end == text || *end != '\0' || !isfinite(v))
+        return err_set(err, "--%s: '%s' is not a number", name, text);
+    if (v < min || v > max)
+        return err_set(err, "--%s: %g is out of range [%g, %g]", name, (double)v, (double)min, (double)max);
+    *out = v;
+    return 0;
+}
+
+static int parse_choice(const char *name, const char *text, const char *const *choices, const char **out, Err *err)
+{
+    for (int i = 0; choices[i]; i++)
+        if (strcmp(text, choices[i]) == 0) {
+            *out = choices[i];
+            return 0;
+        }
+    char list[128] = "";
+    for (int i = 0; choices[i]; i++) {
+        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+        strncat(list, choices[i], sizeof list - strlen(list) - 1);
+    }
+    return err_set(err, "--%s: '%s' is not one of %s", name, text, list);
+}
+
+static int apply_option(int id, const char *name, const char *arg, CliOptions *o, Err *err)
+{
+    static const char *const kv_allocs[] = {"max", "grow", NULL};
+    static const char *const reserves[] = {"max", "request", "pow2", "grow", NULL};
+    static const char *const devices[] = {"cpu", "cuda", NULL};
+    static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
+    long v = 0;
+    switch (id) {
+    case OPT_MODEL: o->model_path = arg; return 0;
+    case OPT_TOKENIZER: o->tokenizer_path = arg; return 0;
+    case OPT_PROMPT: o->prompt = arg; return 0;
+    case OPT_JSON: o->json_path = arg; return 0;
+    case OPT_REQUESTS: o->requests_path = arg; return 0;
+    case OPT_OUT: o->out_path = arg; return 0;
+    case OPT_QUIET: o->quiet = 1; return 0;
+    case OPT_STEPS:
+        if (parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;
+        o->steps = (int)v; return 0;
+    case OPT_THREADS:
+        if (parse_long(name, arg, 0, 1024, &v, err)) return -1;
+        o->threads = (int)v; return 0;
+    case OPT_MAX_BATCH:
+        if (parse_long(name, arg, 1, 4096, &v, err)) return -1;
+        o->max_batch = (int)v; return 0;
+    case OPT_N:
+        if (parse_long(name, arg, 1, 256, &v, err)) return -1;
+        o->n_samples = (int)v; return 0;
+    case OPT_WATERMARK:
+        if (parse_long(name, arg, 0, 50, &v, err)) return -1;
+        o->watermark = (int)v; return 0;
+    case OPT_BLOCK_SIZE:
+        if (parse_long(name, arg, 1, 256, &v, err)) return -1;
+        if (v & (v - 1))
+            return err_set(err, "--block-size: %ld is not a power of two (1, 2, 4, ..., 256)", v);
+        o->block_size = (int)v; return 0;
+    case OPT_SEED: {
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(arg, &end, 10);
+        if (errno || end == arg || *end != '\0' || arg[0] == '-')
+            return err_set(err, "--seed: '%s' is not a non-negative whole number", arg);
+        o->seed = s; return 0;
+    }
+    case OPT_TEMPERATURE: return parse_float(name, arg, 0.0f, 100.0f, &o->temperature, err);
+    case OPT_TOP_P: return parse_float(name, arg, 0.0f, 1.0f, &o->top_p, err);
+    case OPT_KV_BUDGET:
+        if (cli_parse_size(arg, &o->kv_budget, err)) return err_prefix(err, "--kv-budget");
+        if (o->kv_budget == 0) return err_set(err, "--kv-budget: the budget must be more than 0 bytes");
+        return 0;
+    case OPT_KV_ALLOC: return parse_choice(name, arg, kv_allocs, &o->kv_alloc, err);
+    case OPT_RESERVE: return parse_choice(name, arg, reserves, &o->reserve, err);
+    case OPT_DEVICE: return parse_choice(name, arg, devices, &o->device, err);
+    case OPT_KV_DTYPE: return parse_choice(name, arg, dtypes, &o->kv_dtype, err);
+    }
+    return err_set(err, "--%s: not handled", name);
+}
+
+CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *opts, Err *err)
+{
+    cli_defaults(opts);
+    struct option longopts[N_SPECS + 1];
+    int n = 0;
+    for (size_t i = 0; i < N_SPECS; i++) {
+        if (!accepted(prog, &SPECS[i]))
+            continue;
+        longopts[n] = (struct option){SPECS[i].name, SPECS[i].arg ? required_argument : no_argument, NULL,
+                                      SPECS[i].id};
+        n++;
+    }
+    longopts[n] = (struct option){0, 0, 0, 0};
+    opterr = 0; /* our own one-line messages instead of getopt's */
+    optind = 1;
+    for (;;) {
+        int index = -1;
+        int c = getopt_long(argc, argv, ":h", longopts, &index);
+        if (c == -1)
+            break;
+        if (c == 'h' || c == OPT_HELP) {
+            print_help(prog);
+            return CLI_EXIT_OK;
+        }
+        if (c == ':') {
+            err_set(err, "option '%s' needs a value (see --help)", argv[optind - 1]);
+            return CLI_ERROR;
+        }
+        if (c == '?') {
+            err_set(err, "unknown option '%s' (see --help)", argv[optind - 1]);
+            return CLI_ERROR;
+        }
+        const char *name = index >= 0 ? longopts[index].name : "?";
+        if (apply_option(c, name, optarg, opts, err))
+            return CLI_ERROR;
+    }
+    if (optind < argc) {
+        err_set(err, "unexpected argument '%s' (options start with --; see --help)", argv[optind]);
+        return CLI_ERROR;
+    }
+    return CLI_RUN;
+}
+
+int cli_parse_size(const char *text, size_t *bytes, Err *err)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || !isfinite(v) || v < 0)
+        return err_set(err, "'%s' is not a size (examples: 4096, 512KiB, 4MiB, 2GiB)", text);
+    static const struct {
+        const char *suffix;
+        double scale;
+    } units[] = {{"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1e3}, {"k", 1024.0},
+                 {"M", 1048576.0}, {"MiB", 1048576.0}, {"MB", 1e6}, {"G", 1073741824.0},
+                 {"GiB", 1073741824.0}, {"GB", 1e9}, {"T", 1099511627776.0}, {"TiB", 1099511627776.0},
+                 {"TB", 1e12}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(end, units[i].suffix) == 0) {
+            double b = v * units[i].scale;
+            if (b >= 1.8e19)
+                return err_set(err, "'%s' is too large", text);
+            *bytes = (size_t)(b + 0.5);
+            return 0;
+        }
+    return err_set(err, "'%s' has an unknown unit '%s' (use B, KiB, MiB, GiB, KB, MB or GB)", text, end);
+}
+
+const char *cli_format_bytes(char *buf, size_t n, double bytes)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 4) {
+        bytes /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, n, "%.0f B", bytes);
+    else
+        snprintf(buf, n, "%.2f %s", bytes, units[u]);
+    return buf;
+}

@@ -1,0 +1,104 @@
+/**
+ * @file cli.h
+ * @brief One command line for every kvlab program.
+ *
+ * All chapters share one table of options; each program declares which
+ * groups it accepts (::CliFeature), and both parsing and `--help` follow
+ * from that. An option a program does not accept is refused like any other
+ * unknown option, so a typo never silently does nothing.
+ */
+#ifndef KVLAB_CLI_H
+#define KVLAB_CLI_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+/** Option groups a program can accept. */
+typedef enum {
+    CLI_MODEL = 1 << 0,     /**< --model --tokenizer --threads --json --quiet */
+    CLI_PROMPT = 1 << 1,    /**< --prompt --steps */
+    CLI_SAMPLING = 1 << 2,  /**< --temperature --top-p --seed */
+    CLI_KV_ALLOC = 1 << 3,  /**< --kv-alloc (chapter 2) */
+    CLI_SERVING = 1 << 4,   /**< --requests --out --kv-budget (chapters 3, 4) */
+    CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve (chapter 3) */
+    CLI_PAGED = 1 << 6,     /**< --block-size --n --watermark (chapter 4) */
+    CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype */
+} CliFeature;
+
+/** Every option of every program, with its default. */
+typedef struct {
+    const char *model_path;     /**< --model; NULL: find the default model */
+    const char *tokenizer_path; /**< --tokenizer; NULL: find one that fits the model */
+    const char *prompt;         /**< --prompt */
+    int steps;                  /**< --steps: new tokens after the prompt */
+    float temperature;          /**< --temperature: 0 = greedy */
+    float top_p;                /**< --top-p: 0 or 1 = off */
+    unsigned long long seed;    /**< --seed */
+    const char *json_path;      /**< --json: write the run report here */
+    int threads;                /**< --threads: 0 = OpenMP default */
+    int quiet;                  /**< --quiet: no memory table on stderr */
+    const char *kv_alloc;       /**< --kv-alloc: max | grow */
+    const char *requests_path;  /**< --requests */
+    const char *out_path;       /**< --out: JSON Lines of the requests */
+    size_t kv_budget;           /**< --kv-budget in bytes; 0 = not given */
+    int max_batch;              /**< --max-batch */
+    const char *reserve;        /**< --reserve: max | request | pow2 | grow */
+    int block_size;             /**< --block-size */
+    int n_samples;              /**< --n: samples per prompt */
+    int watermark;              /**< --watermark: free blocks kept back, percent of the pool */
+    const char *device;         /**< --device: cpu | cuda */
+    const char *kv_dtype;       /**< --kv-dtype: f32 | f16 | bf16 */
+} CliOptions;
+
+/** What the program is, for --help. */
+typedef struct {
+    const char *name;     /**< e.g. "ch01-naive" */
+    const char *summary;  /**< one line: what the program shows */
+    unsigned features;    /**< OR of ::CliFeature */
+} CliProgram;
+
+/** Result of cli_parse(). */
+typedef enum {
+    CLI_RUN = 0,   /**< options are valid: run */
+    CLI_EXIT_OK,   /**< --help was printed: exit 0 */
+    CLI_ERROR      /**< bad option: the message is in err, exit 1 */
+} CliResult;
+
+/**
+ * Fills @p opts with defaults.
+ * @param opts  receives the defaults
+ */
+void cli_defaults(CliOptions *opts);
+
+/**
+ * Parses argv with getopt_long. Prints --help to stdout itself.
+ * @param prog  the program's name, summary and accepted groups
+ * @param argc  from main
+ * @param argv  from main
+ * @param opts  receives the options (defaults first)
+ * @param err   receives a one-line message on CLI_ERROR
+ * @return what main should do
+ */
+CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *opts, Err *err);
+
+/**
+ * Parses a size such as 4096, 512KiB, 4MiB, 2GiB, 1.5GB or 80GB (KiB/MiB/GiB
+ * are powers of 1024, KB/MB/GB powers of 1000; a bare K/M/G means 1024).
+ * @param text   the size
+ * @param bytes  receives the size in bytes
+ * @param err    receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int cli_parse_size(const char *text, size_t *bytes, Err *err);
+
+/**
+ * Formats a byte count for people: "1.50 MiB", "512 B".
+ * @param buf    output buffer
+ * @param n      its size
+ * @param bytes  the count
+ * @return buf
+ */
+const char *cli_format_bytes(char *buf, size_t n, double bytes);
+
+#endif

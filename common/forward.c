@@ -1,0 +1,145 @@
+#include "forward.h"
+
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "mem.h"
+#include "ops.h"
+
+typedef struct {
+    float **slot;
+    size_t count;
+} Buffer;
+
+static void forward_buffers(ForwardState *s, const ModelConfig *c, int threads, Buffer out[13])
+{
+    size_t T = (size_t)s->max_tokens, dim = (size_t)c->dim, kv = (size_t)model_kv_dim(c);
+    size_t hid = (size_t)c->hidden_dim, half = (size_t)model_head_dim(c) / 2, L = (size_t)s->max_logits;
+    Buffer b[13] = {
+        {&s->x, T * dim},      {&s->xb, T * dim},     {&s->xb2, T * dim},
+        {&s->q, T * dim},      {&s->k, T * kv},       {&s->v, T * kv},
+        {&s->hb, T * hid},     {&s->hb2, T * hid},    {&s->scores, (size_t)threads * (size_t)c->seq_len},
+        {&s->logit_x, L * dim}, {&s->logits, L * (size_t)c->vocab_size},
+        {&s->rope_cos, (size_t)c->seq_len * half}, {&s->rope_sin, (size_t)c->seq_len * half},
+    };
+    memcpy(out, b, sizeof b);
+}
+
+size_t forward_state_bytes(const ModelConfig *cfg, int max_tokens, int max_logits, int threads)
+{
+    ForwardState s = {.max_tokens = max_tokens, .max_logits = max_logits};
+    Buffer b[13];
+    forward_buffers(&s, cfg, threads, b);
+    size_t total = 0;
+    for (int i = 0; i < 13; i++)
+        total += b[i].count * sizeof(float);
+    return total;
+}
+
+int forward_state_init(ForwardState *s, const ModelConfig *cfg, int max_tokens, int max_logits, Err *err)
+{
+    memset(s, 0, sizeof *s);
+    if (max_tokens <= 0 || max_logits <= 0)
+        return err_set(err, "forward capacity must be positive (tokens %d, logits %d)", max_tokens, max_logits);
+    s->max_tokens = max_tokens;
+    s->max_logits = max_logits;
+    s->score_rows = ops_threads();
+    Buffer b[13];
+    forward_buffers(s, cfg, s->score_rows, b);
+    for (int i = 0; i < 13; i++) {
+        *b[i].slot = mem_alloc_array(MEM_ACTIVATIONS, b[i].count, sizeof(float));
+        if (!*b[i].slot) {
+            forward_state_free(s);
+            return err_set(err, "out of memory for activations of %d tokens", max_tokens);
+        }
+    }
+    rope_tables(s->rope_cos, s->rope_sin, cfg->seq_len, model_head_dim(cfg));
+    return 0;
+}
+
+void forward_state_free(ForwardState *s)
+{
+    float *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->hb, s->hb2,
+                     s->scores, s->logit_x, s->logits, s->rope_cos, s->rope_sin};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        mem_free(bufs[i]);
+    memset(s, 0, sizeof *s);
+}
+
+/* Self-attention of every (entry, head) pair through the seam. The pairs
+ * are independent, so they run in parallel; each thread has its own row of
+ * score scratch. */
+static void attend_all(const ModelConfig *c, ForwardState *s, const KvSeam *kv, int layer, const BatchEntry *e,
+                       int n)
+{
+    int hd = model_head_dim(c), dim = c->dim, pairs = n * c->n_heads;
+    long work = (long)pairs * (e[n - 1].pos + 1) * hd;
+    (void)work;
+#pragma omp parallel for schedule(dynamic, 4) if (work >= (1 << 15) && pairs > 1)
+    for (int p = 0; p < pairs; p++) {
+        int i = p / c->n_heads, h = p % c->n_heads;
+#ifdef _OPENMP
+        int row = omp_get_thread_num() % s->score_rows;
+#else
+        int row = 0;
+#endif
+        float *scores = s->scores + (long)row * c->seq_len;
+        kv->attend(kv->ctx, layer, &e[i], h, s->q + (long)i * dim + h * hd, s->xb + (long)i * dim + h * hd,
+                   scores);
+    }
+}
+
+void forward(const Model *m, ForwardState *s, const KvSeam *kv, const BatchEntry *e, int n)
+{
+    const ModelConfig *c = &m->cfg;
+    const ModelWeights *w = &m->w;
+    const int dim = c->dim, kv_dim = model_kv_dim(c), hid = c->hidden_dim, hd = model_head_dim(c);
+    const long dd = (long)dim * dim, kd = (long)kv_dim * dim, hdim = (long)hid * dim;
+
+    for (int i = 0; i < n; i++)
+        memcpy(s->x + (long)i * dim, w->token_embedding + (long)e[i].token * dim, (size_t)dim * sizeof(float));
+
+    for (int l = 0; l < c->n_layers; l++) {
+        /* Attention block: x += Wo . attention(RoPE(Wq xn), RoPE(Wk xn), Wv xn) */
+        for (int i = 0; i < n; i++)
+            rmsnorm(s->xb + (long)i * dim, s->x + (long)i * dim, w->rms_att + (long)l * dim, dim);
+        matmul(s->q, s->xb, w->wq + l * dd, n, dim, dim);
+        matmul(s->k, s->xb, w->wk + l * kd, n, dim, kv_dim);
+        matmul(s->v, s->xb, w->wv + l * kd, n, dim, kv_dim);
+        for (int i = 0; i < n; i++) {
+            const float *cos_row = s->rope_cos + (long)e[i].pos * (hd / 2);
+            const float *sin_row = s->rope_sin + (long)e[i].pos * (hd / 2);
+            rope_rotate(s->q + (long)i * dim, dim, hd, cos_row, sin_row);
+            rope_rotate(s->k + (long)i * kv_dim, kv_dim, hd, cos_row, sin_row);
+        }
+        /* The seam: K/V of every token go where the chapter keeps them, then
+         * every query reads them back from there. */
+        for (int i = 0; i < n; i++)
+            kv->store(kv->ctx, l, &e[i], s->k + (long)i * kv_dim, s->v + (long)i * kv_dim);
+        attend_all(c, s, kv, l, e, n);
+        matmul(s->xb2, s->xb, w->wo + l * dd, n, dim, dim);
+        add_inplace(s->x, s->xb2, n * dim);
+
+        /* Feed-forward block: x += W2 . (silu(W1 xn) * W3 xn) */
+        for (int i = 0; i < n; i++)
+            rmsnorm(s->xb + (long)i * dim, s->x + (long)i * dim, w->rms_ffn + (long)l * dim, dim);
+        matmul(s->hb, s->xb, w->w1 + l * hdim, n, dim, hid);
+        matmul(s->hb2, s->xb, w->w3 + l * hdim, n, dim, hid);
+        swiglu(s->hb, s->hb2, n * hid);
+        matmul(s->xb, s->hb, w->w2 + l * hdim, n, hid, dim);
+        add_inplace(s->x, s->xb, n * dim);
+    }
+
+    /* Only the entries that asked for logits pay for the classifier. */
+    int rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (e[i].logits_row < 0)
+            continue;
+        rmsnorm(s->logit_x + (long)e[i].logits_row * dim, s->x + (long)i * dim, w->rms_final, dim);
+        rows = e[i].logits_row + 1 > rows ? e[i].logits_row + 1 : rows;
+    }
+    if (rows > 0)
+        matmul(s->logits, s->logit_x, w->wcls, rows, dim, c->vocab_size);
+}

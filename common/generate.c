@@ -1,0 +1,121 @@
+#include "generate.h"
+
+#include <string.h>
+
+#include "mem.h"
+
+int generation_init(Generation *g, const Model *m, const Tokenizer *t, const char *prompt, Err *err)
+{
+    memset(g, 0, sizeof *g);
+    int seq_len = m->cfg.seq_len;
+    if (prompt[0] == '\0')
+        return err_set(err, "the prompt is empty; give some text with --prompt");
+    size_t text_len = strlen(prompt);
+    int *ids = mem_alloc_array(MEM_ACTIVATIONS, text_len + 3, sizeof(int));
+    if (!ids)
+        return err_set(err, "out of memory for a prompt of %zu bytes", text_len);
+    int n_ids;
+    if (tokenizer_encode(t, prompt, 1, 0, ids, &n_ids, err)) {
+        mem_free(ids);
+        return err_prefix(err, "cannot encode the prompt");
+    }
+    if (n_ids >= seq_len) {
+        mem_free(ids);
+        return err_set(err, "the prompt is %d tokens long; the model's seq_len is %d, which leaves no room to generate",
+                       n_ids, seq_len);
+    }
+    g->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)seq_len, sizeof(int));
+    g->entries = mem_alloc_array(MEM_ACTIVATIONS, (size_t)seq_len, sizeof(BatchEntry));
+    g->step_seconds = mem_alloc_array(MEM_ACTIVATIONS, (size_t)seq_len + 1, sizeof(double));
+    if (!g->tokens || !g->entries || !g->step_seconds) {
+        mem_free(ids);
+        generation_free(g);
+        return err_set(err, "out of memory");
+    }
+    memcpy(g->tokens, ids, (size_t)n_ids * sizeof(int));
+    mem_free(ids);
+    g->n_prompt = g->n_tokens = n_ids;
+    return 0;
+}
+
+void generation_free(Generation *g)
+{
+    mem_free(g->tokens);
+    mem_free(g->entries);
+    mem_free(g->step_seconds);
+    memset(g, 0, sizeof *g);
+}
+
+void print_token(FILE *out, const Tokenizer *t, const int *tokens, int i)
+{
+    const char *piece = tokenizer_decode(t, tokens[i - 1], tokens[i]);
+    if (tokenizer_piece_is_printable(piece))
+        fputs(piece, out);
+}
+
+/* The batch of one step: positions cached..n_tokens-1; only the last one
+ * needs logits, since only its prediction is sampled. */
+static int plan_step(Generation *g, int cached)
+{
+    int n = 0;
+    for (int pos = cached; pos < g->n_tokens; pos++, n++)
+        g->entries[n] = (BatchEntry){.seq = 0, .pos = pos, .token = g->tokens[pos], .logits_row = -1};
+    if (n > 0)
+        g->entries[n - 1].logits_row = 0;
+    return n;
+}
+
+int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, ForwardState *fs,
+             const SingleStreamKv *kv, int steps, FILE *out, Err *err)
+{
+    int seq_len = m->cfg.seq_len;
+    if (out) {
+        for (int i = 1; i < g->n_prompt; i++)
+            print_token(out, t, g->tokens, i);
+        fflush(out);
+    }
+    double start = now_seconds();
+    g->finish = FINISH_LENGTH;
+    for (int made = 0; made < steps; made++) {
+        if (g->n_tokens >= seq_len) {
+            g->finish = FINISH_SEQ_LEN;
+            break;
+        }
+        double t0 = now_seconds();
+        int cached;
+        if (kv->prepare(kv->seam.ctx, g->n_tokens, &cached, err))
+            return -1;
+        int n = plan_step(g, cached);
+        if (cached < 0)
+            return err_set(err, "the K/V strategy reported %d cached positions", cached);
+        if (n == 0)
+            return err_set(err, "the step has no tokens to run: the K/V strategy claims all %d positions are cached",
+                           g->n_tokens);
+        if (n > fs->max_tokens)
+            return err_set(err, "a step of %d tokens exceeds the activation buffers (%d)", n, fs->max_tokens);
+        forward(m, fs, &kv->seam, g->entries, n);
+        int next = sampler_sample(s, fs->logits);
+        g->positions_run += n;
+        g->step_seconds[g->n_tokens] = now_seconds() - t0;
+        if (kv->usage) {
+            size_t reserved, used;
+            kv->usage(kv->seam.ctx, &reserved, &used);
+            kv_timeline_record(&g->kv, made, reserved, used);
+        }
+        if (next == TOKEN_BOS || next == TOKEN_EOS) {
+            g->finish = FINISH_STOP;
+            break;
+        }
+        g->tokens[g->n_tokens++] = next;
+        if (out) {
+            print_token(out, t, g->tokens, g->n_tokens - 1);
+            fflush(out);
+        }
+    }
+    g->elapsed_s = now_seconds() - start;
+    if (out) {
+        fputc('\n', out);
+        fflush(out);
+    }
+    return 0;
+}

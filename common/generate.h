@@ -1,0 +1,115 @@
+/**
+ * @file generate.h
+ * @brief The autoregressive loop for one request (chapters 1 and 2).
+ *
+ * Each step: decide which tokens to run (the chapter's choice), run them
+ * through forward(), pick the next token from the last row of logits,
+ * print it, append it, repeat. What chapters 1 and 2 disagree on is a single
+ * number per step, how many leading positions already have their K and V
+ * stored: chapter 1 always answers 0 (recompute everything), chapter 2
+ * answers "all but the newest token".
+ *
+ * Output follows llama2.c's `run` byte for byte: the prompt (without the
+ * dummy-prefix space), the generated text, one newline. BOS or EOS ends
+ * generation and is not printed.
+ */
+#ifndef KVLAB_GENERATE_H
+#define KVLAB_GENERATE_H
+
+#include <stdio.h>
+
+#include "err.h"
+#include "forward.h"
+#include "report.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+/** How a single-request chapter keeps K and V. */
+typedef struct {
+    KvSeam seam; /**< store/attend used by the forward pass */
+    /**
+     * Called before each step with the sequence length; makes room for
+     * that many positions (a growing cache may reallocate here, never inside
+     * the forward pass).
+     * @param ctx       the K/V store (seam.ctx)
+     * @param n_tokens  tokens in the sequence, including the newest
+     * @param cached    receives how many leading positions already have K/V
+     * @param err       receives the reason on failure
+     * @return 0 on success, -1 on failure
+     */
+    int (*prepare)(void *ctx, int n_tokens, int *cached, Err *err);
+    /**
+     * KV bytes reserved and used now (may be NULL: nothing is kept).
+     * @param ctx       the K/V store
+     * @param reserved  receives reserved bytes
+     * @param used      receives bytes holding tokens
+     */
+    void (*usage)(void *ctx, size_t *reserved, size_t *used);
+} SingleStreamKv;
+
+/** Why generation stopped. */
+typedef enum {
+    FINISH_LENGTH,  /**< produced the requested number of tokens */
+    FINISH_STOP,    /**< the model emitted BOS or EOS */
+    FINISH_SEQ_LEN, /**< the sequence reached the model's seq_len */
+} FinishReason;
+
+/** One request's tokens and what its steps cost. */
+typedef struct {
+    int *tokens;          /**< [seq_len] prompt ids, then generated ids */
+    int n_prompt;         /**< prompt ids (with BOS) */
+    int n_tokens;         /**< ids so far */
+    FinishReason finish;
+    BatchEntry *entries;  /**< [seq_len] the batch of the current step */
+    double *step_seconds; /**< [seq_len + 1] time of the step run with t tokens in context, or 0 */
+    long positions_run;   /**< token positions fed through the model, all steps together */
+    double elapsed_s;     /**< wall time of all steps */
+    KvTimeline kv;        /**< KV reserved/used after each step */
+} Generation;
+
+/**
+ * Allocates the buffers and encodes the prompt (BOS + text). Refuses an
+ * empty prompt and one that leaves no room under seq_len.
+ * @param g       receives the buffers and prompt ids
+ * @param m       the model (for seq_len and vocab)
+ * @param t       the tokenizer
+ * @param prompt  the prompt text
+ * @param err     receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int generation_init(Generation *g, const Model *m, const Tokenizer *t, const char *prompt, Err *err);
+
+/**
+ * Frees the buffers.
+ * @param g  an initialised or zeroed generation
+ */
+void generation_free(Generation *g);
+
+/**
+ * Runs the loop until @p steps new tokens, BOS/EOS, or seq_len. Prints the
+ * text to @p out (NULL: print nothing) as it goes.
+ * @param g       initialised by generation_init()
+ * @param m       the model
+ * @param t       the tokenizer
+ * @param s       the sampler
+ * @param fs      activations, with room for the largest step the chapter plans
+ * @param kv      the chapter's K/V strategy
+ * @param steps   most new tokens
+ * @param out     where the text goes, or NULL
+ * @param err     receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, ForwardState *fs,
+             const SingleStreamKv *kv, int steps, FILE *out, Err *err);
+
+/**
+ * Prints the text of token i of a sequence (llama2.c's rules: the piece as
+ * it follows token i-1, unprintable single bytes skipped).
+ * @param out     stream
+ * @param t       tokenizer
+ * @param tokens  the sequence
+ * @param i       index of the token to print, >= 1
+ */
+void print_token(FILE *out, const Tokenizer *t, const int *tokens, int i);
+
+#endif

@@ -1,0 +1,108 @@
+#include "mem.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Each mem_alloc() buffer is preceded by one cache line that remembers what
+ * it was charged to, so that mem_free() can take it off the ledger without
+ * the caller repeating the size. */
+typedef struct {
+    size_t bytes;
+    int category;
+    uint32_t magic;
+} AllocHeader;
+
+#define HEADER_BYTES MEM_ALIGN
+#define HEADER_MAGIC 0x6b766c62u /* "kvlb" */
+
+typedef struct {
+    size_t current[MEM_PLACE_COUNT][MEM_CATEGORY_COUNT];
+    size_t peak[MEM_PLACE_COUNT][MEM_CATEGORY_COUNT];
+    size_t total[MEM_PLACE_COUNT];
+    size_t total_peak[MEM_PLACE_COUNT];
+    long live_buffers;
+} Ledger;
+
+static Ledger ledger;
+
+void mem_track(MemCategory cat, MemPlace place, size_t bytes)
+{
+    size_t *cur = &ledger.current[place][cat];
+    *cur += bytes;
+    if (*cur > ledger.peak[place][cat])
+        ledger.peak[place][cat] = *cur;
+    ledger.total[place] += bytes;
+    if (ledger.total[place] > ledger.total_peak[place])
+        ledger.total_peak[place] = ledger.total[place];
+}
+
+void mem_untrack(MemCategory cat, MemPlace place, size_t bytes)
+{
+    ledger.current[place][cat] -= bytes;
+    ledger.total[place] -= bytes;
+}
+
+void *mem_alloc(MemCategory cat, size_t bytes)
+{
+    if (bytes > SIZE_MAX - HEADER_BYTES)
+        return NULL;
+    void *raw = NULL;
+    if (posix_memalign(&raw, MEM_ALIGN, HEADER_BYTES + bytes) != 0)
+        return NULL;
+    memset(raw, 0, HEADER_BYTES + bytes);
+    AllocHeader *h = raw;
+    h->bytes = bytes;
+    h->category = (int)cat;
+    h->magic = HEADER_MAGIC;
+    mem_track(cat, MEM_HOST, bytes);
+    ledger.live_buffers++;
+    return (char *)raw + HEADER_BYTES;
+}
+
+void *mem_alloc_array(MemCategory cat, size_t count, size_t elem_size)
+{
+    if (elem_size != 0 && count > SIZE_MAX / elem_size)
+        return NULL;
+    return mem_alloc(cat, count * elem_size);
+}
+
+static AllocHeader *header_of(const void *p)
+{
+    return (AllocHeader *)((char *)p - HEADER_BYTES);
+}
+
+void mem_free(void *p)
+{
+    if (!p)
+        return;
+    AllocHeader *h = header_of(p);
+    if (h->magic != HEADER_MAGIC)
+        abort(); /* not ours, or freed twice: a bug, never input */
+    h->magic = 0;
+    mem_untrack((MemCategory)h->category, MEM_HOST, h->bytes);
+    ledger.live_buffers--;
+    free(h);
+}
+
+size_t mem_size(const void *p)
+{
+    return p ? header_of(p)->bytes : 0;
+}
+
+size_t mem_current(MemCategory cat, MemPlace place) { return ledger.current[place][cat]; }
+size_t mem_peak(MemCategory cat, MemPlace place) { return ledger.peak[place][cat]; }
+size_t mem_peak_total(MemPlace place) { return ledger.total_peak[place]; }
+long mem_live_buffers(void) { return ledger.live_buffers; }
+
+void mem_reset(void)
+{
+    memset(&ledger, 0, sizeof ledger);
+}
+
+const char *mem_category_name(MemCategory cat)
+{
+    static const char *names[MEM_CATEGORY_COUNT] = {
+        "weights", "activations", "kv", "kv_metadata"};
+    return (unsigned)cat < MEM_CATEGORY_COUNT ? names[cat] : "?";
+}

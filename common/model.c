@@ -1,0 +1,251 @@
+#include "model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mem.h"
+
+#define LEGACY_HEADER_BYTES 28u
+#define AK42_HEADER_BYTES 256u
+#define AK42_MAGIC 0x616b3432u /* "ak42" read as a little-endian uint32 */
+
+/* Limits that no real Llama checkpoint reaches; anything above them is a
+ * corrupt header, and rejecting it early keeps every size product far from
+ * overflowing 64 bits. */
+#define MAX_DIM (1 << 16)
+#define MAX_HIDDEN (1 << 18)
+#define MAX_LAYERS 1024
+#define MAX_HEADS 1024
+#define MAX_VOCAB (1 << 20)
+#define MAX_SEQ_LEN (1 << 20)
+
+size_t model_kv_bytes_per_token(const ModelConfig *c, size_t elem_bytes)
+{
+    return 2u * (size_t)c->n_layers * (size_t)c->n_kv_heads * (size_t)model_head_dim(c) * elem_bytes;
+}
+
+static int check_range(const char *name, int value, int max, Err *err)
+{
+    if (value <= 0)
+        return err_set(err, "%s is %d; it must be positive", name, value);
+    if (value > max)
+        return err_set(err, "%s is %d; more than %d is not a plausible model", name, value, max);
+    return 0;
+}
+
+int model_config_validate(const ModelConfig *c, Err *err)
+{
+    if (check_range("dim", c->dim, MAX_DIM, err) || check_range("hidden_dim", c->hidden_dim, MAX_HIDDEN, err) ||
+        check_range("n_layers", c->n_layers, MAX_LAYERS, err) || check_range("n_heads", c->n_heads, MAX_HEADS, err) ||
+        check_range("n_kv_heads", c->n_kv_heads, MAX_HEADS, err) ||
+        check_range("vocab_size", c->vocab_size, MAX_VOCAB, err) ||
+        check_range("seq_len", c->seq_len, MAX_SEQ_LEN, err))
+        return -1;
+    if (c->dim % c->n_heads != 0)
+        return err_set(err, "n_heads (%d) does not divide dim (%d)", c->n_heads, c->dim);
+    if (model_head_dim(c) % 2 != 0)
+        return err_set(err, "head size %d is odd; RoPE rotates pairs of values", model_head_dim(c));
+    if (c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads != 0)
+        return err_set(err, "n_heads (%d) is not a multiple of n_kv_heads (%d)", c->n_heads, c->n_kv_heads);
+    if (c->vocab_size < 3)
+        return err_set(err, "vocab_size is %d; the vocabulary needs at least <unk>, BOS and EOS", c->vocab_size);
+    return 0;
+}
+
+static int32_t read_i32(const unsigned char *p)
+{
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+/* What the first bytes of a file say about the rest of it. */
+typedef struct {
+    ModelConfig cfg;
+    ModelFormat format;
+    int shared_classifier;
+    size_t header_bytes;
+} Header;
+
+static int parse_header(const unsigned char *b, size_t n, Header *h, Err *err)
+{
+    if (n < LEGACY_HEADER_BYTES)
+        return err_set(err, "file has %zu bytes, too short for a checkpoint header", n);
+    const unsigned char *vals = b;
+    if ((uint32_t)read_i32(b) == AK42_MAGIC) {
+        if (n < AK42_HEADER_BYTES)
+            return err_set(err, "ak42 file has %zu bytes, too short for its 256-byte header", n);
+        int version = read_i32(b + 4);
+        if (version != 1)
+            return err_set(err, "ak42 version %d is not supported (only version 1, fp32)", version);
+        vals = b + 8;
+        h->format = MODEL_FORMAT_AK42_V1;
+        h->header_bytes = AK42_HEADER_BYTES;
+        h->shared_classifier = b[36] != 0;
+    } else {
+        h->format = MODEL_FORMAT_LEGACY;
+        h->header_bytes = LEGACY_HEADER_BYTES;
+    }
+    ModelConfig *c = &h->cfg;
+    c->dim = read_i32(vals);
+    c->hidden_dim = read_i32(vals + 4);
+    c->n_layers = read_i32(vals + 8);
+    c->n_heads = read_i32(vals + 12);
+    c->n_kv_heads = read_i32(vals + 16);
+    c->vocab_size = read_i32(vals + 20);
+    c->seq_len = read_i32(vals + 24);
+    if (h->format == MODEL_FORMAT_LEGACY) {
+        /* llama2.c's legacy convention: a negative vocab_size flags an
+         * unshared classifier stored after the RoPE tables. */
+        h->shared_classifier = c->vocab_size > 0;
+        if (c->vocab_size < 0 && c->vocab_size != INT32_MIN)
+            c->vocab_size = -c->vocab_size;
+    }
+    return model_config_validate(c, err);
+}
+
+/* Number of fp32 values in the file after the header. */
+static uint64_t payload_floats(const Header *h)
+{
+    const ModelConfig *c = &h->cfg;
+    uint64_t L = (uint64_t)c->n_layers, dim = (uint64_t)c->dim, kv = (uint64_t)model_kv_dim(c);
+    uint64_t hid = (uint64_t)c->hidden_dim, vocab = (uint64_t)c->vocab_size;
+    uint64_t n = vocab * dim                     /* embeddings */
+                 + 2 * L * dim                   /* rms_att, rms_ffn */
+                 + 2 * L * dim * dim             /* wq, wo */
+                 + 2 * L * kv * dim              /* wk, wv */
+                 + 3 * L * hid * dim             /* w1, w2, w3 */
+                 + dim;                          /* rms_final */
+    if (!h->shared_classifier)
+        n += vocab * dim;
+    if (h->format == MODEL_FORMAT_LEGACY)
+        n += (uint64_t)c->seq_len * (uint64_t)model_head_dim(c); /* two RoPE tables of seq_len x head/2 */
+    return n;
+}
+
+/* Points every tensor view at its place in the payload. */
+static void assign_weights(Model *m, const Header *h, const float *p)
+{
+    const ModelConfig *c = &h->cfg;
+    size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, kv = (size_t)model_kv_dim(c);
+    size_t hid = (size_t)c->hidden_dim, vocab = (size_t)c->vocab_size;
+    ModelWeights *w = &m->w;
+    if (h->format == MODEL_FORMAT_LEGACY) {
+        w->token_embedding = p; p += vocab * dim;
+        w->rms_att = p;         p += L * dim;
+        w->wq = p;              p += L * dim * dim;
+        w->wk = p;              p += L * kv * dim;
+        w->wv = p;              p += L * kv * dim;
+        w->wo = p;              p += L * dim * dim;
+        w->rms_ffn = p;         p += L * dim;
+        w->w1 = p;              p += L * hid * dim;
+        w->w2 = p;              p += L * dim * hid;
+        w->w3 = p;              p += L * hid * dim;
+        w->rms_final = p;       p += dim;
+        p += (size_t)c->seq_len * (size_t)model_head_dim(c); /* legacy RoPE tables: unused, we compute RoPE */
+    } else {
+        w->rms_att = p;         p += L * dim;
+        w->rms_ffn = p;         p += L * dim;
+        w->rms_final = p;       p += dim;
+        w->token_embedding = p; p += vocab * dim;
+        w->wq = p;              p += L * dim * dim;
+        w->wk = p;              p += L * kv * dim;
+        w->wv = p;              p += L * kv * dim;
+        w->wo = p;              p += L * dim * dim;
+        w->w1 = p;              p += L * hid * dim;
+        w->w2 = p;              p += L * dim * hid;
+        w->w3 = p;              p += L * hid * dim;
+    }
+    w->wcls = h->shared_classifier ? w->token_embedding : p;
+}
+
+int model_open_image(Model *m, const void *image, size_t bytes, Err *err)
+{
+    memset(m, 0, sizeof *m);
+    Header h;
+    if (parse_header(image, bytes, &h, err))
+        return -1;
+    uint64_t want = h.header_bytes + 4 * payload_floats(&h);
+    if (bytes < want)
+        return err_set(err, "truncated: the header implies %llu bytes, the file has %zu",
+                       (unsigned long long)want, bytes);
+    if (bytes > want)
+        return err_set(err, "oversized: the header implies %llu bytes, the file has %zu (%llu extra)",
+                       (unsigned long long)want, bytes, (unsigned long long)(bytes - want));
+    m->cfg = h.cfg;
+    m->format = h.format;
+    m->shared_classifier = h.shared_classifier;
+    uint64_t rope_floats = h.format == MODEL_FORMAT_LEGACY ? (uint64_t)h.cfg.seq_len * model_head_dim(&h.cfg) : 0;
+    m->weight_bytes = (size_t)(4 * (payload_floats(&h) - rope_floats));
+    assign_weights(m, &h, (const float *)((const char *)image + h.header_bytes));
+    return 0;
+}
+
+static int open_regular_file(const char *path, size_t *size, Err *err)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return err_set(err, "cannot open: %s", strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return err_set(err, "not a regular file");
+    }
+    *size = (size_t)st.st_size;
+    return fd;
+}
+
+int model_read_config(const char *path, ModelConfig *cfg, Err *err)
+{
+    size_t size;
+    int fd = open_regular_file(path, &size, err);
+    if (fd < 0)
+        return err_prefix(err, "%s", path);
+    unsigned char buf[AK42_HEADER_BYTES];
+    ssize_t got = read(fd, buf, sizeof buf);
+    close(fd);
+    Header h;
+    if (got < 0 || parse_header(buf, (size_t)got, &h, err))
+        return err_prefix(err, "%s", path);
+    *cfg = h.cfg;
+    return 0;
+}
+
+int model_load(Model *m, const char *path, Err *err)
+{
+    memset(m, 0, sizeof *m);
+    size_t size;
+    int fd = open_regular_file(path, &size, err);
+    if (fd < 0)
+        return err_prefix(err, "%s", path);
+    if (size < LEGACY_HEADER_BYTES) {
+        close(fd);
+        err_set(err, "file has %zu bytes, too short for a checkpoint header", size);
+        return err_prefix(err, "%s", path);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd); /* the mapping keeps the file alive */
+    if (map == MAP_FAILED)
+        return err_set(err, "%s: cannot map: %s", path, strerror(errno));
+    if (model_open_image(m, map, size, err)) {
+        munmap(map, size);
+        return err_prefix(err, "%s", path);
+    }
+    m->map = map;
+    m->map_bytes = size;
+    mem_track(MEM_WEIGHTS, MEM_HOST, size);
+    return 0;
+}
+
+void model_free(Model *m)
+{
+    if (m->map) {
+        munmap(m->map, m->map_bytes);
+        mem_untrack(MEM_WEIGHTS, MEM_HOST, m->map_bytes);
+    }
+    memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,142 @@
+/**
+ * @file ops.h
+ * @brief The CPU math of a Llama block, and the reference for every kernel.
+ *
+ * Everything here is plain C with a fixed order of summation, so results
+ * are bitwise reproducible: they do not depend on the number of threads, on
+ * how many tokens share a matmul, or on the vector width the compiler picks
+ * (the build uses -ffp-contract=off, so no fused multiply-adds sneak in).
+ * That determinism is what lets every chapter produce the same tokens: the
+ * chapters change where K and V live, and nothing here can tell.
+ */
+#ifndef KVLAB_OPS_H
+#define KVLAB_OPS_H
+
+/**
+ * Dot product in kvlab's fixed order: eight interleaved partial sums over
+ * the first n - n%8 elements, combined pairwise, then the tail in order.
+ * Eight independent sums let the compiler use vector registers without
+ * reassociating anything.
+ * @param a  [n]
+ * @param b  [n]
+ * @param n  length
+ * @return the dot product
+ */
+float dot(const float *a, const float *b, int n);
+
+/**
+ * Matrix product over a batch of tokens: out[t][o] = dot(w[o], x[t]).
+ * Weights are read once per call, whatever the number of tokens: rows of W
+ * are taken four at a time and applied to every token before moving on.
+ * Each output equals dot() of its row and token exactly.
+ * @param out       [n_tokens][out_dim]
+ * @param x         [n_tokens][in_dim]
+ * @param w         [out_dim][in_dim]
+ * @param n_tokens  tokens in the batch
+ * @param in_dim    input width
+ * @param out_dim   output width
+ */
+void matmul(float *out, const float *x, const float *w, int n_tokens, int in_dim, int out_dim);
+
+/**
+ * RMSNorm: out = weight * x / sqrt(mean(x^2) + 1e-5). out may alias x.
+ * @param out     [n]
+ * @param x       [n]
+ * @param weight  [n]
+ * @param n       width
+ */
+void rmsnorm(float *out, const float *x, const float *weight, int n);
+
+/**
+ * Softmax in place, stabilised by subtracting the maximum.
+ * @param x  [n] scores in, probabilities out
+ * @param n  length, at least 1
+ */
+void softmax(float *x, int n);
+
+/**
+ * Rotary position embedding tables: for position p and pair i of a head,
+ * angle = p / 10000^(2i/head_dim), computed in float exactly as llama2.c.
+ * @param cos_out   [seq_len][head_dim/2]
+ * @param sin_out   [seq_len][head_dim/2]
+ * @param seq_len   positions
+ * @param head_dim  head width (even)
+ */
+void rope_tables(float *cos_out, float *sin_out, int seq_len, int head_dim);
+
+/**
+ * Rotates each consecutive pair of every head of @p vec by its position's
+ * angles (RoPE).
+ * @param vec       [width] one token's q or k, heads back to back
+ * @param width     n_heads * head_dim (or n_kv_heads * head_dim)
+ * @param head_dim  head width
+ * @param cos_row   [head_dim/2] the position's row of the cos table
+ * @param sin_row   [head_dim/2] the position's row of the sin table
+ */
+void rope_rotate(float *vec, int width, int head_dim, const float *cos_row, const float *sin_row);
+
+/**
+ * SwiGLU gate: gate[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x).
+ * @param gate  [n] w1 x in, gated activation out
+ * @param up    [n] w3 x
+ * @param n     hidden width
+ */
+void swiglu(float *gate, const float *up, int n);
+
+/**
+ * out += other, element by element (residual connection).
+ * @param out    [n]
+ * @param other  [n]
+ * @param n      width
+ */
+void add_inplace(float *out, const float *other, int n);
+
+/**
+ * Scaled attention score of one query head against one key head:
+ * (q . k) / sqrt(head_dim), summed in order.
+ * @param q         [head_dim]
+ * @param k         [head_dim]
+ * @param head_dim  width
+ * @return the score
+ */
+float attention_score(const float *q, const float *k, int head_dim);
+
+/**
+ * out += a * v (one term of the attention-weighted sum of values).
+ * @param out       [head_dim]
+ * @param a         attention weight
+ * @param v         [head_dim]
+ * @param head_dim  width
+ */
+void attention_accumulate(float *out, float a, const float *v, int head_dim);
+
+/**
+ * Plain causal attention of one query head over @p n_pos contiguous keys and
+ * values: the CPU reference that every attention variant (cached, batched,
+ * paged, CUDA) must reproduce.
+ * @param out       [head_dim]
+ * @param q         [head_dim] the query head
+ * @param keys      [n_pos][stride] key rows; the head's slice starts at offset 0
+ * @param values    [n_pos][stride] value rows, same layout
+ * @param n_pos     positions attended (the query's position + 1)
+ * @param stride    floats between consecutive positions
+ * @param head_dim  width
+ * @param scores    [n_pos] scratch
+ */
+void attention_reference(float *out, const float *q, const float *keys, const float *values, int n_pos, int stride,
+                         int head_dim, float *scores);
+
+/**
+ * Sets the number of threads the parallel loops use (OpenMP builds only).
+ * Results never depend on it.
+ * @param n  threads; 0 keeps the default (OMP_NUM_THREADS or all cores)
+ */
+void ops_set_threads(int n);
+
+/**
+ * Threads the parallel loops will use.
+ * @return 1 in builds without OpenMP
+ */
+int ops_threads(void);
+
+#endif

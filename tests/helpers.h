@@ -1,0 +1,78 @@
+/**
+ * @file helpers.h
+ * @brief What many test files need: the shared model, synthetic models,
+ *        running a program and capturing what it printed.
+ */
+#ifndef KVLAB_TESTS_HELPERS_H
+#define KVLAB_TESTS_HELPERS_H
+
+#include <stddef.h>
+
+#include "model.h"
+
+/**
+ * Path of a file in ../shared/models (searched like the programs do), or
+ * NULL when it is absent; in that case the caller should call test_skip().
+ * @param name  e.g. "stories260K.bin"
+ * @return one of four rotating static buffers, or NULL
+ */
+const char *test_shared_file(const char *name);
+
+/**
+ * Prints a visible "SKIP: <test>: <why>" line on stderr.
+ * @param test  the test's name
+ * @param why   the reason
+ */
+void test_skip(const char *test, const char *why);
+
+/** What a program printed and how it ended. */
+typedef struct {
+    char *out;    /**< stdout, NUL-terminated (malloc'd) */
+    size_t out_len;
+    char *err;    /**< stderr, NUL-terminated (malloc'd) */
+    int status;   /**< exit status, or 128 + signal number */
+} ProgramResult;
+
+/**
+ * Runs a program with arguments and captures its output.
+ * @param argv  NULL-terminated; argv[0] is a path under the build folder,
+ *              e.g. "ch01-naive" (KVLAB_BUILD names the folder, default build)
+ * @param r     receives output and status; free with test_result_free()
+ * @return 0 when the program ran, -1 when it could not be started
+ */
+int test_run_program(const char *const *argv, ProgramResult *r);
+
+/**
+ * Frees what test_run_program() captured.
+ * @param r  the result
+ */
+void test_result_free(ProgramResult *r);
+
+/**
+ * Number of lines in a string (a final line without newline counts).
+ * @param s  text
+ * @return line count
+ */
+int test_count_lines(const char *s);
+
+/**
+ * Writes a synthetic model and its tokenizer to temporary files.
+ * @param cfg        shape
+ * @param seed       weights seed
+ * @param ak42       1 for the ak42 v1 format
+ * @param shared     1 for a shared classifier
+ * @param model_out  receives the model path (PATH_MAX bytes)
+ * @param tok_out    receives the tokenizer path (PATH_MAX bytes)
+ */
+void test_write_synthetic(const ModelConfig *cfg, unsigned long long seed, int ak42, int shared, char *model_out,
+                          char *tok_out);
+
+/**
+ * Writes bytes to a new temporary file.
+ * @param data   bytes
+ * @param n      count
+ * @param out    receives the path (PATH_MAX bytes)
+ */
+void test_write_temp(const void *data, size_t n, char *out);
+
+#endif
