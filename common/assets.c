@@ -50,6 +50,28 @@ int assets_find(const char *name, char *out, size_t n)
     return -1;
 }
 
+int assets_find_project_file(const char *relpath, char *out, size_t n)
+{
+    snprintf(out, n, "%s", relpath);
+    if (is_file(out))
+        return 0;
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0)
+        return -1;
+    exe[len] = '\0';
+    for (int up = 0; up < 3; up++) {
+        char *slash = strrchr(exe, '/');
+        if (!slash || slash == exe)
+            break;
+        *slash = '\0';
+        snprintf(out, n, "%.*s/%s", PATH_MAX - 256, exe, relpath);
+        if (is_file(out))
+            return 0;
+    }
+    return -1;
+}
+
 /* The tokenizer file name that llama2.c pairs with a vocabulary size. */
 static void tokenizer_name_for(int vocab_size, char *out, size_t n)
 {

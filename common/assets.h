@@ -22,6 +22,16 @@
 
 #ifndef PATH_MAX
 #define PATH_MAX 4096
+/**
+ * Finds a file of the project (e.g. "data/requests-mixed.tsv") relative to
+ * the working directory, then to each ancestor of the executable's folder.
+ * @param relpath  path relative to the project root
+ * @param out      receives the path
+ * @param n        size of out
+ * @return 0 if found, -1 otherwise
+ */
+int assets_find_project_file(const char *relpath, char *out, size_t n);
+
 #endif
 
 /** A model and tokenizer ready to use, and where they came from. */
@@ -67,5 +77,15 @@ const char *assets_describe(const Assets *a, char *buf, size_t n);
  * @return 0 if found, -1 otherwise
  */
 int assets_find(const char *name, char *out, size_t n);
+
+/**
+ * Finds a file of the project (e.g. "data/requests-mixed.tsv") relative to
+ * the working directory, then to each ancestor of the executable's folder.
+ * @param relpath  path relative to the project root
+ * @param out      receives the path
+ * @param n        size of out
+ * @return 0 if found, -1 otherwise
+ */
+int assets_find_project_file(const char *relpath, char *out, size_t n);
 
 #endif

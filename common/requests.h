@@ -1,0 +1,62 @@
+/**
+ * @file requests.h
+ * @brief Request files: the workload of the serving chapters (3 and 4).
+ *
+ * One request per line, `max_new_tokens<TAB>prompt`. Lines that are blank or
+ * whose first non-blank character is `#` are ignored. A line that does not
+ * fit the format is refused with its line number, and the whole file with
+ * it: a server that silently skipped a request would make every measurement
+ * that follows wrong.
+ */
+#ifndef KVLAB_REQUESTS_H
+#define KVLAB_REQUESTS_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+/** Largest max_new_tokens a request may ask for. */
+#define REQUEST_MAX_NEW_TOKENS (1 << 20)
+
+/** One line of a request file. */
+typedef struct {
+    int id;             /**< 0-based position among the file's requests */
+    int line;           /**< 1-based line number in the file */
+    int max_new_tokens; /**< most tokens to generate after the prompt */
+    const char *prompt; /**< NUL-terminated UTF-8, points into RequestFile.text */
+} RequestSpec;
+
+/** A parsed request file. */
+typedef struct {
+    RequestSpec *items; /**< [count] in file order */
+    int count;
+    char *text;         /**< [bytes + 1] the file's text, lines cut in place */
+} RequestFile;
+
+/**
+ * Reads and parses a request file.
+ * @param rf    receives the requests
+ * @param path  the file
+ * @param err   receives "PATH:LINE: reason" on a malformed line
+ * @return 0 on success, -1 on failure (nothing to free then)
+ */
+int request_file_load(RequestFile *rf, const char *path, Err *err);
+
+/**
+ * Parses request-file text (copied; @p name is used in messages).
+ * @param rf    receives the requests
+ * @param text  the contents
+ * @param len   their length in bytes
+ * @param name  what to call the source in messages
+ * @param err   receives "NAME:LINE: reason" on a malformed line
+ * @return 0 on success, -1 on failure
+ */
+int request_file_parse(RequestFile *rf, const char *text, size_t len, const char *name, Err *err);
+
+/**
+ * Frees a parsed file.
+ * @param rf  from request_file_load() or request_file_parse(), or zeroed
+ */
+void request_file_free(RequestFile *rf);
+
+#endif

@@ -1,0 +1,495 @@
+#define _GNU_SOURCE /* open_memstream, vsnprintf with format checks */
+#include "serving.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "assets.h"
+#include "generate.h"
+#include "mem.h"
+#include "ops.h"
+
+/* ------------------------------------------------------------ breakdown */
+
+void kv_track_set_reserved(KvReservationTrack *t, size_t bytes)
+{
+    if (bytes != t->reserved)
+        t->steps_since_change = 0;
+    t->reserved = bytes;
+}
+
+void kv_track_step(KvReservationTrack *t, size_t used_bytes)
+{
+    t->reserved_steps += (double)t->reserved;
+    t->used_steps += (double)used_bytes;
+    t->steps_since_change++;
+}
+
+void kv_track_close(KvReservationTrack *t, size_t final_bytes, KvBreakdown *b)
+{
+    /* Only the last reservation size can exceed the final length (an
+     * earlier one was outgrown, so it was smaller than what came after). */
+    double never_used = 0.0;
+    if (t->reserved > final_bytes)
+        never_used = (double)(t->reserved - final_bytes) * (double)t->steps_since_change;
+    b->token_states += t->used_steps;
+    b->internal_fragmentation += never_used;
+    b->reserved += t->reserved_steps - t->used_steps - never_used;
+    memset(t, 0, sizeof *t);
+}
+
+void kv_breakdown_fractions(const KvBreakdown *b, double out[4])
+{
+    double parts[4] = {b->token_states, b->reserved, b->internal_fragmentation, b->external_fragmentation};
+    double total = parts[0] + parts[1] + parts[2] + parts[3];
+    for (int i = 0; i < 4; i++)
+        out[i] = total > 0 ? parts[i] / total : 0.0;
+}
+
+/* ------------------------------------------------------------ requests */
+
+int serving_feed(ServingRun *run, Request *r, Err *err)
+{
+    int n = r->n_tokens - r->n_cached;
+    if (n <= 0)
+        return err_set(err, "request %d has no token without K/V to feed", r->index);
+    if (run->n_entries + n > run->max_step_tokens)
+        return err_set(err, "step of more than %d tokens (request %d needs %d more)", run->max_step_tokens, r->index,
+                       n);
+    if (run->n_logits >= run->max_logits)
+        return err_set(err, "step wants more than %d logits rows", run->max_logits);
+    for (int pos = r->n_cached; pos < r->n_tokens; pos++)
+        run->entries[run->n_entries++] =
+            (BatchEntry){.seq = r->index, .pos = pos, .token = r->tokens[pos], .logits_row = -1};
+    run->entries[run->n_entries - 1].logits_row = run->n_logits;
+    run->logits_owner[run->n_logits++] = r->index;
+    return 0;
+}
+
+void serving_admit(ServingRun *run, Request *r)
+{
+    r->phase = REQ_RUNNING;
+    if (r->admitted_step < 0)
+        r->admitted_step = run->step;
+}
+
+void serving_preempt(ServingRun *run, Request *r)
+{
+    (void)run;
+    r->phase = REQ_WAITING;
+    r->n_cached = 0;
+    r->preemptions++;
+}
+
+void serving_reject(ServingRun *run, Request *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->note, sizeof r->note, fmt, ap);
+    va_end(ap);
+    r->phase = REQ_DONE;
+    r->finish = REQ_FINISH_REJECTED;
+    r->finished_step = run->step;
+    run->n_done++;
+}
+
+size_t serving_kv_budget(const ServingRun *run)
+{
+    if (run->opts->kv_budget > 0)
+        return run->opts->kv_budget;
+    return 8u * (size_t)run->model->cfg.seq_len * run->kv_bytes_per_token;
+}
+
+void serving_account_default(ServingRun *run)
+{
+    size_t reserved = 0, used = 0;
+    for (int i = 0; i < run->n_reqs; i++) {
+        Request *r = &run->reqs[i];
+        if (r->kv.reserved == 0)
+            continue;
+        size_t u = (size_t)r->n_cached * run->kv_bytes_per_token;
+        kv_track_step(&r->kv, u);
+        reserved += r->kv.reserved;
+        used += u;
+    }
+    kv_timeline_record(&run->timeline, run->step, reserved, used);
+}
+
+/* ------------------------------------------------------------ set-up */
+
+static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, int sample, Err *err)
+{
+    const ModelConfig *c = &run->model->cfg;
+    r->spec = spec;
+    r->sample = sample;
+    r->admitted_step = r->finished_step = -1;
+    r->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)c->seq_len, sizeof(int));
+    int *ids = mem_alloc_array(MEM_ACTIVATIONS, strlen(spec->prompt) + 3, sizeof(int));
+    if (!r->tokens || !ids) {
+        mem_free(ids);
+        return err_set(err, "out of memory for request %d", spec->id);
+    }
+    int n_ids;
+    if (tokenizer_encode(run->tokenizer, spec->prompt, 1, 0, ids, &n_ids, err)) {
+        mem_free(ids);
+        return err_prefix(err, "request %d (line %d)", spec->id, spec->line);
+    }
+    const CliOptions *o = run->opts;
+    if (sampler_init(&r->sampler, c->vocab_size, o->temperature, o->top_p, o->seed + (unsigned long long)r->index,
+                     err)) {
+        mem_free(ids);
+        return -1;
+    }
+    if (n_ids >= c->seq_len) {
+        serving_reject(run, r, "its prompt is %d tokens; the model's seq_len is %d", n_ids, c->seq_len);
+        n_ids = 0;
+    }
+    memcpy(r->tokens, ids, (size_t)n_ids * sizeof(int));
+    mem_free(ids);
+    r->n_prompt = r->n_tokens = n_ids;
+    long want = (long)n_ids + spec->max_new_tokens;
+    r->max_tokens = (int)(want < c->seq_len ? want : c->seq_len);
+    return 0;
+}
+
+int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const CliOptions *opts,
+                     const RequestFile *rf, Err *err)
+{
+    memset(run, 0, sizeof *run);
+    run->model = m;
+    run->tokenizer = t;
+    run->opts = opts;
+    run->kv_bytes_per_token = model_kv_bytes_per_token(&m->cfg, sizeof(float));
+    int n = opts->n_samples > 0 ? opts->n_samples : 1;
+    run->n_reqs = rf->count * n;
+    run->reqs = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(Request));
+    if (!run->reqs)
+        return err_set(err, "out of memory for %d requests", run->n_reqs);
+    for (int i = 0; i < run->n_reqs; i++) {
+        run->reqs[i].index = i;
+        if (init_request(run, &run->reqs[i], &rf->items[i / n], i % n, err)) {
+            serving_run_free(run);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void serving_run_free(ServingRun *run)
+{
+    if (run->reqs)
+        for (int i = 0; i < run->n_reqs; i++) {
+            mem_free(run->reqs[i].tokens);
+            sampler_free(&run->reqs[i].sampler);
+        }
+    mem_free(run->reqs);
+    mem_free(run->entries);
+    mem_free(run->logits_owner);
+    forward_state_free(&run->fs);
+    memset(run, 0, sizeof *run);
+}
+
+/* ------------------------------------------------------------ the loop */
+
+static void finish(ServingRun *run, Request *r, RequestFinish why)
+{
+    r->phase = REQ_DONE;
+    r->finish = why;
+    r->finished_step = run->step;
+    run->n_done++;
+}
+
+/* Samples the next token of every request that got logits this step.
+ * Returns how many finished; their indexes go to done[]. */
+static int take_tokens(ServingRun *run, int *done)
+{
+    int n_done = 0;
+    for (int row = 0; row < run->n_logits; row++) {
+        Request *r = &run->reqs[run->logits_owner[row]];
+        float *logits = run->fs.logits + (size_t)row * (size_t)run->model->cfg.vocab_size;
+        int next = sampler_sample(&r->sampler, logits);
+        if (next == TOKEN_BOS || next == TOKEN_EOS) {
+            finish(run, r, REQ_FINISH_STOP);
+            done[n_done++] = r->index;
+            continue;
+        }
+        r->tokens[r->n_tokens++] = next;
+        run->tokens_generated++;
+        if (r->n_tokens >= r->max_tokens) {
+            finish(run, r, REQ_FINISH_LENGTH);
+            done[n_done++] = r->index;
+        }
+    }
+    return n_done;
+}
+
+static int count_phase(const ServingRun *run, RequestPhase phase)
+{
+    int n = 0;
+    for (int i = 0; i < run->n_reqs; i++)
+        n += run->reqs[i].phase == phase;
+    return n;
+}
+
+static void show_progress(const ServingRun *run, FILE *log, double *last)
+{
+    double now = now_seconds();
+    int tty = isatty(fileno(log));
+    if (now - *last < (tty ? 0.25 : 5.0))
+        return;
+    *last = now;
+    fprintf(log, "%s[step %ld] running %d, waiting %d, done %d/%d%s", tty ? "\r" : "", run->step,
+            count_phase(run, REQ_RUNNING), count_phase(run, REQ_WAITING), run->n_done, run->n_reqs, tty ? "" : "\n");
+    fflush(log);
+}
+
+static int alloc_step_buffers(ServingRun *run, int max_tokens, int max_logits, Err *err)
+{
+    run->max_step_tokens = max_tokens;
+    run->max_logits = max_logits;
+    run->entries = mem_alloc_array(MEM_ACTIVATIONS, (size_t)max_tokens, sizeof(BatchEntry));
+    run->logits_owner = mem_alloc_array(MEM_ACTIVATIONS, (size_t)max_logits, sizeof(int));
+    if (!run->entries || !run->logits_owner)
+        return err_set(err, "out of memory for a step of %d tokens", max_tokens);
+    return forward_state_init(&run->fs, &run->model->cfg, max_tokens, max_logits, err);
+}
+
+/* One step: plan, run the batch, take the tokens, account, retire. */
+static int run_step(const ServingChapter *ch, void *ctx, ServingRun *run, const KvSeam *seam, int *done, Err *err)
+{
+    run->n_entries = run->n_logits = 0;
+    if (ch->schedule(ctx, run, err))
+        return -1;
+    if (run->n_entries == 0)
+        return run->n_done == run->n_reqs
+                   ? 0
+                   : err_set(err, "step %ld: no request could run (%d waiting, %d running); the scheduler is stuck",
+                             run->step, count_phase(run, REQ_WAITING), count_phase(run, REQ_RUNNING));
+    int running = count_phase(run, REQ_RUNNING);
+    if (running > run->max_concurrent)
+        run->max_concurrent = running;
+    forward(run->model, &run->fs, seam, run->entries, run->n_entries);
+    for (int i = 0; i < run->n_entries; i++) {
+        Request *r = &run->reqs[run->entries[i].seq];
+        if (run->entries[i].pos + 1 > r->n_cached)
+            r->n_cached = run->entries[i].pos + 1;
+    }
+    int n_done = take_tokens(run, done);
+    ch->account(ctx, run);
+    for (int i = 0; i < n_done; i++)
+        if (ch->finished)
+            ch->finished(ctx, run, &run->reqs[done[i]]);
+    run->step++;
+    return 0;
+}
+
+int serving_run(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err)
+{
+    void *ctx = NULL;
+    int max_tokens = 0, max_logits = 0;
+    if (ch->open(run, &ctx, &max_tokens, &max_logits, log, err))
+        return -1;
+    run->chapter_ctx = ctx;
+    int *done = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
+    int rc = done ? alloc_step_buffers(run, max_tokens, max_logits, err) : err_set(err, "out of memory");
+    KvSeam seam = ch->seam(ctx);
+    double start = now_seconds(), last_progress = start;
+    while (rc == 0 && run->n_done < run->n_reqs) {
+        rc = run_step(ch, ctx, run, &seam, done, err);
+        if (log)
+            show_progress(run, log, &last_progress);
+    }
+    run->elapsed_s = now_seconds() - start;
+    if (log && isatty(fileno(log)) && run->step > 0)
+        fputc('\n', log);
+    mem_free(done);
+    return rc;
+}
+
+void serving_run_close(const ServingChapter *ch, ServingRun *run)
+{
+    if (run->chapter_ctx)
+        ch->close(run->chapter_ctx);
+    run->chapter_ctx = NULL;
+}
+
+/* ------------------------------------------------------------ output */
+
+static const char *finish_name(RequestFinish f)
+{
+    switch (f) {
+    case REQ_FINISH_LENGTH: return "length";
+    case REQ_FINISH_STOP: return "stop";
+    case REQ_FINISH_REJECTED: return "rejected";
+    default: return "unfinished";
+    }
+}
+
+static void json_ids(JsonWriter *j, const char *key, const int *ids, int n)
+{
+    json_begin_array(j, key);
+    for (int i = 0; i < n; i++)
+        json_int(j, NULL, ids[i]);
+    json_end_array(j);
+}
+
+static void write_request_line(FILE *f, const ServingRun *run, const Request *r)
+{
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *mem = open_memstream(&text, &text_len);
+    for (int i = r->n_prompt; mem && i < r->n_tokens; i++)
+        print_token(mem, run->tokenizer, r->tokens, i);
+    if (mem)
+        fclose(mem);
+    JsonWriter j;
+    json_init(&j, f, 0);
+    json_begin_object(&j, NULL);
+    json_int(&j, "id", r->spec->id);
+    json_int(&j, "sample", r->sample);
+    json_string(&j, "prompt", r->spec->prompt);
+    json_ids(&j, "prompt_tokens", r->tokens, r->n_prompt);
+    json_ids(&j, "tokens", r->tokens + r->n_prompt, r->n_tokens - r->n_prompt);
+    json_string(&j, "text", text ? text : "");
+    json_string(&j, "finish", finish_name(r->finish));
+    json_int(&j, "admitted_step", r->admitted_step);
+    json_int(&j, "finished_step", r->finished_step);
+    json_int(&j, "preemptions", r->preemptions);
+    if (r->finish == REQ_FINISH_REJECTED)
+        json_string(&j, "note", r->note);
+    json_end_object(&j);
+    fputc('\n', f);
+    free(text);
+}
+
+int serving_write_jsonl(const ServingRun *run, const char *path, Err *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return err_set(err, "--out %s: cannot create", path);
+    for (int i = 0; i < run->n_reqs; i++)
+        write_request_line(f, run, &run->reqs[i]);
+    if (fclose(f) != 0)
+        return err_set(err, "--out %s: write failed", path);
+    return 0;
+}
+
+/* ------------------------------------------------------------ program */
+
+typedef struct {
+    const ServingChapter *ch;
+    const ServingRun *run;
+} ServingReport;
+
+static int count_finish(const ServingRun *run, RequestFinish f)
+{
+    int n = 0;
+    for (int i = 0; i < run->n_reqs; i++)
+        n += run->reqs[i].finish == f;
+    return n;
+}
+
+static void serving_table(FILE *f, const void *p)
+{
+    const ServingReport *sr = p;
+    const ServingRun *run = sr->run;
+    double fr[4];
+    kv_breakdown_fractions(&run->breakdown, fr);
+    int rejected = count_finish(run, REQ_FINISH_REJECTED);
+    fprintf(f, "requests\n  %d completed, %d rejected, at most %d running at once, %ld steps\n",
+            run->n_reqs - rejected, rejected, run->max_concurrent, run->step);
+    fprintf(f, "where reserved KV memory went (byte-steps, as in the PagedAttention paper)\n");
+    fprintf(f, "  token states %6.1f%%   reserved %6.1f%%   internal frag. %6.1f%%   external frag. %6.1f%%\n",
+            100 * fr[0], 100 * fr[1], 100 * fr[2], 100 * fr[3]);
+    for (int i = 0; i < run->n_reqs; i++)
+        if (run->reqs[i].finish == REQ_FINISH_REJECTED)
+            fprintf(f, "  request %d rejected: %s\n", run->reqs[i].spec->id, run->reqs[i].note);
+    if (sr->ch->extra_table)
+        sr->ch->extra_table(f, run->chapter_ctx, run);
+}
+
+static void serving_json(JsonWriter *j, const void *p)
+{
+    const ServingReport *sr = p;
+    const ServingRun *run = sr->run;
+    double fr[4];
+    kv_breakdown_fractions(&run->breakdown, fr);
+    json_begin_object(j, "kv_breakdown");
+    json_double(j, "token_states", fr[0]);
+    json_double(j, "reserved", fr[1]);
+    json_double(j, "internal_fragmentation", fr[2]);
+    json_double(j, "external_fragmentation", fr[3]);
+    json_end_object(j);
+    int rejected = count_finish(run, REQ_FINISH_REJECTED);
+    json_int(j, "max_concurrent", run->max_concurrent);
+    json_int(j, "requests_completed", run->n_reqs - rejected);
+    json_int(j, "requests_rejected", rejected);
+    json_int(j, "steps", run->step);
+    if (sr->ch->extra_json)
+        sr->ch->extra_json(j, run->chapter_ctx, run);
+}
+
+static int fail(const char *program, const Err *err)
+{
+    fprintf(stderr, "%s: error: %s\n", program, err->msg);
+    return 1;
+}
+
+static int open_requests(const CliOptions *o, RequestFile *rf, Err *err)
+{
+    if (o->requests_path)
+        return request_file_load(rf, o->requests_path, err);
+    char path[PATH_MAX];
+    if (assets_find_project_file("data/requests-mixed.tsv", path, sizeof path))
+        return err_set(err, "no --requests file given and data/requests-mixed.tsv not found");
+    return request_file_load(rf, path, err);
+}
+
+int run_serving_main(const ServingChapter *ch, int argc, char **argv)
+{
+    const char *name = ch->program.name;
+    CliOptions o;
+    Err err = {{0}};
+    CliResult parsed = cli_parse(&ch->program, argc, argv, &o, &err);
+    if (parsed == CLI_EXIT_OK)
+        return 0;
+    if (parsed == CLI_ERROR)
+        return fail(name, &err);
+    ops_set_threads(o.threads);
+    Assets a;
+    if (assets_open(&a, &o, &err))
+        return fail(name, &err);
+    char line[PATH_MAX * 2 + 256];
+    fprintf(stderr, "%s: %s\n", name, assets_describe(&a, line, sizeof line));
+    RequestFile rf;
+    ServingRun run;
+    memset(&run, 0, sizeof run);
+    int status = 0;
+    if (open_requests(&o, &rf, &err)) {
+        assets_close(&a);
+        return fail(name, &err);
+    }
+    if (serving_run_init(&run, &a.model, &a.tokenizer, &o, &rf, &err) ||
+        serving_run(ch, &run, o.quiet ? NULL : stderr, &err) ||
+        (o.out_path && serving_write_jsonl(&run, o.out_path, &err))) {
+        status = fail(name, &err);
+    } else {
+        ServingReport sr = {ch, &run};
+        RunReport report = {
+            .chapter = name, .device = o.device, .model_path = a.model_path, .cfg = a.model.cfg,
+            .kv_elem_bytes = sizeof(float), .kv = &run.timeline, .tokens_generated = run.tokens_generated,
+            .elapsed_s = run.elapsed_s, .extra_table = serving_table, .extra_json = serving_json, .extra = &sr,
+        };
+        if (!o.quiet)
+            report_print(stderr, &report);
+        if (o.json_path && report_write_json(o.json_path, &report, &err))
+            status = fail(name, &err);
+    }
+    serving_run_close(ch, &run);
+    serving_run_free(&run);
+    request_file_free(&rf);
+    assets_close(&a);
+    return status;
+}

@@ -1,0 +1,307 @@
+/**
+ * @file serving.h
+ * @brief Serving many requests at once: what chapters 3 and 4 share.
+ *
+ * A serving chapter runs a request file through the model. Every step it
+ * decides which requests run and which of their tokens to feed (prompts of
+ * newly admitted requests, one new token of each running one), the forward
+ * pass runs them all as one flat batch, and each request that received
+ * logits samples its next token. The chapters differ only in how they
+ * reserve K/V memory and whom they admit; that is the ::ServingChapter.
+ *
+ * This module holds the rest: the request lifecycle, the step loop, the
+ * JSON Lines output (`--out`), and the accounting of where KV memory goes,
+ * split as the PagedAttention paper does into
+ *
+ * - **token states**: bytes that hold a token's K/V;
+ * - **reserved**: bytes reserved for tokens the request will still produce;
+ * - **internal fragmentation**: bytes reserved that will never hold a token,
+ *   because the request ended before filling its reservation;
+ * - **external fragmentation**: free bytes that could not be used, because
+ *   no hole was large enough for the request that was waiting.
+ *
+ * Each is summed over steps (byte-steps), so the fractions weigh every step
+ * equally and add up to 1.
+ */
+#ifndef KVLAB_SERVING_H
+#define KVLAB_SERVING_H
+
+#include <stdio.h>
+
+#include "cli.h"
+#include "err.h"
+#include "forward.h"
+#include "json.h"
+#include "model.h"
+#include "report.h"
+#include "requests.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+/** KV memory by the paper's four categories, in byte-steps. */
+typedef struct {
+    double token_states;
+    double reserved;
+    double internal_fragmentation;
+    double external_fragmentation;
+} KvBreakdown;
+
+/**
+ * One reservation's history, enough to split it exactly once the request's
+ * final length is known. A reservation changes size only when it is made,
+ * grown or released, and only its last size can exceed the final length,
+ * so the bytes that were never going to be used are (last size - final
+ * length) x (steps since the last change).
+ */
+typedef struct {
+    size_t reserved;         /**< bytes reserved now (0: holds nothing) */
+    double reserved_steps;   /**< sum over steps of reserved bytes */
+    double used_steps;       /**< sum over steps of bytes holding tokens */
+    long steps_since_change; /**< steps with the current reservation size */
+} KvReservationTrack;
+
+/**
+ * Sets the bytes a request holds now (after an allocation, a growth, a
+ * release to 0).
+ * @param t      the request's track
+ * @param bytes  bytes reserved from now on
+ */
+void kv_track_set_reserved(KvReservationTrack *t, size_t bytes);
+
+/**
+ * Adds one step with @p used_bytes holding tokens.
+ * @param t           the track
+ * @param used_bytes  bytes of the reservation that hold K/V now
+ */
+void kv_track_step(KvReservationTrack *t, size_t used_bytes);
+
+/**
+ * Splits the history into the four categories, adds it to @p b, and starts
+ * a fresh history (call when the reservation is released).
+ * @param t            the track
+ * @param final_bytes  bytes the request's tokens fill at the end (its final
+ *                     length x bytes per token); on preemption, pass the
+ *                     reservation itself (its slack was for future tokens)
+ * @param b            where the byte-steps go
+ */
+void kv_track_close(KvReservationTrack *t, size_t final_bytes, KvBreakdown *b);
+
+/**
+ * The four categories as fractions of their sum (all 0 when nothing was
+ * ever reserved).
+ * @param b    byte-steps
+ * @param out  [4] token states, reserved, internal, external
+ */
+void kv_breakdown_fractions(const KvBreakdown *b, double out[4]);
+
+/** Where a request is in its life. */
+typedef enum {
+    REQ_WAITING, /**< not admitted yet, or preempted */
+    REQ_RUNNING, /**< admitted: holds K/V memory and gets steps */
+    REQ_DONE     /**< finished or rejected */
+} RequestPhase;
+
+/** How a request ended (the `finish` of its JSON line). */
+typedef enum {
+    REQ_FINISH_NONE,     /**< not finished */
+    REQ_FINISH_LENGTH,   /**< max_new_tokens reached, or the model's seq_len */
+    REQ_FINISH_STOP,     /**< the model emitted BOS or EOS */
+    REQ_FINISH_REJECTED  /**< could never run (see note) */
+} RequestFinish;
+
+/** One request (one sample of one line of the request file). */
+typedef struct {
+    const RequestSpec *spec; /**< its line */
+    int index;         /**< position in ServingRun.reqs; also BatchEntry.seq */
+    int sample;        /**< which of the --n samples of its prompt */
+    int *tokens;       /**< [seq_len] prompt ids (with BOS), then generated ids */
+    int n_prompt;      /**< prompt ids */
+    int n_tokens;      /**< ids so far */
+    int max_tokens;    /**< n_prompt + max_new_tokens, capped at seq_len */
+    int n_cached;      /**< leading positions whose K/V are stored */
+    RequestPhase phase;
+    RequestFinish finish;
+    long admitted_step; /**< step of its first admission, or -1 */
+    long finished_step; /**< step it finished on, or -1 */
+    int preemptions;    /**< times its K/V were freed to make room */
+    Sampler sampler;    /**< seeded with --seed + index: batching never changes its draws */
+    KvReservationTrack kv;
+    char note[200];     /**< why it was rejected */
+} Request;
+
+/** The state of a serving run, shared by the loop and the chapter. */
+typedef struct {
+    const Model *model;
+    const Tokenizer *tokenizer;
+    const CliOptions *opts;
+    size_t kv_bytes_per_token; /**< all layers, K and V */
+    Request *reqs;             /**< [n_reqs] in file order (samples of one line together) */
+    int n_reqs;
+    long step;                 /**< forward steps run so far */
+    int n_done;                /**< requests finished or rejected */
+    int max_concurrent;        /**< most requests RUNNING after any step */
+    long tokens_generated;
+    BatchEntry *entries;       /**< [max_step_tokens] this step's batch */
+    int n_entries;
+    int max_step_tokens;
+    int *logits_owner;         /**< [max_logits] request index of each logits row */
+    int n_logits;
+    int max_logits;
+    ForwardState fs;
+    KvTimeline timeline;       /**< total KV reserved/used after each step */
+    KvBreakdown breakdown;     /**< byte-steps by category */
+    double elapsed_s;
+    void *chapter_ctx;         /**< the chapter's state while open (see serving_run()) */
+} ServingRun;
+
+/** A serving chapter: its K/V memory and its scheduling policy. */
+typedef struct {
+    CliProgram program; /**< name, summary, accepted options */
+    /**
+     * Creates the chapter's K/V store and scheduler for @p run (requests are
+     * loaded, tokenized and seeded; none admitted). May reject requests that
+     * can never run (serving_reject()). Sets the largest step it will plan.
+     * Prints its setup (budget, blocks...) to @p log.
+     * @return 0 on success, -1 on failure
+     */
+    int (*open)(ServingRun *run, void **ctx, int *max_step_tokens, int *max_logits, FILE *log, Err *err);
+    /** Frees everything open() made. */
+    void (*close)(void *ctx);
+    /** The K/V seam the forward pass uses. */
+    KvSeam (*seam)(void *ctx);
+    /**
+     * Plans one step: admits, grows, preempts, and feeds requests with
+     * serving_feed(). Planning nothing while requests are unfinished is an
+     * error (the loop reports it instead of spinning).
+     * @return 0 on success, -1 on failure
+     */
+    int (*schedule)(void *ctx, ServingRun *run, Err *err);
+    /** Called once per request that finished in the step just run. */
+    void (*finished)(void *ctx, ServingRun *run, Request *r);
+    /**
+     * After each step: records KV reserved/used (kv_timeline_record on
+     * run->timeline) and the breakdown (tracks, external fragmentation).
+     * serving_account_default() does it from the requests' tracks.
+     */
+    void (*account)(void *ctx, ServingRun *run);
+    /** Extra lines of the memory table (may be NULL); the chapter is still open. */
+    void (*extra_table)(FILE *f, void *ctx, const ServingRun *run);
+    /** Extra keys of the JSON report (may be NULL); the chapter is still open. */
+    void (*extra_json)(JsonWriter *j, void *ctx, const ServingRun *run);
+} ServingChapter;
+
+/**
+ * Adds the tokens of @p r that have no K/V yet (positions n_cached ..
+ * n_tokens - 1) to this step's batch, the last one with a logits row.
+ * The chapter must already have made room for them.
+ * @param run  the run
+ * @param r    a RUNNING request
+ * @param err  receives the reason when the step is full
+ * @return 0 on success, -1 when the batch or logits capacity is exceeded
+ */
+int serving_feed(ServingRun *run, Request *r, Err *err);
+
+/**
+ * Marks a request admitted (RUNNING), remembering the first admission step.
+ * @param run  the run
+ * @param r    a WAITING request
+ */
+void serving_admit(ServingRun *run, Request *r);
+
+/**
+ * Sends a running request back to the queue: its K/V are gone, so every
+ * position must be recomputed when it is admitted again. The chapter frees
+ * the memory (and closes r->kv).
+ * @param run  the run
+ * @param r    a RUNNING request
+ */
+void serving_preempt(ServingRun *run, Request *r);
+
+/**
+ * Ends a request that can never run, with a one-line reason.
+ * @param run  the run
+ * @param r    a WAITING request
+ * @param fmt  printf format of the reason
+ */
+void serving_reject(ServingRun *run, Request *r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/**
+ * The KV budget of the run: --kv-budget, or by default room for 8 requests
+ * of the model's full length.
+ * @param run  the run
+ * @return bytes
+ */
+size_t serving_kv_budget(const ServingRun *run);
+
+/**
+ * The default account hook: sums the reservations of all requests, records
+ * the timeline, and adds one step to each reservation's track (used =
+ * n_cached x bytes per token).
+ * @param run  the run
+ */
+void serving_account_default(ServingRun *run);
+
+/**
+ * Runs a serving chapter as a program: options, model, requests, the loop,
+ * `--out` JSON Lines, the memory table (with utilization and breakdown),
+ * `--json`. Errors are one line on stderr.
+ * @param ch    the chapter
+ * @param argc  from main
+ * @param argv  from main
+ * @return the process exit status (0, or 1 on any error)
+ */
+int run_serving_main(const ServingChapter *ch, int argc, char **argv);
+
+/**
+ * Sets up a run without a program around it (for tests and tools): encodes
+ * and seeds every request. Rejects requests whose prompt leaves no room
+ * under seq_len.
+ * @param run        receives the run
+ * @param m          the model
+ * @param t          the tokenizer
+ * @param opts       options (seed, temperature, top-p, n_samples)
+ * @param rf         the requests
+ * @param err        receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const CliOptions *opts,
+                     const RequestFile *rf, Err *err);
+
+/**
+ * Runs the loop of a chapter to completion on an initialised run. The
+ * chapter is opened and stays open (run->chapter_ctx), so that its numbers
+ * can still be reported; close it with serving_run_close(). The programs
+ * call all this through run_serving_main().
+ * @param ch   the chapter
+ * @param run  from serving_run_init()
+ * @param log  where setup lines and progress go, or NULL
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int serving_run(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err);
+
+/**
+ * Closes the chapter that serving_run() opened (no-op if none is open).
+ * @param ch   the chapter
+ * @param run  the run
+ */
+void serving_run_close(const ServingChapter *ch, ServingRun *run);
+
+/**
+ * Frees what serving_run_init() allocated.
+ * @param run  the run
+ */
+void serving_run_free(ServingRun *run);
+
+/**
+ * Writes one JSON object per request, in file order: id, sample, prompt,
+ * prompt_tokens, tokens, text, finish, admitted_step, finished_step,
+ * preemptions (and note when rejected).
+ * @param run   a finished run
+ * @param path  output file
+ * @param err   receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int serving_write_jsonl(const ServingRun *run, const char *path, Err *err);
+
+#endif
