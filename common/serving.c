@@ -64,8 +64,21 @@ int serving_feed(ServingRun *run, Request *r, Err *err)
         run->entries[run->n_entries++] =
             (BatchEntry){.seq = r->index, .pos = pos, .token = r->tokens[pos], .logits_row = -1};
     run->entries[run->n_entries - 1].logits_row = run->n_logits;
-    run->logits_owner[run->n_logits++] = r->index;
+    run->taker_row[run->n_takers] = run->n_logits++;
+    run->taker_req[run->n_takers++] = r->index;
     return 0;
+}
+
+int serving_share_logits(ServingRun *run, const Request *source, Request *taker, Err *err)
+{
+    for (int i = 0; i < run->n_takers; i++)
+        if (run->taker_req[i] == source->index) {
+            run->taker_row[run->n_takers] = run->taker_row[i];
+            run->taker_req[run->n_takers++] = taker->index;
+            return 0;
+        }
+    return err_set(err, "request %d was not fed this step; request %d cannot share its logits", source->index,
+                   taker->index);
 }
 
 void serving_admit(ServingRun *run, Request *r)
@@ -186,7 +199,9 @@ void serving_run_free(ServingRun *run)
         }
     mem_free(run->reqs);
     mem_free(run->entries);
-    mem_free(run->logits_owner);
+    mem_free(run->taker_row);
+    mem_free(run->taker_req);
+    mem_free(run->logits_scratch);
     forward_state_free(&run->fs);
     memset(run, 0, sizeof *run);
 }
@@ -206,10 +221,13 @@ static void finish(ServingRun *run, Request *r, RequestFinish why)
 static int take_tokens(ServingRun *run, int *done)
 {
     int n_done = 0;
-    for (int row = 0; row < run->n_logits; row++) {
-        Request *r = &run->reqs[run->logits_owner[row]];
-        float *logits = run->fs.logits + (size_t)row * (size_t)run->model->cfg.vocab_size;
-        int next = sampler_sample(&r->sampler, logits);
+    size_t vocab = (size_t)run->model->cfg.vocab_size;
+    for (int i = 0; i < run->n_takers; i++) {
+        Request *r = &run->reqs[run->taker_req[i]];
+        /* Sampling scales the logits in place; a shared row must reach every
+         * taker intact, so each samples from its own copy. */
+        memcpy(run->logits_scratch, run->fs.logits + (size_t)run->taker_row[i] * vocab, vocab * sizeof(float));
+        int next = sampler_sample(&r->sampler, run->logits_scratch);
         if (next == TOKEN_BOS || next == TOKEN_EOS) {
             finish(run, r, REQ_FINISH_STOP);
             done[n_done++] = r->index;
@@ -250,8 +268,10 @@ static int alloc_step_buffers(ServingRun *run, int max_tokens, int max_logits, E
     run->max_step_tokens = max_tokens;
     run->max_logits = max_logits;
     run->entries = mem_alloc_array(MEM_ACTIVATIONS, (size_t)max_tokens, sizeof(BatchEntry));
-    run->logits_owner = mem_alloc_array(MEM_ACTIVATIONS, (size_t)max_logits, sizeof(int));
-    if (!run->entries || !run->logits_owner)
+    run->taker_row = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
+    run->taker_req = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
+    run->logits_scratch = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->model->cfg.vocab_size, sizeof(float));
+    if (!run->entries || !run->taker_row || !run->taker_req || !run->logits_scratch)
         return err_set(err, "out of memory for a step of %d tokens", max_tokens);
     return forward_state_init(&run->fs, &run->model->cfg, max_tokens, max_logits, err);
 }
@@ -259,7 +279,7 @@ static int alloc_step_buffers(ServingRun *run, int max_tokens, int max_logits, E
 /* One step: plan, run the batch, take the tokens, account, retire. */
 static int run_step(const ServingChapter *ch, void *ctx, ServingRun *run, const KvSeam *seam, int *done, Err *err)
 {
-    run->n_entries = run->n_logits = 0;
+    run->n_entries = run->n_logits = run->n_takers = 0;
     if (ch->schedule(ctx, run, err))
         return -1;
     if (run->n_entries == 0)

@@ -144,9 +144,13 @@ typedef struct {
     BatchEntry *entries;       /**< [max_step_tokens] this step's batch */
     int n_entries;
     int max_step_tokens;
-    int *logits_owner;         /**< [max_logits] request index of each logits row */
-    int n_logits;
-    int max_logits;
+    int n_logits;              /**< logits rows used this step */
+    int max_logits;            /**< logits rows per step */
+    int *taker_row;            /**< [n_reqs] logits row each taker samples from this step */
+    int *taker_req;            /**< [n_reqs] request index of each taker */
+    int n_takers;              /**< requests that sample this step */
+    float *logits_scratch;     /**< [vocab_size] a private copy of a row, for sampling */
+    int no_kv_storage;         /**< 1: simulate only (kvsim): chapters keep the books but allocate no K/V bytes */
     ForwardState fs;
     KvTimeline timeline;       /**< total KV reserved/used after each step */
     KvBreakdown breakdown;     /**< byte-steps by category */
@@ -200,6 +204,18 @@ typedef struct {
  * @return 0 on success, -1 when the batch or logits capacity is exceeded
  */
 int serving_feed(ServingRun *run, Request *r, Err *err);
+
+/**
+ * Lets @p taker sample its next token from the logits row that @p source
+ * was fed for in this step (forked samples of one prompt: the prompt runs
+ * once, every sample draws from its last logits with its own sampler).
+ * @param run     the run
+ * @param source  a request fed this step with serving_feed()
+ * @param taker   a RUNNING request with the same tokens as @p source
+ * @param err     receives the reason on failure
+ * @return 0 on success, -1 when @p source has no row this step
+ */
+int serving_share_logits(ServingRun *run, const Request *source, Request *taker, Err *err);
 
 /**
  * Marks a request admitted (RUNNING), remembering the first admission step.
