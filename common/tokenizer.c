@@ -5,8 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "mem.h"
+
+/* Llama 2's 32,000-token file is 434 KB; anything past this is not one. */
+#define TOKENIZER_MAX_FILE_BYTES (64L << 20)
 
 /* The tokenizer's own allocations are small, long-lived and not part of the
  * KV story; they are charged to activations so that the ledger stays whole. */
@@ -96,13 +100,18 @@ int tokenizer_load(Tokenizer *t, const char *path, int vocab_size, Err *err)
     FILE *f = fopen(path, "rb");
     if (!f)
         return err_set(err, "%s: cannot open: %s", path, strerror(errno));
-    /* Tokenizer files are small (under a megabyte); read it whole. */
-    if (fseek(f, 0, SEEK_END) != 0) {
+    /* A directory opens fine and "seeks" to a huge end; ask what it is. */
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
         fclose(f);
         return err_set(err, "%s: not a regular file", path);
     }
-    long size = ftell(f);
-    rewind(f);
+    /* Tokenizer files are small (under a megabyte); read it whole. */
+    if (st.st_size > TOKENIZER_MAX_FILE_BYTES) {
+        fclose(f);
+        return err_set(err, "%s: %lld bytes is too large for a tokenizer file", path, (long long)st.st_size);
+    }
+    long size = (long)st.st_size;
     unsigned char *buf = size > 0 ? malloc((size_t)size) : NULL;
     int rc = -1;
     if (size <= 0)
