@@ -375,7 +375,7 @@ START_TEST(json_report_agrees_with_allocations)
     test_write_synthetic(&cfg, 5, 0, 1, model, tok);
     for (int threads = 1; threads <= 2; threads++) {
         ProgramResult r;
-        char threads_arg[8];
+        char threads_arg[16];
         snprintf(threads_arg, sizeof threads_arg, "%d", threads);
         char *json = run_with_json(model, tok, threads_arg, "20", &r);
 
