@@ -205,6 +205,27 @@ START_TEST(top_p_large_vocabulary)
 }
 END_TEST
 
+/* A nearly flat distribution over many tokens with a tiny top_p: every
+ * probability is below the cutoff (1 - top_p) / (n - 1) that top-p uses to
+ * skip the sort, yet the nucleus is not empty: it is the most likely token
+ * alone (its probability, 5e-4, already exceeds top_p = 1e-5). */
+START_TEST(top_p_below_one_over_vocab)
+{
+    enum { V = 2000 };
+    float logits[V], scratch[V];
+    for (int i = 0; i < V; i++)
+        logits[i] = 0.0f;
+    logits[5] = 0.0004f; /* p = 5.0018e-4, under the cutoff 5.0025e-4 */
+    Sampler s;
+    init_ok(&s, V, 1.0f, 1e-5f, 3);
+    for (int n = 0; n < 100; n++) {
+        int t = draw(&s, logits, scratch);
+        ck_assert_msg(t == 5, "draw %d gave token %d; the nucleus is token 5 alone", n, t);
+    }
+    sampler_free(&s);
+}
+END_TEST
+
 START_TEST(bad_settings_are_refused)
 {
     static const struct {
@@ -254,6 +275,7 @@ Suite *suite_sampler(void)
     tcase_add_test(tc, temperature_sampling_follows_softmax);
     tcase_add_test(tc, top_p_stays_in_the_nucleus);
     tcase_add_test(tc, top_p_large_vocabulary);
+    tcase_add_test(tc, top_p_below_one_over_vocab);
     tcase_add_test(tc, bad_settings_are_refused);
     suite_add_tcase(s, tc);
     return s;
