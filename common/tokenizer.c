@@ -2,10 +2,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "mem.h"
 
@@ -97,13 +99,16 @@ int tokenizer_open_image(Tokenizer *t, const void *image, size_t bytes, int voca
 int tokenizer_load(Tokenizer *t, const char *path, int vocab_size, Err *err)
 {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: a FIFO would otherwise block the open until a writer
+     * comes; a directory opens fine and "seeks" to a huge end. Ask what the
+     * file is before reading it. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0)
         return err_set(err, "%s: cannot open: %s", path, strerror(errno));
-    /* A directory opens fine and "seeks" to a huge end; ask what it is. */
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
+    FILE *f = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !(f = fdopen(fd, "rb"))) {
+        close(fd);
         return err_set(err, "%s: not a regular file", path);
     }
     /* Tokenizer files are small (under a megabyte); read it whole. */

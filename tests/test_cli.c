@@ -198,8 +198,16 @@ START_TEST(bad_files)
     expect_model_failure(model, tok, "too short", "an empty checkpoint");
     unlink(model);
 
+    /* A FIFO would block a plain open() until someone writes to it. */
+    char fifo[PATH_MAX + 8];
+    snprintf(fifo, sizeof fifo, "%s.fifo", tok);
+    ck_assert(mkfifo(fifo, 0600) == 0);
+    expect_model_failure(fifo, tok, "not a regular file", "a FIFO as the model");
+
     /* A valid model with a missing or broken tokenizer. */
     test_write_temp(image, bytes, model);
+    expect_model_failure(model, fifo, "not a regular file", "a FIFO as the tokenizer");
+    unlink(fifo);
     expect_model_failure(model, "/nonexistent/tok.bin", "cannot open", "missing tokenizer");
     expect_model_failure(model, "/tmp", "not a regular file", "a directory as the tokenizer");
     expect_model_failure(model, "/dev/null", "/dev/null", "/dev/null as the tokenizer");
