@@ -198,6 +198,14 @@ START_TEST(bad_files)
     expect_model_failure(model, tok, "too short", "an empty checkpoint");
     unlink(model);
 
+    /* A file we may not read (root reads everything, so only as a user). */
+    if (geteuid() != 0) {
+        test_write_temp(image, bytes, model);
+        ck_assert(chmod(model, 0) == 0);
+        expect_model_failure(model, tok, "Permission denied", "an unreadable checkpoint");
+        unlink(model);
+    }
+
     /* A FIFO would block a plain open() until someone writes to it. */
     char fifo[PATH_MAX + 8];
     snprintf(fifo, sizeof fifo, "%s.fifo", tok);
