@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "assets.h"
 #include "mem.h"
@@ -75,13 +76,17 @@ static void json_hook(JsonWriter *j, const void *p)
 
 /* Finds out before generating whether the report can be written, so that a
  * bad --json path is refused before any text reaches stdout. Opening for
- * append creates the file without truncating an existing one. */
+ * append leaves an existing file as it was; a file made by the probe is
+ * removed again, so a run that fails later leaves nothing behind. */
 static int json_path_writable(const char *path, Err *err)
 {
+    int existed = access(path, F_OK) == 0;
     FILE *f = fopen(path, "a");
     if (!f)
         return err_set(err, "--json %s: cannot create: %s", path, strerror(errno));
     fclose(f);
+    if (!existed)
+        unlink(path);
     return 0;
 }
 

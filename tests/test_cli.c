@@ -284,8 +284,11 @@ START_TEST(bad_prompts)
     ModelConfig short_cfg = SMALL;
     short_cfg.seq_len = 8;
     test_write_synthetic(&short_cfg, 2, 0, 1, model, tok);
-    const char *empty[] = {PROGRAM, "--model", model, "--tokenizer", tok, "--prompt", "", NULL};
+    char json[PATH_MAX + 8];
+    snprintf(json, sizeof json, "%s.json", model);
+    const char *empty[] = {PROGRAM, "--model", model, "--tokenizer", tok, "--prompt", "", "--json", json, NULL};
     expect_failure(empty, "empty", "empty prompt");
+    ck_assert_msg(access(json, F_OK) != 0, "a failed run left a report file behind");
     /* BOS, the dummy-prefix space and 8 letters (uppercase never merges in
      * the synthetic vocabulary): 10 ids, more than seq_len 8. */
     const char *longer[] = {PROGRAM, "--model", model, "--tokenizer", tok, "--prompt", "ABCDEFGH", NULL};
