@@ -364,6 +364,12 @@ END_TEST
  * ../shared/models/, else makes a synthetic model, and says which. */
 START_TEST(default_model_is_announced)
 {
+    /* The programs also search beside the executable, so what they find
+     * depends on the working directory only when that is the project root. */
+    if (access("common/model.h", F_OK) != 0) {
+        test_skip("default_model_is_announced", "not run from the project root");
+        return;
+    }
     const char *argv[] = {PROGRAM, "--steps", "3", "--quiet", NULL};
     ProgramResult r;
     ck_assert_int_eq(test_run_program(argv, &r), 0);
