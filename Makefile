@@ -103,6 +103,11 @@ test-sanitize: deps
 	@$(MAKE) --no-print-directory test BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"
 
+# The real TinyStories checkpoints (needs internet; not part of the tests).
+# MODELS="stories15M.bin tokenizer.bin" fetches only those.
+models:
+	@scripts/fetch-models.sh $(MODELS)
+
 clean:
 	rm -rf build html
 

@@ -212,7 +212,12 @@ CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *o
             return CLI_ERROR;
         }
         if (c == '?') {
-            err_set(err, "unknown option '%s' (see --help)", argv[optind - 1]);
+            /* optopt names a bad short option; a bad long one is the
+             * argument getopt just stepped over. */
+            if (optopt > 0 && optopt < 256)
+                err_set(err, "unknown option '-%c' (see --help)", optopt);
+            else
+                err_set(err, "unknown option '%s' (see --help)", argv[optind - 1]);
             return CLI_ERROR;
         }
         const char *name = index >= 0 ? longopts[index].name : "?";

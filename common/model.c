@@ -187,7 +187,9 @@ int model_open_image(Model *m, const void *image, size_t bytes, Err *err)
 
 static int open_regular_file(const char *path, size_t *size, Err *err)
 {
-    int fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+     * writer forever; for a regular file it changes nothing. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0)
         return err_set(err, "cannot open: %s", strerror(errno));
     struct stat st;

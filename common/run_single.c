@@ -1,7 +1,9 @@
 #include "run_single.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "assets.h"
 #include "mem.h"
@@ -72,6 +74,22 @@ static void json_hook(JsonWriter *j, const void *p)
         rc->ch->extra_json(j, rc->kv, g);
 }
 
+/* Finds out before generating whether the report can be written, so that a
+ * bad --json path is refused before any text reaches stdout. Opening for
+ * append leaves an existing file as it was; a file made by the probe is
+ * removed again, so a run that fails later leaves nothing behind. */
+static int json_path_writable(const char *path, Err *err)
+{
+    int existed = access(path, F_OK) == 0;
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return err_set(err, "--json %s: cannot create: %s", path, strerror(errno));
+    fclose(f);
+    if (!existed)
+        unlink(path);
+    return 0;
+}
+
 static int fail(const char *program, const Err *err)
 {
     fprintf(stderr, "%s: error: %s\n", program, err->msg);
@@ -102,8 +120,6 @@ static int run_open(const SingleStreamChapter *ch, const CliOptions *o, Run *r, 
 {
     if (assets_open(&r->assets, o, err))
         return -1;
-    char line[PATH_MAX * 2 + 256];
-    fprintf(stderr, "%s: %s\n", ch->program.name, assets_describe(&r->assets, line, sizeof line));
     const Model *m = &r->assets.model;
     if (sampler_init(&r->sampler, m->cfg.vocab_size, o->temperature, o->top_p, o->seed, err) ||
         generation_init(&r->gen, m, &r->assets.tokenizer, o->prompt, err))
@@ -112,7 +128,12 @@ static int run_open(const SingleStreamChapter *ch, const CliOptions *o, Run *r, 
     if (ch->kv_open(m, o, r->gen.n_prompt, &r->kv, &max_step, err))
         return -1;
     r->kv_open = 1;
-    return forward_state_init(&r->fs, &m->cfg, max_step, 1, err);
+    if (forward_state_init(&r->fs, &m->cfg, max_step, 1, err))
+        return -1;
+    /* Only once everything is open: a run that fails prints one line. */
+    char line[PATH_MAX * 2 + 256];
+    fprintf(stderr, "%s: %s\n", ch->program.name, assets_describe(&r->assets, line, sizeof line));
+    return 0;
 }
 
 int run_single_main(const SingleStreamChapter *ch, int argc, char **argv)
@@ -126,6 +147,8 @@ int run_single_main(const SingleStreamChapter *ch, int argc, char **argv)
     if (parsed == CLI_ERROR)
         return fail(name, &err);
     ops_set_threads(o.threads);
+    if (o.json_path && json_path_writable(o.json_path, &err))
+        return fail(name, &err);
 
     Run r;
     memset(&r, 0, sizeof r);

@@ -86,6 +86,11 @@ static int sample_top_p(Sampler *s, const float *probs, float coin)
             s->prob_index[kept].prob = probs[i];
             kept++;
         }
+    /* The cutoff is only a shortcut: when top_p < 1/n and the distribution
+     * is nearly flat, it drops every token. The nucleus is then the most
+     * likely token alone (its probability, at least 1/n, exceeds top_p). */
+    if (kept == 0)
+        return sampler_argmax(probs, n);
     qsort(s->prob_index, (size_t)kept, sizeof(ProbIndex), compare_prob_desc);
     float cumulative = 0.0f;
     int last = kept - 1;

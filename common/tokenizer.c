@@ -2,11 +2,17 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "mem.h"
+
+/* Llama 2's 32,000-token file is 434 KB; anything past this is not one. */
+#define TOKENIZER_MAX_FILE_BYTES (64L << 20)
 
 /* The tokenizer's own allocations are small, long-lived and not part of the
  * KV story; they are charged to activations so that the ledger stays whole. */
@@ -93,16 +99,24 @@ int tokenizer_open_image(Tokenizer *t, const void *image, size_t bytes, int voca
 int tokenizer_load(Tokenizer *t, const char *path, int vocab_size, Err *err)
 {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: a FIFO would otherwise block the open until a writer
+     * comes; a directory opens fine and "seeks" to a huge end. Ask what the
+     * file is before reading it. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0)
         return err_set(err, "%s: cannot open: %s", path, strerror(errno));
-    /* Tokenizer files are small (under a megabyte); read it whole. */
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
+    struct stat st;
+    FILE *f = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !(f = fdopen(fd, "rb"))) {
+        close(fd);
         return err_set(err, "%s: not a regular file", path);
     }
-    long size = ftell(f);
-    rewind(f);
+    /* Tokenizer files are small (under a megabyte); read it whole. */
+    if (st.st_size > TOKENIZER_MAX_FILE_BYTES) {
+        fclose(f);
+        return err_set(err, "%s: %lld bytes is too large for a tokenizer file", path, (long long)st.st_size);
+    }
+    long size = (long)st.st_size;
     unsigned char *buf = size > 0 ? malloc((size_t)size) : NULL;
     int rc = -1;
     if (size <= 0)

@@ -1,0 +1,565 @@
+/* build/ch01-naive as a program: every kind of bad input gives exit status
+ * 1, exactly one line on stderr that names the problem, and nothing on
+ * stdout; --help; the default model; the JSON report and whether its
+ * numbers agree with what the run allocated; thread-count independence;
+ * both checkpoint formats end to end. */
+#include <check.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "forward.h"
+#include "helpers.h"
+#include "mem.h"
+#include "model.h"
+#include "sampler.h"
+#include "suites.h"
+#include "synth.h"
+#include "tokenizer.h"
+
+#define PROGRAM "ch01-naive"
+
+/* vocab 400 leaves room for the synthetic tokenizer's 354 fixed tokens. */
+static const ModelConfig SMALL = {32, 64, 2, 4, 2, 400, 32};
+
+/* ------------------------------------------------------------ helpers */
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static size_t file_size(const char *path)
+{
+    struct stat st;
+    ck_assert_msg(stat(path, &st) == 0, "cannot stat %s", path);
+    return (size_t)st.st_size;
+}
+
+/* A synthetic image in memory, to corrupt before writing it out. */
+static unsigned char *model_image(const ModelConfig *cfg, int ak42, size_t *bytes)
+{
+    SynthSpec spec = {.cfg = *cfg, .shared_classifier = 1, .ak42 = ak42, .seed = 1};
+    void *image;
+    Err err = {{0}};
+    ck_assert_msg(synth_model_image(&spec, &image, bytes, &err) == 0, "%s", err.msg);
+    unsigned char *copy = malloc(*bytes + 16);
+    memcpy(copy, image, *bytes);
+    memset(copy + *bytes, 0, 16);
+    mem_free(image);
+    return copy;
+}
+
+static void write_tokenizer(int vocab, char *path)
+{
+    void *image;
+    size_t bytes;
+    Err err = {{0}};
+    ck_assert_msg(synth_tokenizer_image(vocab, &image, &bytes, &err) == 0, "%s", err.msg);
+    test_write_temp(image, bytes, path);
+    mem_free(image);
+}
+
+/* Runs the program and expects the one-line failure: status 1, a single
+ * "ch01-naive: error: ..." line containing @p word, empty stdout. */
+static void expect_failure(const char *const *argv, const char *word, const char *what)
+{
+    ProgramResult r;
+    ck_assert_int_eq(test_run_program(argv, &r), 0);
+    ck_assert_msg(r.status == 1, "%s: exit status %d, expected 1; stderr: %s", what, r.status, r.err);
+    ck_assert_msg(r.out_len == 0, "%s: stdout must be empty, got '%s'", what, r.out);
+    ck_assert_msg(test_count_lines(r.err) == 1, "%s: expected one line on stderr, got %d:\n%s", what,
+                  test_count_lines(r.err), r.err);
+    ck_assert_msg(strncmp(r.err, PROGRAM ": error: ", strlen(PROGRAM ": error: ")) == 0,
+                  "%s: the line must start with '" PROGRAM ": error: ': %s", what, r.err);
+    ck_assert_msg(strstr(r.err, word) != NULL, "%s: the message does not mention '%s': %s", what, word, r.err);
+    test_result_free(&r);
+}
+
+/* Runs the program on a model file and the given tokenizer with a prompt. */
+static void expect_model_failure(const char *model, const char *tok, const char *word, const char *what)
+{
+    const char *argv[] = {PROGRAM, "--model", model, "--tokenizer", tok, "--steps", "4", NULL};
+    expect_failure(argv, word, what);
+}
+
+/* Writes @p image with one int32 header field replaced and expects the
+ * program to refuse it. */
+static void expect_header_failure(const unsigned char *image, size_t bytes, int field, int32_t value,
+                                  const char *tok, const char *word)
+{
+    unsigned char *bad = malloc(bytes);
+    memcpy(bad, image, bytes);
+    memcpy(bad + 4 * field, &value, 4);
+    char path[PATH_MAX], what[64];
+    test_write_temp(bad, bytes, path);
+    snprintf(what, sizeof what, "header field %d = %d", field, value);
+    expect_model_failure(path, tok, word, what);
+    unlink(path);
+    free(bad);
+}
+
+/* ----------------------------------------------------- a minimal JSON */
+
+/* Where the value of "key" starts in @p json (the first occurrence, after
+ * the colon and any spaces), or NULL. Enough for the report's flat keys. */
+static const char *json_value(const char *json, const char *key)
+{
+    char quoted[80];
+    snprintf(quoted, sizeof quoted, "\"%s\":", key);
+    const char *at = strstr(json, quoted);
+    if (!at)
+        return NULL;
+    at += strlen(quoted);
+    while (*at == ' ' || *at == '\n')
+        at++;
+    return at;
+}
+
+static int json_has_key(const char *json, const char *key)
+{
+    return json_value(json, key) != NULL;
+}
+
+/* The number that "key" holds, or fails the test. */
+static double json_number(const char *json, const char *key)
+{
+    const char *at = json_value(json, key);
+    ck_assert_msg(at != NULL, "the JSON report has no key \"%s\"", key);
+    char *end;
+    double v = strtod(at, &end);
+    ck_assert_msg(end != at, "\"%s\" is not followed by a number", key);
+    return v;
+}
+
+/* The string that "key" holds (without escapes), copied into out. */
+static void json_string_value(const char *json, const char *key, char *out, size_t n)
+{
+    const char *at = json_value(json, key);
+    ck_assert_msg(at != NULL && *at == '"', "the JSON report has no string \"%s\"", key);
+    at++;
+    const char *end = strchr(at, '"');
+    ck_assert(end != NULL && (size_t)(end - at) < n);
+    memcpy(out, at, (size_t)(end - at));
+    out[end - at] = '\0';
+}
+
+/* Runs a model to completion with --json, returns the report text. */
+static char *run_with_json(const char *model, const char *tok, const char *threads, const char *steps,
+                           ProgramResult *r)
+{
+    char json_path[] = "/tmp/kvlab-json-XXXXXX";
+    int fd = mkstemp(json_path);
+    ck_assert(fd >= 0);
+    close(fd);
+    const char *argv[] = {PROGRAM, "--model", model, "--tokenizer", tok, "--steps", steps,
+                          "--threads", threads, "--json", json_path, "--prompt", "Once upon a time", NULL};
+    ck_assert_int_eq(test_run_program(argv, r), 0);
+    ck_assert_msg(r->status == 0, "exit %d: %s", r->status, r->err);
+    char *json = read_text(json_path);
+    unlink(json_path);
+    return json;
+}
+
+/* ------------------------------------------------------ bad input */
+
+START_TEST(bad_files)
+{
+    char tok[PATH_MAX], model[PATH_MAX];
+    write_tokenizer(SMALL.vocab_size, tok);
+    expect_model_failure("/nonexistent/model.bin", tok, "cannot open", "missing model");
+    expect_model_failure("/tmp", tok, "not a regular file", "a directory as the model");
+
+    size_t bytes;
+    unsigned char *image = model_image(&SMALL, 0, &bytes);
+    test_write_temp(image, bytes - 3, model);
+    expect_model_failure(model, tok, "truncated", "truncated checkpoint");
+    unlink(model);
+    test_write_temp(image, bytes + 8, model);
+    expect_model_failure(model, tok, "oversized", "oversized checkpoint");
+    unlink(model);
+    test_write_temp(image, 12, model);
+    expect_model_failure(model, tok, "too short", "a 12-byte checkpoint");
+    unlink(model);
+    test_write_temp(image, 0, model);
+    expect_model_failure(model, tok, "too short", "an empty checkpoint");
+    unlink(model);
+
+    /* A file we may not read (root reads everything, so only as a user). */
+    if (geteuid() != 0) {
+        test_write_temp(image, bytes, model);
+        ck_assert(chmod(model, 0) == 0);
+        expect_model_failure(model, tok, "Permission denied", "an unreadable checkpoint");
+        unlink(model);
+    }
+
+    /* A FIFO would block a plain open() until someone writes to it. */
+    char fifo[PATH_MAX + 8];
+    snprintf(fifo, sizeof fifo, "%s.fifo", tok);
+    ck_assert(mkfifo(fifo, 0600) == 0);
+    expect_model_failure(fifo, tok, "not a regular file", "a FIFO as the model");
+
+    /* A valid model with a missing or broken tokenizer. */
+    test_write_temp(image, bytes, model);
+    expect_model_failure(model, fifo, "not a regular file", "a FIFO as the tokenizer");
+    unlink(fifo);
+    expect_model_failure(model, "/nonexistent/tok.bin", "cannot open", "missing tokenizer");
+    expect_model_failure(model, "/tmp", "not a regular file", "a directory as the tokenizer");
+    expect_model_failure(model, "/dev/null", "/dev/null", "/dev/null as the tokenizer");
+    unlink(model);
+    free(image);
+    unlink(tok);
+}
+END_TEST
+
+START_TEST(bad_header_values)
+{
+    char tok[PATH_MAX];
+    write_tokenizer(SMALL.vocab_size, tok);
+    size_t bytes;
+    unsigned char *legacy = model_image(&SMALL, 0, &bytes);
+    /* fields: 0 dim, 1 hidden_dim, 2 n_layers, 3 n_heads, 4 n_kv_heads, 5 vocab_size, 6 seq_len */
+    expect_header_failure(legacy, bytes, 0, 0, tok, "dim is 0");
+    expect_header_failure(legacy, bytes, 0, -32, tok, "dim is -32");
+    expect_header_failure(legacy, bytes, 1, 0, tok, "hidden_dim is 0");
+    expect_header_failure(legacy, bytes, 2, -1, tok, "n_layers is -1");
+    expect_header_failure(legacy, bytes, 2, INT32_MAX, tok, "plausible");
+    expect_header_failure(legacy, bytes, 3, 0, tok, "n_heads is 0");
+    expect_header_failure(legacy, bytes, 4, -2, tok, "n_kv_heads is -2");
+    expect_header_failure(legacy, bytes, 5, 0, tok, "vocab_size is 0");
+    expect_header_failure(legacy, bytes, 5, INT32_MIN, tok, "vocab_size");
+    expect_header_failure(legacy, bytes, 6, 0, tok, "seq_len is 0");
+    expect_header_failure(legacy, bytes, 6, 1 << 30, tok, "plausible");
+    expect_header_failure(legacy, bytes, 0, 1 << 30, tok, "plausible");
+    /* Shapes that no forward pass can run. */
+    expect_header_failure(legacy, bytes, 3, 3, tok, "does not divide");   /* 32 % 3 */
+    expect_header_failure(legacy, bytes, 4, 3, tok, "not a multiple");    /* 4 heads, 3 kv heads */
+    expect_header_failure(legacy, bytes, 4, 8, tok, "not a multiple");    /* more kv heads than heads */
+    expect_header_failure(legacy, bytes, 3, 32, tok, "odd");              /* head size 1 */
+    /* A header whose values are fine but whose size no longer matches. */
+    expect_header_failure(legacy, bytes, 6, 64, tok, "truncated");        /* longer legacy RoPE tables */
+    expect_header_failure(legacy, bytes, 2, 1, tok, "oversized");
+    free(legacy);
+
+    /* The same checks reach through the ak42 header (values start at byte 8). */
+    unsigned char *ak42 = model_image(&SMALL, 1, &bytes);
+    expect_header_failure(ak42, bytes, 2, 0, tok, "dim is 0");
+    expect_header_failure(ak42, bytes, 5, 3, tok, "does not divide");
+    expect_header_failure(ak42, bytes, 1, 2, tok, "version 2");
+    free(ak42);
+    unlink(tok);
+}
+END_TEST
+
+START_TEST(tokenizer_vocab_mismatch)
+{
+    char model[PATH_MAX], tok[PATH_MAX];
+    test_write_synthetic(&SMALL, 1, 0, 1, model, tok);
+    char small_tok[PATH_MAX], big_tok[PATH_MAX];
+    write_tokenizer(SMALL.vocab_size - 40, small_tok);
+    write_tokenizer(SMALL.vocab_size + 112, big_tok);
+    expect_model_failure(model, small_tok, "has only 360 tokens, the model's vocabulary has 400",
+                         "a smaller tokenizer");
+    expect_model_failure(model, big_tok, "more tokens than the model's vocabulary of 400", "a larger tokenizer");
+    unlink(model), unlink(tok), unlink(small_tok), unlink(big_tok);
+}
+END_TEST
+
+START_TEST(bad_prompts)
+{
+    char model[PATH_MAX], tok[PATH_MAX];
+    ModelConfig short_cfg = SMALL;
+    short_cfg.seq_len = 8;
+    test_write_synthetic(&short_cfg, 2, 0, 1, model, tok);
+    char json[PATH_MAX + 8];
+    snprintf(json, sizeof json, "%s.json", model);
+    const char *empty[] = {PROGRAM, "--model", model, "--tokenizer", tok, "--prompt", "", "--json", json, NULL};
+    expect_failure(empty, "empty", "empty prompt");
+    ck_assert_msg(access(json, F_OK) != 0, "a failed run left a report file behind");
+    /* BOS, the dummy-prefix space and 8 letters (uppercase never merges in
+     * the synthetic vocabulary): 10 ids, more than seq_len 8. */
+    const char *longer[] = {PROGRAM, "--model", model, "--tokenizer", tok, "--prompt", "ABCDEFGH", NULL};
+    expect_failure(longer, "seq_len is 8", "prompt longer than seq_len");
+    /* BOS, space and 6 letters: exactly seq_len ids, no room for a new one. */
+    const char *exact[] = {PROGRAM, "--model", model, "--tokenizer", tok, "--prompt", "ABCDEF", NULL};
+    expect_failure(exact, "no room", "prompt of seq_len ids");
+    unlink(model), unlink(tok);
+}
+END_TEST
+
+START_TEST(bad_options)
+{
+    static const struct {
+        const char *args[4];
+        const char *word;
+    } cases[] = {
+        {{"--steps", "0"}, "--steps"},
+        {{"--steps", "abc"}, "not a whole number"},
+        {{"--steps", "-5"}, "--steps"},
+        {{"--steps", "99999999999999999999"}, "--steps"},
+        {{"--steps", "12x"}, "not a whole number"},
+        {{"--temperature", "-1"}, "--temperature"},
+        {{"--temperature", "nan"}, "--temperature"},
+        {{"--temperature", "hot"}, "--temperature"},
+        {{"--top-p", "2"}, "--top-p"},
+        {{"--top-p", "-0.5"}, "--top-p"},
+        {{"--seed", "-1"}, "--seed"},
+        {{"--seed", "x"}, "--seed"},
+        {{"--threads", "-1"}, "--threads"},
+        {{"--bogus"}, "unknown option '--bogus'"},
+        {{"-x"}, "unknown option '-x'"},
+        {{"--kv-alloc", "max"}, "unknown option '--kv-alloc'"}, /* chapter 2's option */
+        {{"--steps"}, "needs a value"},
+        {{"--prompt"}, "needs a value"},
+        {{"stray"}, "unexpected argument 'stray'"},
+        {{"--steps", "3", "extra"}, "unexpected argument 'extra'"},
+        {{"--json", "/nonexistent/dir/report.json"}, "--json"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *argv[6] = {PROGRAM};
+        int n = 1;
+        for (int k = 0; k < 4 && cases[i].args[k]; k++)
+            argv[n++] = cases[i].args[k];
+        argv[n] = NULL;
+        char what[128];
+        snprintf(what, sizeof what, "%s %s", cases[i].args[0], cases[i].args[1] ? cases[i].args[1] : "");
+        expect_failure(argv, cases[i].word, what);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------ runs */
+
+START_TEST(help_goes_to_stdout)
+{
+    const char *argv[] = {PROGRAM, "--help", NULL};
+    ProgramResult r;
+    ck_assert_int_eq(test_run_program(argv, &r), 0);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(strstr(r.out, "Usage: " PROGRAM) != NULL, "no usage line on stdout: %s", r.out);
+    static const char *const options[] = {"--model", "--tokenizer", "--prompt", "--steps", "--temperature",
+                                          "--top-p", "--seed", "--json", "--threads", "--help"};
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+        ck_assert_msg(strstr(r.out, options[i]) != NULL, "--help does not mention %s", options[i]);
+    ck_assert_msg(strstr(r.out, "--kv-alloc") == NULL, "chapter 1 must not offer chapter 2's --kv-alloc");
+    ck_assert_msg(r.err[0] == '\0', "--help wrote to stderr: %s", r.err);
+    test_result_free(&r);
+}
+END_TEST
+
+/* Without --model the program finds stories260K in models/, then in
+ * ../shared/models/, else makes a synthetic model, and says which. */
+START_TEST(default_model_is_announced)
+{
+    /* The programs also search beside the executable, so what they find
+     * depends on the working directory only when that is the project root. */
+    if (access("common/model.h", F_OK) != 0) {
+        test_skip("default_model_is_announced", "not run from the project root");
+        return;
+    }
+    const char *argv[] = {PROGRAM, "--steps", "3", "--quiet", NULL};
+    ProgramResult r;
+    ck_assert_int_eq(test_run_program(argv, &r), 0);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    const char *want;
+    if (access("models/stories260K.bin", R_OK) == 0)
+        want = "model models/stories260K.bin";
+    else if (access("../shared/models/stories260K.bin", R_OK) == 0)
+        want = "model ../shared/models/stories260K.bin";
+    else
+        want = "synthetic";
+    ck_assert_msg(strstr(r.err, want) != NULL, "stderr does not say '%s':\n%s", want, r.err);
+    ck_assert_msg(strstr(r.err, "tokenizer ") != NULL, "stderr does not name the tokenizer:\n%s", r.err);
+    ck_assert_msg(strncmp(r.out, "Once upon a time", 16) == 0, "stdout does not start with the prompt: %s", r.out);
+    test_result_free(&r);
+}
+END_TEST
+
+/* Every key issue 2 asks for, and whether the numbers agree with the model
+ * and with what the run allocated. The expected activation bytes are
+ * computed here from the allocation plans (forward_state_bytes(), the
+ * transient K/V of chapter 1, the sampler, the generation buffers, and the
+ * tokenizer as the ledger measures it in this process), never copied. */
+START_TEST(json_report_agrees_with_allocations)
+{
+    ModelConfig cfg = {64, 172, 3, 8, 4, 512, 96};
+    char model[PATH_MAX], tok[PATH_MAX];
+    test_write_synthetic(&cfg, 5, 0, 1, model, tok);
+    for (int threads = 1; threads <= 2; threads++) {
+        ProgramResult r;
+        char threads_arg[16];
+        snprintf(threads_arg, sizeof threads_arg, "%d", threads);
+        char *json = run_with_json(model, tok, threads_arg, "20", &r);
+
+        static const char *const keys[] = {
+            "chapter", "device", "model", "kv_bytes_per_token", "weights_bytes", "activations_bytes",
+            "kv_reserved_bytes", "kv_used_bytes", "kv_peak_reserved_bytes", "kv_peak_used_bytes",
+            "tokens_generated", "elapsed_s", "tokens_per_s"};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            ck_assert_msg(json_has_key(json, keys[i]), "the JSON report lacks \"%s\":\n%s", keys[i], json);
+        char text[64];
+        json_string_value(json, "chapter", text, sizeof text);
+        ck_assert_str_eq(text, PROGRAM);
+        json_string_value(json, "device", text, sizeof text);
+        ck_assert_str_eq(text, "cpu");
+
+        /* The seven header values, inside "model". */
+        const char *m = json_value(json, "model");
+        ck_assert_msg(m != NULL && *m == '{', "\"model\" is not an object");
+        const int want_cfg[7] = {cfg.dim, cfg.hidden_dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads,
+                                 cfg.vocab_size, cfg.seq_len};
+        static const char *const names[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads",
+                                             "vocab_size", "seq_len"};
+        for (int i = 0; i < 7; i++)
+            ck_assert_msg(json_number(m, names[i]) == want_cfg[i], "model.%s is %g, expected %d", names[i],
+                          json_number(m, names[i]), want_cfg[i]);
+
+        int head_dim = cfg.dim / cfg.n_heads, kv_dim = cfg.n_kv_heads * head_dim;
+        ck_assert_msg(json_number(json, "kv_bytes_per_token") == 2.0 * cfg.n_layers * cfg.n_kv_heads * head_dim * 4,
+                      "kv_bytes_per_token is %g", json_number(json, "kv_bytes_per_token"));
+        ck_assert_msg(json_number(json, "weights_bytes") == (double)file_size(model), "weights_bytes %g, file %zu",
+                      json_number(json, "weights_bytes"), file_size(model));
+
+        /* Chapter 1 keeps no KV: all four KV figures are zero. */
+        ck_assert(json_number(json, "kv_reserved_bytes") == 0 && json_number(json, "kv_used_bytes") == 0);
+        ck_assert(json_number(json, "kv_peak_reserved_bytes") == 0 && json_number(json, "kv_peak_used_bytes") == 0);
+
+        /* Activations: what the run's allocation plans add up to. */
+        Tokenizer t;
+        Err err = {{0}};
+        size_t before = mem_current(MEM_ACTIVATIONS, MEM_HOST);
+        ck_assert_msg(tokenizer_load(&t, tok, cfg.vocab_size, &err) == 0, "%s", err.msg);
+        size_t tokenizer_bytes = mem_current(MEM_ACTIVATIONS, MEM_HOST) - before;
+        tokenizer_free(&t);
+        size_t seq = (size_t)cfg.seq_len;
+        size_t expected = forward_state_bytes(&cfg, cfg.seq_len, 1, threads) /* a step of up to seq_len tokens */
+                          + 2 * seq * (size_t)kv_dim * sizeof(float)          /* chapter 1's transient K/V */
+                          + (size_t)cfg.vocab_size * sizeof(ProbIndex)        /* sampler scratch */
+                          + seq * (sizeof(int) + sizeof(BatchEntry))          /* generation: ids, batch */
+                          + (seq + 1) * sizeof(double)                        /* generation: step times */
+                          + tokenizer_bytes;
+        ck_assert_msg(json_number(json, "activations_bytes") == (double)expected,
+                      "threads %d: activations_bytes %.0f, the allocation plans add up to %zu", threads,
+                      json_number(json, "activations_bytes"), expected);
+
+        double generated = json_number(json, "tokens_generated");
+        ck_assert_msg(generated >= 1 && generated <= 20, "tokens_generated %g", generated);
+        ck_assert(json_number(json, "elapsed_s") > 0);
+        ck_assert(json_number(json, "tokens_per_s") > 0);
+        free(json);
+        test_result_free(&r);
+    }
+    unlink(model), unlink(tok);
+}
+END_TEST
+
+START_TEST(threads_do_not_change_output)
+{
+    /* Wide enough that matmuls and attention take their parallel paths. */
+    ModelConfig cfg = {64, 172, 3, 8, 4, 512, 128};
+    char model[PATH_MAX], tok[PATH_MAX];
+    test_write_synthetic(&cfg, 6, 0, 1, model, tok);
+    ProgramResult one, two;
+    char *json1 = run_with_json(model, tok, "1", "100", &one);
+    char *json2 = run_with_json(model, tok, "2", "100", &two);
+    ck_assert_msg(one.out_len == two.out_len && memcmp(one.out, two.out, one.out_len) == 0,
+                  "stdout differs between 1 and 2 threads:\n%s\n---\n%s", one.out, two.out);
+    const char *t1 = strstr(json1, "\"tokens\":"), *t2 = strstr(json2, "\"tokens\":");
+    ck_assert(t1 && t2);
+    size_t len1 = strcspn(t1, "]"), len2 = strcspn(t2, "]");
+    ck_assert_msg(len1 == len2 && memcmp(t1, t2, len1) == 0, "token ids differ between 1 and 2 threads");
+    free(json1), free(json2);
+    test_result_free(&one), test_result_free(&two);
+    unlink(model), unlink(tok);
+}
+END_TEST
+
+/* Both formats, shared and unshared classifiers, run end to end; a model
+ * with a short seq_len stops there. */
+START_TEST(both_formats_run_end_to_end)
+{
+    for (int ak42 = 0; ak42 <= 1; ak42++)
+        for (int shared = 0; shared <= 1; shared++) {
+            ModelConfig cfg = SMALL;
+            cfg.seq_len = 24;
+            char model[PATH_MAX], tok[PATH_MAX];
+            test_write_synthetic(&cfg, 40 + (unsigned)(2 * ak42 + shared), ak42, shared, model, tok);
+            ProgramResult r;
+            char *json = run_with_json(model, tok, "1", "1000", &r);
+            ck_assert_msg(strncmp(r.out, "Once upon a time", 16) == 0, "ak42 %d shared %d: stdout '%s'", ak42,
+                          shared, r.out);
+            ck_assert_msg(r.out_len > 16 && r.out[r.out_len - 1] == '\n', "ak42 %d: stdout must end in a newline",
+                          ak42);
+            char finish[16];
+            json_string_value(json, "finish", finish, sizeof finish);
+            double generated = json_number(json, "tokens_generated"), prompt = json_number(json, "prompt_tokens");
+            if (strcmp(finish, "seq_len") == 0)
+                ck_assert_msg(prompt + generated == cfg.seq_len, "stopped at seq_len with %g + %g tokens", prompt,
+                              generated);
+            else
+                ck_assert_msg(strcmp(finish, "stop") == 0, "1000 steps cannot finish by length at seq_len 24: %s",
+                              finish);
+            free(json);
+            test_result_free(&r);
+            unlink(model), unlink(tok);
+        }
+}
+END_TEST
+
+/* --steps N gives exactly N tokens when nothing stops the run earlier. */
+START_TEST(steps_are_honoured)
+{
+    char model[PATH_MAX], tok[PATH_MAX];
+    test_write_synthetic(&SMALL, 8, 1, 0, model, tok);
+    ProgramResult r;
+    char *json = run_with_json(model, tok, "1", "7", &r);
+    char finish[16];
+    json_string_value(json, "finish", finish, sizeof finish);
+    if (strcmp(finish, "length") == 0)
+        ck_assert_msg(json_number(json, "tokens_generated") == 7, "finished by length after %g tokens",
+                      json_number(json, "tokens_generated"));
+    else
+        ck_assert_str_eq(finish, "stop");
+    free(json);
+    test_result_free(&r);
+    unlink(model), unlink(tok);
+}
+END_TEST
+
+Suite *suite_cli(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *bad = tcase_create("bad-input");
+    tcase_set_timeout(bad, 120);
+    tcase_add_test(bad, bad_files);
+    tcase_add_test(bad, bad_header_values);
+    tcase_add_test(bad, tokenizer_vocab_mismatch);
+    tcase_add_test(bad, bad_prompts);
+    tcase_add_test(bad, bad_options);
+    suite_add_tcase(s, bad);
+    TCase *runs = tcase_create("runs");
+    tcase_set_timeout(runs, 120);
+    tcase_add_test(runs, help_goes_to_stdout);
+    tcase_add_test(runs, default_model_is_announced);
+    tcase_add_test(runs, json_report_agrees_with_allocations);
+    tcase_add_test(runs, threads_do_not_change_output);
+    tcase_add_test(runs, both_formats_run_end_to_end);
+    tcase_add_test(runs, steps_are_honoured);
+    suite_add_tcase(s, runs);
+    return s;
+}
+
+REGISTER_SUITE(cli)
