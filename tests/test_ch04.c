@@ -580,76 +580,124 @@ static void simulate_step(const ServingChapter *ch, ServingRun *run, int *done)
     run->step++;
 }
 
+/* A run of N requests driven without a model: LLaMA-7B in f16 (32 layers
+ * x 4096 x 2 x 2 B = 512 KiB per token, 8 MiB per block of 16), no weights,
+ * no K/V bytes. Every request: a 100-token prompt (7 blocks) and 28 new
+ * tokens, so at most 127 cached positions (8 blocks). */
+enum { SIM_N = 6 };
+typedef struct {
+    Model m;
+    CliOptions o;
+    RequestSpec specs[SIM_N];
+    ServingRun run;
+    int done[SIM_N];
+} Sim;
+
+static void sim_open(Sim *sim, int n_blocks, int watermark)
+{
+    memset(sim, 0, sizeof *sim);
+    sim->m.cfg = (ModelConfig){4096, 11008, 32, 32, 32, 32000, 2048};
+    sim->o = greedy(16, (size_t)n_blocks * (8u << 20));
+    sim->o.watermark = watermark;
+    ServingRun *run = &sim->run;
+    run->model = &sim->m;
+    run->opts = &sim->o;
+    run->kv_bytes_per_token = model_kv_bytes_per_token(&sim->m.cfg, 2);
+    run->no_kv_storage = 1;
+    run->n_reqs = SIM_N;
+    run->reqs = calloc(SIM_N, sizeof(Request));
+    for (int i = 0; i < SIM_N; i++) {
+        sim->specs[i] = (RequestSpec){.id = i, .line = i + 1, .max_new_tokens = 28, .prompt = "p"};
+        run->reqs[i] = (Request){.spec = &sim->specs[i], .index = i, .n_prompt = 100, .n_tokens = 100,
+                                 .max_tokens = 128, .admitted_step = -1, .finished_step = -1};
+        run->reqs[i].tokens = calloc(2048, sizeof(int));
+    }
+    Err err = {{0}};
+    int max_tokens, max_logits;
+    ck_assert_msg(paged_chapter()->open(run, &run->chapter_ctx, &max_tokens, &max_logits, NULL, &err) == 0, "%s",
+                  err.msg);
+    run->entries = calloc((size_t)max_tokens, sizeof(BatchEntry));
+    run->max_step_tokens = max_tokens;
+    run->max_logits = max_logits;
+    run->taker_row = calloc(SIM_N, sizeof(int));
+    run->taker_req = calloc(SIM_N, sizeof(int));
+}
+
+static void sim_close(Sim *sim)
+{
+    paged_chapter()->close(sim->run.chapter_ctx);
+    for (int i = 0; i < SIM_N; i++)
+        free(sim->run.reqs[i].tokens);
+    free(sim->run.reqs);
+    free(sim->run.entries);
+    free(sim->run.taker_row);
+    free(sim->run.taker_req);
+}
+
+static int sim_running(const Sim *sim)
+{
+    int n = 0;
+    for (int i = 0; i < SIM_N; i++)
+        n += sim->run.reqs[i].phase == REQ_RUNNING;
+    return n;
+}
+
 START_TEST(accounting_only_at_7b_scale)
 {
-    /* LLaMA-7B in f16: 32 layers x 4096 x 2 x 2 B = 512 KiB per token, a
-     * block of 16 tokens is 8 MiB. No weights, no K/V bytes. */
-    Model m = {.cfg = {4096, 11008, 32, 32, 32, 32000, 2048}};
-    CliOptions o = greedy(16, (size_t)38 * (8u << 20)); /* 38 blocks */
-    o.watermark = 0;
-    enum { N = 6 };
-    RequestSpec specs[N];
-    ServingRun run;
-    memset(&run, 0, sizeof run);
-    run.model = &m;
-    run.opts = &o;
-    run.kv_bytes_per_token = model_kv_bytes_per_token(&m.cfg, 2);
-    run.no_kv_storage = 1;
-    run.n_reqs = N;
-    run.reqs = calloc(N, sizeof(Request));
-    for (int i = 0; i < N; i++) {
-        /* Prompts of 100 tokens (7 blocks), 28 new: at most 127 cached
-         * positions, 8 blocks. */
-        specs[i] = (RequestSpec){.id = i, .line = i + 1, .max_new_tokens = 28, .prompt = "p"};
-        Request *r = &run.reqs[i];
-        *r = (Request){.spec = &specs[i], .index = i, .n_prompt = 100, .n_tokens = 100, .max_tokens = 128,
-                       .admitted_step = -1, .finished_step = -1};
-        r->tokens = calloc(2048, sizeof(int));
-    }
+    Sim sim;
+    sim_open(&sim, 38, 0);
     const ServingChapter *ch = paged_chapter();
-    Err err = {{0}};
-    void *ctx;
-    int max_tokens, max_logits;
-    ck_assert_msg(ch->open(&run, &ctx, &max_tokens, &max_logits, NULL, &err) == 0, "%s", err.msg);
-    run.chapter_ctx = ctx;
-    run.entries = calloc((size_t)max_tokens, sizeof(BatchEntry));
-    run.max_step_tokens = max_tokens;
-    run.max_logits = max_logits;
-    run.taker_row = calloc(N, sizeof(int));
-    run.taker_req = calloc(N, sizeof(int));
-    PagedServer *s = ctx;
+    ServingRun *run = &sim.run;
+    PagedServer *s = run->chapter_ctx;
     ck_assert_int_eq(s->kv.pool.n_blocks, 38);
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
-    int done[N];
     /* Step 0: five prompts of 7 blocks fit (35 of 38), the sixth waits. */
-    simulate_step(ch, &run, done);
+    simulate_step(ch, run, sim.done);
     ck_assert_int_eq(block_pool_used(&s->kv.pool), 35);
-    ck_assert_uint_eq(run.timeline.reserved, (size_t)35 * (8u << 20));
-    ck_assert_uint_eq(run.timeline.used, (size_t)500 * (512u << 10));
-    ck_assert_int_eq(run.reqs[5].phase, REQ_WAITING);
+    ck_assert_uint_eq(run->timeline.reserved, (size_t)35 * (8u << 20));
+    ck_assert_uint_eq(run->timeline.used, (size_t)500 * (512u << 10));
+    ck_assert_int_eq(run->reqs[5].phase, REQ_WAITING);
     /* Steps 1-12 write positions 100-111 into the 7th block. */
     for (int k = 0; k < 12; k++)
-        simulate_step(ch, &run, done);
+        simulate_step(ch, run, sim.done);
     ck_assert_int_eq(s->preemptions, 0);
     /* Step 13: all five start an 8th block; 3 are free: the fourth request
      * preempts the newest (the fifth, 7 blocks back), then gets its block. */
-    simulate_step(ch, &run, done);
+    simulate_step(ch, run, sim.done);
     ck_assert_int_eq(s->preemptions, 1);
-    ck_assert_int_eq(run.reqs[4].phase, REQ_WAITING);
-    ck_assert_int_eq(run.reqs[4].n_cached, 0);
+    ck_assert_int_eq(run->reqs[4].phase, REQ_WAITING);
+    ck_assert_int_eq(run->reqs[4].n_cached, 0);
     ck_assert_int_eq(block_pool_used(&s->kv.pool), 32);
-    while (run.n_done < N)
-        simulate_step(ch, &run, done);
-    ck_assert_int_eq(run.max_concurrent, 5);
+    while (run->n_done < SIM_N)
+        simulate_step(ch, run, sim.done);
+    ck_assert_int_eq(run->max_concurrent, 5);
     ck_assert_int_eq(s->kv.pool.n_free, 38);
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
-    ch->close(ctx);
-    for (int i = 0; i < N; i++)
-        free(run.reqs[i].tokens);
-    free(run.reqs);
-    free(run.entries);
-    free(run.taker_row);
-    free(run.taker_req);
+    sim_close(&sim);
+}
+END_TEST
+
+START_TEST(admission_keeps_the_watermark)
+{
+    ck_assert_int_eq(paged_can_admit(10, 7, 3), 1); /* exactly the watermark left */
+    ck_assert_int_eq(paged_can_admit(10, 8, 3), 0);
+    ck_assert_int_eq(paged_can_admit(7, 7, 0), 1);
+    ck_assert_int_eq(paged_can_admit(6, 7, 0), 0);
+    /* 38 blocks, 7 per prompt: 38 -> 31 -> 24 -> 17 -> 10 -> 3 free. With
+     * a watermark of 10% (3 blocks) the fifth leaves exactly 3 and is
+     * admitted; at 11% (4 blocks) it is not. */
+    int watermarks[] = {10, 11}, admitted[] = {5, 4};
+    for (int k = 0; k < 2; k++) {
+        Sim sim;
+        sim_open(&sim, 38, watermarks[k]);
+        PagedServer *s = sim.run.chapter_ctx;
+        ck_assert_int_eq(s->watermark_blocks, 3 + k);
+        simulate_step(paged_chapter(), &sim.run, sim.done);
+        ck_assert_int_eq(sim_running(&sim), admitted[k]);
+        while (sim.run.n_done < SIM_N)
+            simulate_step(paged_chapter(), &sim.run, sim.done);
+        sim_close(&sim);
+    }
 }
 END_TEST
 
@@ -770,6 +818,7 @@ Suite *suite_ch04(void)
     tcase_add_test(tc, forks_share_prompt_blocks_and_copy_on_write);
     tcase_add_test(tc, forks_under_preemption_keep_their_tokens);
     tcase_add_test(tc, accounting_only_at_7b_scale);
+    tcase_add_test(tc, admission_keeps_the_watermark);
     tcase_add_test(tc, program_refuses_bad_input);
     tcase_add_test(tc, program_reports_blocks_and_writes_requests);
     suite_add_tcase(s, tc);
