@@ -774,7 +774,7 @@ START_TEST(program_reports_blocks_and_writes_requests)
     ck_assert_uint_eq(r.out_len, 0);
     /* 48 KiB / (8 tokens x 384 B) = 16 blocks; 64-token requests take 8. */
     ck_assert_msg(strstr(r.err, "16 blocks of 8 tokens x 384 B = 3.00 KiB each"), "%s", r.err);
-    ck_assert_msg(strstr(r.err, "at the model's full length (64 tokens = 8 blocks) 2 requests fit at once"), "%s",
+    ck_assert_msg(strstr(r.err, "max concurrency at the model's full length (64 tokens = 8 blocks): 2;"), "%s",
                   r.err);
     ck_assert_msg(strstr(r.err, "paged KV (block size 8)"), "%s", r.err);
     test_result_free(&r);

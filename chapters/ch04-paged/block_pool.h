@@ -55,7 +55,7 @@ typedef struct {
 
 /** The pool: every block of the KV budget, free or held. */
 typedef struct {
-    BlockShape shape;
+    BlockShape shape;        /**< what one block holds */
     int n_blocks;            /**< blocks in the pool */
     size_t bytes_per_block;  /**< block_size x n_layers x 2 x kv_dim x elem_bytes */
     size_t floats_per_block; /**< n_layers x 2 x block_size x kv_dim */

@@ -44,8 +44,8 @@
 
 /** The paged K/V store: the pool, and a block table per request. */
 typedef struct {
-    ModelConfig cfg;
-    BlockPool pool;
+    ModelConfig cfg;    /**< the model's shape (heads, head_dim) */
+    BlockPool pool;     /**< every block of the KV budget */
     BlockTables tables; /**< one per request; BatchEntry.seq indexes it */
 } PagedKv;
 
@@ -112,12 +112,12 @@ int paged_can_admit(int n_free, int needed, int watermark_blocks);
 
 /** The chapter-4 server: the paged store, the queue and the numbers it reports. */
 typedef struct {
-    PagedKv kv;
+    PagedKv kv;               /**< the pool and the block tables */
     size_t bytes_per_token;   /**< K and V of all layers for one token */
     int watermark_blocks;     /**< free blocks kept back at admission: --watermark % of the pool, rounded down */
     int max_batched_tokens;   /**< token budget of one step: max(seq_len, 2048), as vLLM */
     int *running;             /**< [n_reqs] running requests, oldest admission first */
-    int n_running;
+    int n_running;            /**< entries of running */
     int *block_filled;        /**< [n_blocks] tokens held by each block after the last step */
     KvReservationTrack *block_track; /**< [n_blocks] each held block's history, for the breakdown */
     long preemptions;         /**< requests sent back to the queue */
@@ -127,7 +127,7 @@ typedef struct {
     int blocks_saved_peak;    /**< most blocks sharing saved after any step (logical - physical) */
     double blocks_saved_sum;  /**< sum over steps of the blocks sharing saved */
     size_t slack_tokens_peak; /**< most unfilled rows in held blocks after any step */
-    long steps_accounted;
+    long steps_accounted;     /**< steps seen by paged_account() */
 } PagedServer;
 
 /**

@@ -65,7 +65,7 @@ static void print_setup(const PagedServer *s, const ServingRun *run, size_t budg
             cli_format_bytes(a, sizeof a, (double)budget), p->n_blocks, p->shape.block_size, s->bytes_per_token,
             cli_format_bytes(b, sizeof b, (double)p->bytes_per_block), (long)p->n_blocks * p->shape.block_size,
             cli_format_bytes(d, sizeof d, (double)(budget - (size_t)p->n_blocks * p->bytes_per_block)));
-    fprintf(log, "%s: at the model's full length (%d tokens = %d blocks) %d requests fit at once; "
+    fprintf(log, "%s: max concurrency at the model's full length (%d tokens = %d blocks): %d; "
                  "watermark %d blocks; step budget %d tokens\n",
             name, c->seq_len, full, p->n_blocks / full, s->watermark_blocks, s->max_batched_tokens);
     fprintf(log, "%s: block tables %d x %d entries = %s of kv_metadata%s\n", name, s->kv.tables.count,
