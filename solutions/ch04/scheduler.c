@@ -350,7 +350,7 @@ int paged_schedule(void *ctx, ServingRun *run, Err *err)
     if (schedule_decodes(s, run, &preempted, err))
         return -1;
     /* A step that had to preempt is short of blocks: admitting now would
-     * only preempt again (vLLM does the same). */
+     * only preempt again (vLLM's v1 scheduler does the same). */
     if (!preempted && admit_waiting(s, run, err))
         return -1;
     return 0;
