@@ -118,6 +118,7 @@ typedef struct {
     int max_batched_tokens;   /**< token budget of one step: max(seq_len, 2048), as vLLM */
     int *running;             /**< [n_reqs] running requests, oldest admission first */
     int n_running;            /**< entries of running */
+    int first_waiting;        /**< no request before this index is waiting (where admission starts looking) */
     int *block_filled;        /**< [n_blocks] tokens held by each block after the last step */
     KvReservationTrack *block_track; /**< [n_blocks] each held block's history, for the breakdown */
     long preemptions;         /**< requests sent back to the queue */

@@ -222,6 +222,8 @@ static Request *preempt_newest(PagedServer *s, ServingRun *run)
     s->n_running--;
     serving_preempt(run, victim);
     s->preemptions++;
+    if (victim->index < s->first_waiting)
+        s->first_waiting = victim->index;
     return victim;
 }
 
@@ -324,7 +326,9 @@ static int admit_group(PagedServer *s, ServingRun *run, int i, int group, Err *e
 static int admit_waiting(PagedServer *s, ServingRun *run, Err *err)
 {
     const int bs = s->kv.pool.shape.block_size;
-    for (int i = 0; i < run->n_reqs; i++) {
+    while (s->first_waiting < run->n_reqs && run->reqs[s->first_waiting].phase != REQ_WAITING)
+        s->first_waiting++;
+    for (int i = s->first_waiting; i < run->n_reqs; i++) {
         Request *r = &run->reqs[i];
         if (r->phase != REQ_WAITING)
             continue;
@@ -366,7 +370,9 @@ void paged_finished(void *ctx, ServingRun *run, Request *r)
 /* ------------------------------------------------------------ accounting */
 
 /* Rows filled in each held block, the largest over the tables holding it
- * (shared blocks hold the same rows for every holder). */
+ * (shared blocks hold the same rows for every holder). Only running
+ * requests hold blocks (those that finished in this step are still on the
+ * list: they let go in the finished hook, after this). */
 static int fill_block_rows(PagedServer *s, const ServingRun *run)
 {
     const BlockPool *p = &s->kv.pool;
@@ -374,14 +380,15 @@ static int fill_block_rows(PagedServer *s, const ServingRun *run)
     int logical = 0;
     for (int b = 0; b < p->n_blocks; b++)
         s->block_filled[b] = 0;
-    for (int i = 0; i < run->n_reqs; i++) {
+    for (int k = 0; k < s->n_running; k++) {
+        int i = s->running[k];
         const BlockTable *t = &s->kv.tables.tables[i];
         int cached = run->reqs[i].n_cached;
-        for (int k = 0; k < t->n_blocks; k++) {
-            int rows = cached - k * bs;
+        for (int j = 0; j < t->n_blocks; j++) {
+            int rows = cached - j * bs;
             rows = rows < 0 ? 0 : rows > bs ? bs : rows;
-            if (rows > s->block_filled[t->blocks[k]])
-                s->block_filled[t->blocks[k]] = rows;
+            if (rows > s->block_filled[t->blocks[j]])
+                s->block_filled[t->blocks[j]] = rows;
         }
         logical += t->n_blocks;
     }
