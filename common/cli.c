@@ -228,6 +228,11 @@ CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *o
         err_set(err, "unexpected argument '%s' (options start with --; see --help)", argv[optind]);
         return CLI_ERROR;
     }
+    if (opts->n_samples > 1 && opts->temperature <= 0.0f) {
+        err_set(err, "--n %d needs --temperature > 0: greedy samples of one prompt would all be the same",
+                opts->n_samples);
+        return CLI_ERROR;
+    }
     return CLI_RUN;
 }
 

@@ -1,0 +1,210 @@
+/**
+ * @file paged.h
+ * @brief Chapter 4: PagedAttention and continuous batching over the block
+ *        pool of block_pool.h.
+ *
+ * The server keeps one ::BlockPool for the whole KV budget and one
+ * ::BlockTable per request. Every step it
+ *
+ * 1. gives every running request room for its next token, oldest first: a
+ *    fresh block when the token starts a new block, a private copy when the
+ *    block is shared (copy-on-write, here in the scheduler, never inside
+ *    the forward pass). When no block is free it preempts the most recently
+ *    admitted request: its blocks go back to the pool and it waits to be
+ *    recomputed from its prompt and generated tokens;
+ * 2. admits waiting requests first come, first served, while their blocks
+ *    fit with a watermark of free blocks to spare and their tokens fit the
+ *    step's token budget; the prompts of the newly admitted requests run in
+ *    the same forward step as the decode tokens of the running ones. The
+ *    samples of one prompt (`--n`) are admitted together: the prompt runs
+ *    once, its blocks are shared by reference count, and every sample draws
+ *    its first token from the same logits with its own sampler;
+ * 3. after the step, frees the blocks of every request that finished.
+ *
+ * The forward pass reads K/V through the block tables (paged_attention()):
+ * no gather into a contiguous copy, and the same arithmetic in the same
+ * order as common/ops.h's reference, so the tokens are bit for bit those of
+ * the contiguous chapters whatever the block size, the budget or the number
+ * of preemptions.
+ *
+ * **Driving it without a model** (the capacity simulator): set
+ * run->no_kv_storage = 1 and run->model to a ::Model whose cfg alone is
+ * filled in; call paged_chapter()->open, then per step schedule, let every
+ * fed request take a token (n_cached = its fed positions, append a token,
+ * finish some), account, and finished for those that ended. The scheduler
+ * reads only the requests and the model's shape, never the weights, and in
+ * that mode no K/V byte is allocated.
+ */
+#ifndef KVLAB_CH04_PAGED_H
+#define KVLAB_CH04_PAGED_H
+
+#include "block_pool.h"
+#include "forward.h"
+#include "serving.h"
+
+/** The paged K/V store: the pool, and a block table per request. */
+typedef struct {
+    ModelConfig cfg;    /**< the model's shape (heads, head_dim) */
+    BlockPool pool;     /**< every block of the KV budget */
+    BlockTables tables; /**< one per request; BatchEntry.seq indexes it */
+} PagedKv;
+
+/**
+ * Keeps one token's K and V of one layer at its slot: block
+ * table[pos / block_size], row pos % block_size. The scheduler has already
+ * made that block exist and be private.
+ * @param ctx    a PagedKv
+ * @param layer  layer index
+ * @param e      the token (e->seq: the request)
+ * @param k      [kv_dim] key
+ * @param v      [kv_dim] value
+ */
+void paged_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v);
+
+/**
+ * PagedAttention of one query head over positions 0..n_pos-1 of a sequence,
+ * reading keys and values straight out of the blocks its table names:
+ * scores in position order, softmax, weighted sum of values in position
+ * order, exactly as attention_reference() does over a contiguous cache.
+ * @param pool      a pool with storage
+ * @param t         the sequence's block table (covers n_pos positions)
+ * @param layer     layer index
+ * @param kv_head   the KV head this query head reads (head / kv_mul)
+ * @param head_dim  width of a head
+ * @param q         [head_dim] query
+ * @param n_pos     positions attended (the query's position + 1)
+ * @param out       [head_dim] receives the output
+ * @param scores    [n_pos] scratch
+ */
+void paged_attention(const BlockPool *pool, const BlockTable *t, int layer, int kv_head, int head_dim,
+                     const float *q, int n_pos, float *out, float *scores);
+
+/**
+ * The seam's attend: paged_attention() for query head @p head of entry @p e.
+ * @param ctx     a PagedKv
+ * @param layer   layer index
+ * @param e       the querying token
+ * @param head    query head
+ * @param q       [head_dim] query
+ * @param out     [head_dim] receives the output
+ * @param scores  [seq_len] scratch
+ */
+void paged_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out, float *scores);
+
+/**
+ * The K/V seam over a paged store.
+ * @param kv  the store
+ * @return store = paged_store, attend = paged_attend
+ */
+KvSeam paged_seam(PagedKv *kv);
+
+/**
+ * The admission rule (vLLM's): a request may take @p needed blocks only if
+ * at least @p watermark_blocks stay free afterwards, so that the running
+ * requests have room to grow and a new admission does not trigger a
+ * preemption at once.
+ * @param n_free            free blocks now
+ * @param needed            blocks the request needs now
+ * @param watermark_blocks  blocks to keep free
+ * @return 1 when it may be admitted, else 0
+ */
+int paged_can_admit(int n_free, int needed, int watermark_blocks);
+
+/** The chapter-4 server: the paged store, the queue and the numbers it reports. */
+typedef struct {
+    PagedKv kv;               /**< the pool and the block tables */
+    size_t bytes_per_token;   /**< K and V of all layers for one token */
+    int watermark_blocks;     /**< free blocks kept back at admission: --watermark % of the pool, rounded down */
+    int max_batched_tokens;   /**< token budget of one step: max(seq_len, 2048), as vLLM */
+    int *running;             /**< [n_reqs] running requests, oldest admission first */
+    int n_running;            /**< entries of running */
+    int first_waiting;        /**< no request before this index is waiting (where admission starts looking) */
+    int *block_filled;        /**< [n_blocks] tokens held by each block after the last step */
+    KvReservationTrack *block_track; /**< [n_blocks] each held block's history, for the breakdown */
+    long preemptions;         /**< requests sent back to the queue */
+    long cow_copies;          /**< blocks copied on write */
+    int blocks_peak_used;     /**< most blocks held after any step */
+    long blocks_peak_step;    /**< the step it happened */
+    int blocks_saved_peak;    /**< most blocks sharing saved after any step (logical - physical) */
+    double blocks_saved_sum;  /**< sum over steps of the blocks sharing saved */
+    size_t slack_tokens_peak; /**< most unfilled rows in held blocks after any step */
+    long steps_accounted;     /**< steps seen by paged_account() */
+} PagedServer;
+
+/**
+ * The chapter as a ::ServingChapter (open/close, seam, schedule, finished,
+ * account, report hooks), for the program, the tests and the simulator.
+ * While a run is open, run->chapter_ctx is its ::PagedServer.
+ * @return the chapter
+ */
+const ServingChapter *paged_chapter(void);
+
+/**
+ * Creates the server for a run: pool, tables, queue. Rejects requests that
+ * could never fit in the whole pool. Prints the setup to @p log.
+ * @param run              the run (requests initialised, none admitted)
+ * @param ctx              receives the PagedServer
+ * @param max_step_tokens  receives the largest step it will plan
+ * @param max_logits       receives the most logits rows of a step
+ * @param log              where the setup lines go, or NULL
+ * @param err              receives the reason on failure (budget too small for one block, --n without temperature)
+ * @return 0 on success, -1 on failure
+ */
+int paged_open(ServingRun *run, void **ctx, int *max_step_tokens, int *max_logits, FILE *log, Err *err);
+
+/**
+ * Frees the server (all blocks must have been released by then; any that
+ * are not are released here).
+ * @param ctx  the PagedServer
+ */
+void paged_close(void *ctx);
+
+/**
+ * Plans one step: decodes of the running requests (growing, copying on
+ * write, preempting the newest when out of blocks), then FCFS admission of
+ * waiting requests with their prompts (or full recomputation).
+ * @param ctx  the PagedServer
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_schedule(void *ctx, ServingRun *run, Err *err);
+
+/**
+ * A request finished: its blocks go back to the pool at once.
+ * @param ctx  the PagedServer
+ * @param run  the run
+ * @param r    the request
+ */
+void paged_finished(void *ctx, ServingRun *run, Request *r);
+
+/**
+ * After a step: KV reserved (blocks held) and used (rows holding tokens),
+ * counting each physical block once however many tables share it; the
+ * breakdown per block; the block and sharing numbers.
+ * @param ctx  the PagedServer
+ * @param run  the run
+ */
+void paged_account(void *ctx, ServingRun *run);
+
+/**
+ * Chapter 4's lines of the memory table: blocks total/used/free over time,
+ * last-block slack, block-table bytes, preemptions, sharing.
+ * @param f    stream
+ * @param ctx  the PagedServer
+ * @param run  the finished run
+ */
+void paged_report_table(FILE *f, void *ctx, const ServingRun *run);
+
+/**
+ * Chapter 4's JSON keys: block_size, blocks_total, bytes_per_block,
+ * blocks_peak_used, preemptions, blocks_saved_by_sharing (peak and
+ * average), cow_copies, watermark_blocks, max_batched_tokens,
+ * block_table_bytes, kv_metadata_bytes, blocks_timeline.
+ * @param j    the writer (inside the report object)
+ * @param ctx  the PagedServer
+ * @param run  the finished run
+ */
+void paged_report_json(JsonWriter *j, void *ctx, const ServingRun *run);
+
+#endif

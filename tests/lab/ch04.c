@@ -1,0 +1,348 @@
+/* Chapter 4 lab: the block allocator, the slot mapping, copy-on-write,
+ * PagedAttention and the admission rule (solutions/ch04/, regions
+ * ch04.alloc, ch04.release, ch04.slot, ch04.cow, ch04.attend, ch04.admit),
+ * first on small cases you can check by hand, then end to end: a server
+ * that preempts and forks must give every request the tokens it gets alone. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "generate.h"
+#include "lab/grading.h"
+#include "mem.h"
+#include "ops.h"
+#include "paged.h"
+#include "serving.h"
+#include "synth.h"
+
+static BlockShape shape_of(int block_size)
+{
+    return (BlockShape){.block_size = block_size, .n_layers = 2, .kv_dim = 4, .elem_bytes = sizeof(float)};
+}
+
+/* ------------------------------------------------------------ allocator */
+
+START_TEST(alloc_hands_out_each_block_once)
+{
+    BlockPool p;
+    Err err = {{0}};
+    BlockShape s = shape_of(4);
+    ck_assert(block_pool_init(&p, &s, 4, 1, &err) == 0);
+    int seen[4] = {0};
+    for (int i = 0; i < 4; i++) {
+        int b = block_pool_alloc(&p);
+        ck_assert_msg(b >= 0 && b < 4, "expected a block id in 0..3 from a pool with %d free, got %d; hint: pop "
+                                       "free_stack[n_free - 1] and decrement n_free",
+                      4 - i, b);
+        ck_assert_msg(!seen[b], "expected distinct blocks, got block %d twice; hint: did you decrement n_free?", b);
+        seen[b] = 1;
+        ck_assert_msg(p.ref_count[b] == 1, "expected reference count 1 for a new block, got %d; hint: the caller "
+                                           "is its one holder",
+                      p.ref_count[b]);
+        ck_assert_msg(p.n_free == 3 - i, "expected %d free blocks, got %d", 3 - i, p.n_free);
+    }
+    int b = block_pool_alloc(&p);
+    ck_assert_msg(b == -1, "expected -1 from an empty pool, got %d; hint: check n_free before popping", b);
+    block_pool_free(&p);
+}
+END_TEST
+
+START_TEST(release_frees_at_zero_and_refuses_double_free)
+{
+    BlockPool p;
+    Err err = {{0}};
+    BlockShape s = shape_of(4);
+    ck_assert(block_pool_init(&p, &s, 3, 1, &err) == 0);
+    int a = block_pool_alloc(&p), b = block_pool_alloc(&p);
+    ck_assert_msg(a >= 0 && b >= 0, "expected two blocks, got %d and %d; hint: finish ch04.alloc first", a, b);
+    int left = block_pool_release(&p, a);
+    ck_assert_msg(left == 0 && p.n_free == 2, "expected 0 holders left and 2 free blocks, got %d and %d; hint: "
+                                              "push the block back on free_stack when its count reaches 0",
+                  left, p.n_free);
+    ck_assert_msg(p.free_stack[p.n_free - 1] == a, "expected block %d on top of the free stack, got %d", a,
+                  p.free_stack[p.n_free - 1]);
+    left = block_pool_release(&p, a);
+    ck_assert_msg(left == -1 && p.n_free == 2, "expected a double free to return -1 and change nothing, got %d with "
+                                               "%d free; hint: a block whose count is already 0 has no holder",
+                  left, p.n_free);
+    block_pool_retain(&p, b); /* two holders now */
+    left = block_pool_release(&p, b);
+    ck_assert_msg(left == 1 && p.n_free == 2, "expected a shared block to stay held (1 holder left, 2 free), got "
+                                              "%d holders and %d free; hint: only the last holder frees it",
+                  left, p.n_free);
+    left = block_pool_release(&p, b);
+    ck_assert_msg(left == 0 && p.n_free == 3, "expected the last release to free it (3 free), got %d holders, %d free",
+                  left, p.n_free);
+    block_pool_free(&p);
+}
+END_TEST
+
+/* ------------------------------------------------------------ slot mapping */
+
+START_TEST(slot_lookup_at_block_boundaries)
+{
+    int ids[3] = {7, 2, 5};
+    BlockTable t = {.blocks = ids, .n_blocks = 3, .capacity = 3};
+    int sizes[] = {1, 4, 16};
+    for (int k = 0; k < 3; k++) {
+        int bs = sizes[k];
+        int pos[] = {0, bs - 1, bs, 2 * bs - 1, 2 * bs, 3 * bs - 1};
+        int want_block[] = {7, 7, 2, 2, 5, 5}, want_offset[] = {0, bs - 1, 0, bs - 1, 0, bs - 1};
+        for (int i = 0; i < 6; i++) {
+            int offset = -1, block = block_table_slot(&t, pos[i], bs, &offset);
+            ck_assert_msg(block == want_block[i] && offset == want_offset[i],
+                          "expected position %d (block size %d) in block %d at offset %d, got block %d offset %d; "
+                          "hint: logical block pos / block_size, row pos %% block_size",
+                          pos[i], bs, want_block[i], want_offset[i], block, offset);
+        }
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------ copy-on-write */
+
+START_TEST(cow_copies_only_a_shared_block)
+{
+    BlockPool p;
+    BlockTables bt;
+    Err err = {{0}};
+    BlockShape s = shape_of(4);
+    ck_assert(block_pool_init(&p, &s, 6, 1, &err) == 0);
+    ck_assert(block_tables_init(&bt, 2, 3, &err) == 0);
+    BlockTable *parent = &bt.tables[0], *child = &bt.tables[1];
+    ck_assert_msg(block_table_grow(&p, parent, 6) == 0, "expected room for 6 tokens; hint: finish ch04.alloc");
+    for (size_t i = 0; i < 2 * p.floats_per_block; i++)
+        p.storage[(size_t)parent->blocks[0] * p.floats_per_block + i % p.floats_per_block] = (float)i;
+    block_pool_copy(&p, parent->blocks[1], parent->blocks[0]);
+    block_table_fork(&p, parent, child);
+    int shared = child->blocks[1], copied = -1;
+    int rc = block_table_make_writable(&p, child, 5, &copied); /* position 5: logical block 1 */
+    ck_assert_msg(rc == 0 && copied == 1, "expected a copy of the shared block holding position 5, got rc %d, "
+                                          "copied %d; hint: a block with ref_count > 1 must be copied first",
+                  rc, copied);
+    ck_assert_msg(child->blocks[1] != shared && parent->blocks[1] == shared,
+                  "expected the child to point at a new block and the parent to keep %d, got child %d parent %d",
+                  shared, child->blocks[1], parent->blocks[1]);
+    ck_assert_msg(child->blocks[0] == parent->blocks[0], "expected block 0 still shared, got %d and %d; hint: copy "
+                                                         "only the block being written",
+                  child->blocks[0], parent->blocks[0]);
+    ck_assert_msg(p.ref_count[shared] == 1 && p.ref_count[child->blocks[1]] == 1,
+                  "expected one holder each for the original and the copy, got %d and %d; hint: release the "
+                  "shared block once you hold the copy",
+                  p.ref_count[shared], p.ref_count[child->blocks[1]]);
+    ck_assert_msg(memcmp(p.storage + (size_t)child->blocks[1] * p.floats_per_block,
+                         p.storage + (size_t)shared * p.floats_per_block, p.floats_per_block * sizeof(float)) == 0,
+                  "expected the copy to hold the shared block's K and V; hint: block_pool_copy(pool, dst, src)");
+    rc = block_table_make_writable(&p, parent, 5, &copied);
+    ck_assert_msg(rc == 0 && copied == 0, "expected no copy of a block only this table holds, got copied %d",
+                  copied);
+    block_table_release(&p, parent, NULL, NULL);
+    block_table_release(&p, child, NULL, NULL);
+    ck_assert_msg(p.n_free == 6, "expected every block free at the end, got %d of 6", p.n_free);
+    block_tables_free(&bt);
+    block_pool_free(&p);
+}
+END_TEST
+
+/* ------------------------------------------------------------ PagedAttention */
+
+START_TEST(attend_through_scattered_blocks)
+{
+    const int head_dim = 2, kv_dim = 4, n_pos = 10, bs = 4;
+    BlockPool p;
+    Err err = {{0}};
+    BlockShape s = shape_of(bs);
+    ck_assert(block_pool_init(&p, &s, 5, 1, &err) == 0);
+    int ids[3] = {4, 0, 2}; /* positions 0-3 in block 4, 4-7 in block 0, 8-9 in block 2 */
+    BlockTable t = {.blocks = ids, .n_blocks = 3, .capacity = 3};
+    float keys[10 * 4], values[10 * 4]; /* [n_pos][kv_dim], the contiguous view */
+    unsigned long long rng = 99;
+    for (int i = 0; i < n_pos * kv_dim; i++) {
+        keys[i] = sampler_random_f32(&rng) - 0.5f;
+        values[i] = sampler_random_f32(&rng) * 4.0f;
+    }
+    for (int pos = 0; pos < n_pos; pos++) {
+        int block = ids[pos / bs], row = pos % bs;
+        memcpy(block_pool_keys(&p, block, 1) + row * kv_dim, keys + pos * kv_dim, sizeof(float) * kv_dim);
+        memcpy(block_pool_values(&p, block, 1) + row * kv_dim, values + pos * kv_dim, sizeof(float) * kv_dim);
+    }
+    float q[2] = {0.7f, -1.3f}, want[2], got[2] = {0, 0}, scores[10], scores2[10];
+    for (int kv_head = 0; kv_head < 2; kv_head++)
+        for (int n = 1; n <= n_pos; n++) {
+            attention_reference(want, q, keys + kv_head * head_dim, values + kv_head * head_dim, n, kv_dim,
+                                head_dim, scores);
+            paged_attention(&p, &t, 1, kv_head, head_dim, q, n, got, scores2);
+            ck_assert_msg(memcmp(want, got, sizeof want) == 0,
+                          "expected (%.7g, %.7g) for KV head %d over %d positions, got (%.7g, %.7g); hint: same "
+                          "order as attention_reference: scores of 0..n-1, softmax, then the values, reading "
+                          "logical block i from physical block t->blocks[i], layer 1, the head's slice",
+                          (double)want[0], (double)want[1], kv_head, n, (double)got[0], (double)got[1]);
+        }
+    block_pool_free(&p);
+}
+END_TEST
+
+/* ------------------------------------------------------------ admission */
+
+START_TEST(admit_keeps_the_watermark)
+{
+    struct {
+        int free, needed, watermark, want;
+    } cases[] = {{10, 7, 3, 1}, {10, 8, 3, 0}, {7, 7, 0, 1}, {6, 7, 0, 0}, {20, 1, 19, 1}, {20, 2, 19, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int got = paged_can_admit(cases[i].free, cases[i].needed, cases[i].watermark);
+        ck_assert_msg(got == cases[i].want, "expected %d for %d free, %d needed, watermark %d, got %d; hint: admit "
+                                            "when free - needed >= watermark",
+                      cases[i].want, cases[i].free, cases[i].needed, cases[i].watermark, got);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------ end to end */
+
+typedef struct {
+    ModelConfig cfg;
+    float *keys, *values; /* [layers][seq_len][kv_dim] */
+    int stored;
+} ContigKv;
+
+static float *contig_row(float *base, const ModelConfig *c, int layer, int pos)
+{
+    return base + ((size_t)layer * c->seq_len + (size_t)pos) * (size_t)model_kv_dim(c);
+}
+
+static int contig_prepare(void *ctx, int n_tokens, int *cached, Err *err)
+{
+    (void)n_tokens;
+    (void)err;
+    *cached = ((ContigKv *)ctx)->stored;
+    return 0;
+}
+
+static void contig_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
+{
+    ContigKv *kv = ctx;
+    size_t n = (size_t)model_kv_dim(&kv->cfg) * sizeof(float);
+    memcpy(contig_row(kv->keys, &kv->cfg, layer, e->pos), k, n);
+    memcpy(contig_row(kv->values, &kv->cfg, layer, e->pos), v, n);
+    if (e->pos + 1 > kv->stored)
+        kv->stored = e->pos + 1;
+}
+
+static void contig_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out,
+                          float *scores)
+{
+    ContigKv *kv = ctx;
+    const ModelConfig *c = &kv->cfg;
+    int off = (head / model_kv_mul(c)) * model_head_dim(c);
+    attention_reference(out, q, contig_row(kv->keys, c, layer, 0) + off, contig_row(kv->values, c, layer, 0) + off,
+                        e->pos + 1, model_kv_dim(c), model_head_dim(c), scores);
+}
+
+/* The tokens a request gets alone, with a contiguous cache. */
+static int solo(const Model *m, const Tokenizer *t, const char *prompt, int steps, float temperature,
+                unsigned long long seed, int *out)
+{
+    const ModelConfig *c = &m->cfg;
+    Generation g;
+    Err err = {{0}};
+    ck_assert(generation_init(&g, m, t, prompt, &err) == 0);
+    size_t floats = (size_t)c->n_layers * c->seq_len * model_kv_dim(c);
+    ContigKv kv = {*c, calloc(floats, sizeof(float)), calloc(floats, sizeof(float)), 0};
+    SingleStreamKv strat = {.seam = {.ctx = &kv, .store = contig_store, .attend = contig_attend},
+                            .prepare = contig_prepare};
+    ForwardState fs;
+    ck_assert(forward_state_init(&fs, c, c->seq_len, 1, &err) == 0);
+    Sampler s;
+    ck_assert(sampler_init(&s, c->vocab_size, temperature, 0.9f, seed, &err) == 0);
+    ck_assert(generate(&g, m, t, &s, &fs, &strat, steps, NULL, &err) == 0);
+    int n = g.n_tokens - g.n_prompt;
+    memcpy(out, g.tokens + g.n_prompt, (size_t)n * sizeof(int));
+    sampler_free(&s);
+    forward_state_free(&fs);
+    free(kv.keys);
+    free(kv.values);
+    generation_free(&g);
+    return n;
+}
+
+/* Serves @p requests on a small synthetic model (GQA) in a pool of
+ * @p blocks blocks of 4 tokens and compares every request with its solo run. */
+static void serve_and_compare(const char *requests, int blocks, int n_samples, float temperature, int want_preempt)
+{
+    ModelConfig cfg = {48, 96, 3, 6, 2, 400, 64};
+    SynthSpec spec = {.cfg = cfg, .seed = 11};
+    void *image, *tok_image;
+    size_t bytes, tok_bytes;
+    Err err = {{0}};
+    ck_assert(synth_model_image(&spec, &image, &bytes, &err) == 0);
+    ck_assert(synth_tokenizer_image(cfg.vocab_size, &tok_image, &tok_bytes, &err) == 0);
+    Model m;
+    Tokenizer t;
+    ck_assert(model_open_image(&m, image, bytes, &err) == 0);
+    ck_assert(tokenizer_open_image(&t, tok_image, tok_bytes, cfg.vocab_size, &err) == 0);
+    RequestFile rf;
+    ck_assert(request_file_parse(&rf, requests, strlen(requests), "lab", &err) == 0);
+    CliOptions o;
+    cli_defaults(&o);
+    o.block_size = 4;
+    o.watermark = 0;
+    o.kv_budget = (size_t)blocks * 4 * model_kv_bytes_per_token(&cfg, sizeof(float));
+    o.n_samples = n_samples;
+    o.temperature = temperature;
+    ServingRun run;
+    ck_assert(serving_run_init(&run, &m, &t, &o, &rf, &err) == 0);
+    int rc = serving_run(paged_chapter(), &run, NULL, &err);
+    ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: the allocator, the "
+                           "admission rule and copy-on-write all take part",
+                  err.msg);
+    PagedServer *s = run.chapter_ctx;
+    if (want_preempt)
+        ck_assert_msg(s->preemptions > 0, "expected preemptions in a pool of %d blocks, got none", blocks);
+    for (int i = 0; i < run.n_reqs; i++) {
+        const Request *r = &run.reqs[i];
+        int want[64];
+        int n = solo(&m, &t, r->spec->prompt, r->spec->max_new_tokens, temperature, o.seed + (unsigned long long)i,
+                     want);
+        int same = n == r->n_tokens - r->n_prompt && memcmp(want, r->tokens + r->n_prompt, n * sizeof(int)) == 0;
+        ck_assert_msg(same, "expected request %d (sample %d, %d preemptions) to give its solo tokens, got "
+                            "different ones; hint: check the slot mapping (store) and the block order in attention%s",
+                      r->spec->id, r->sample, r->preemptions, n_samples > 1 ? ", and copy-on-write" : "");
+    }
+    ck_assert_msg(s->kv.pool.n_free == s->kv.pool.n_blocks, "expected every block free at the end, got %d of %d; "
+                                                            "hint: release must return blocks to the free stack",
+                  s->kv.pool.n_free, s->kv.pool.n_blocks);
+    serving_run_close(paged_chapter(), &run);
+    serving_run_free(&run);
+    request_file_free(&rf);
+    tokenizer_free(&t);
+    mem_free(tok_image);
+    mem_free(image);
+}
+
+START_TEST(server_gives_solo_tokens_under_preemption)
+{
+    serve_and_compare("5\tab\n30\tthe end of it\n12\tx\n70\tlong enough to reach seq len\n40\tmore words here\n", 18, 1,
+                      0.0f, 1);
+}
+END_TEST
+
+START_TEST(forked_samples_give_their_solo_tokens)
+{
+    serve_and_compare("20\tthe end of it\n15\tab\n", 64, 3, 0.9f, 0);
+}
+END_TEST
+
+Suite *lab_suite(void)
+{
+    Suite *s = suite_create("ch04");
+    lab_add_test(s, alloc_hands_out_each_block_once, 10);
+    lab_add_test(s, release_frees_at_zero_and_refuses_double_free, 10);
+    lab_add_test(s, slot_lookup_at_block_boundaries, 10);
+    lab_add_test(s, cow_copies_only_a_shared_block, 10);
+    lab_add_test(s, attend_through_scattered_blocks, 10);
+    lab_add_test(s, admit_keeps_the_watermark, 10);
+    lab_add_test(s, server_gives_solo_tokens_under_preemption, 60);
+    lab_add_test(s, forked_samples_give_their_solo_tokens, 60);
+    return s;
+}

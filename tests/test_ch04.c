@@ -1,0 +1,828 @@
+/* Chapter 4: PagedAttention equals the contiguous reference bit for bit;
+ * continuous batching with preemption gives every request its solo tokens
+ * for every block size and budget; forks share blocks and copy on write;
+ * requests that can never fit are rejected; the scheduler runs without a
+ * model (accounting only, as the simulator drives it); the program refuses
+ * bad input with one line. */
+#include <check.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "generate.h"
+#include "helpers.h"
+#include "mem.h"
+#include "ops.h"
+#include "paged.h"
+#include "serving.h"
+#include "suites.h"
+#include "synth.h"
+
+/* ------------------------------------------------------------ fixtures */
+
+typedef struct {
+    Model m;
+    Tokenizer t;
+    void *image, *tok_image;
+} Fixture;
+
+/* GQA (6 query heads on 2 KV heads), seq_len 64 so that requests reach it. */
+static const ModelConfig SYNTH_GQA = {48, 96, 3, 6, 2, 400, 64};
+
+static void fixture_synthetic(Fixture *f, ModelConfig cfg, unsigned long long seed)
+{
+    SynthSpec spec = {.cfg = cfg, .shared_classifier = 0, .seed = seed};
+    size_t bytes, tok_bytes;
+    Err err = {{0}};
+    ck_assert(synth_model_image(&spec, &f->image, &bytes, &err) == 0);
+    ck_assert(synth_tokenizer_image(cfg.vocab_size, &f->tok_image, &tok_bytes, &err) == 0);
+    ck_assert_msg(model_open_image(&f->m, f->image, bytes, &err) == 0, "%s", err.msg);
+    ck_assert_msg(tokenizer_open_image(&f->t, f->tok_image, tok_bytes, cfg.vocab_size, &err) == 0, "%s", err.msg);
+}
+
+static int fixture_stories(Fixture *f, const char *test)
+{
+    const char *mp = test_shared_file("stories260K.bin"), *tp = test_shared_file("tok512.bin");
+    if (!mp || !tp) {
+        test_skip(test, "../shared/models is absent");
+        return 0;
+    }
+    memset(f, 0, sizeof *f);
+    Err err = {{0}};
+    ck_assert(model_load(&f->m, mp, &err) == 0);
+    ck_assert(tokenizer_load(&f->t, tp, 512, &err) == 0);
+    return 1;
+}
+
+static void fixture_free(Fixture *f)
+{
+    tokenizer_free(&f->t);
+    model_free(&f->m);
+    mem_free(f->tok_image);
+    mem_free(f->image);
+}
+
+/* The reference: one prompt alone through the shared generation loop with
+ * a plain contiguous cache ([layers][seq_len][kv_dim], chapter 2's layout)
+ * and attention_reference(). It shares nothing with the paged code. */
+typedef struct {
+    ModelConfig cfg;
+    float *keys, *values; /* [layers][seq_len][kv_dim] */
+    int stored;           /* leading positions with K/V */
+} ContigKv;
+
+static float *contig_row(float *base, const ModelConfig *c, int layer, int pos)
+{
+    return base + ((size_t)layer * c->seq_len + (size_t)pos) * (size_t)model_kv_dim(c);
+}
+
+static int contig_prepare(void *ctx, int n_tokens, int *cached, Err *err)
+{
+    (void)n_tokens;
+    (void)err;
+    *cached = ((ContigKv *)ctx)->stored;
+    return 0;
+}
+
+static void contig_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
+{
+    ContigKv *kv = ctx;
+    size_t n = (size_t)model_kv_dim(&kv->cfg) * sizeof(float);
+    memcpy(contig_row(kv->keys, &kv->cfg, layer, e->pos), k, n);
+    memcpy(contig_row(kv->values, &kv->cfg, layer, e->pos), v, n);
+    if (e->pos + 1 > kv->stored)
+        kv->stored = e->pos + 1;
+}
+
+static void contig_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out,
+                          float *scores)
+{
+    ContigKv *kv = ctx;
+    const ModelConfig *c = &kv->cfg;
+    int off = (head / model_kv_mul(c)) * model_head_dim(c);
+    attention_reference(out, q, contig_row(kv->keys, c, layer, 0) + off, contig_row(kv->values, c, layer, 0) + off,
+                        e->pos + 1, model_kv_dim(c), model_head_dim(c), scores);
+}
+
+static int solo_tokens(const Fixture *f, const char *prompt, int steps, float temperature, unsigned long long seed,
+                       int *out)
+{
+    const ModelConfig *c = &f->m.cfg;
+    Generation g;
+    Err err = {{0}};
+    ck_assert_msg(generation_init(&g, &f->m, &f->t, prompt, &err) == 0, "%s", err.msg);
+    size_t floats = (size_t)c->n_layers * c->seq_len * model_kv_dim(c);
+    ContigKv kv = {*c, calloc(floats, sizeof(float)), calloc(floats, sizeof(float)), 0};
+    SingleStreamKv strat = {.seam = {.ctx = &kv, .store = contig_store, .attend = contig_attend},
+                            .prepare = contig_prepare};
+    ForwardState fs;
+    ck_assert(forward_state_init(&fs, c, c->seq_len, 1, &err) == 0);
+    Sampler s;
+    ck_assert(sampler_init(&s, c->vocab_size, temperature, 0.9f, seed, &err) == 0);
+    ck_assert_msg(generate(&g, &f->m, &f->t, &s, &fs, &strat, steps, NULL, &err) == 0, "%s", err.msg);
+    int n = g.n_tokens - g.n_prompt;
+    memcpy(out, g.tokens + g.n_prompt, (size_t)n * sizeof(int));
+    sampler_free(&s);
+    forward_state_free(&fs);
+    free(kv.keys);
+    free(kv.values);
+    generation_free(&g);
+    return n;
+}
+
+/* A paged run, left open so that its server can be inspected. */
+typedef struct {
+    RequestFile rf;
+    CliOptions o;
+    ServingRun run;
+} PagedRun;
+
+static void paged_run(PagedRun *pr, const Fixture *f, const char *requests, CliOptions o)
+{
+    Err err = {{0}};
+    ck_assert_msg(request_file_parse(&pr->rf, requests, strlen(requests), "t", &err) == 0, "%s", err.msg);
+    pr->o = o;
+    ck_assert_msg(serving_run_init(&pr->run, &f->m, &f->t, &pr->o, &pr->rf, &err) == 0, "%s", err.msg);
+    ck_assert_msg(serving_run(paged_chapter(), &pr->run, NULL, &err) == 0, "block size %d, budget %zu: %s",
+                  o.block_size, o.kv_budget, err.msg);
+}
+
+static PagedServer *server_of(PagedRun *pr)
+{
+    return pr->run.chapter_ctx;
+}
+
+/* Everything a finished run must leave behind: every block free, the
+ * breakdown whole, and nothing leaked once closed. */
+static void paged_run_close(PagedRun *pr)
+{
+    PagedServer *s = server_of(pr);
+    ck_assert_msg(s->kv.pool.n_free == s->kv.pool.n_blocks, "%d of %d blocks still held at the end",
+                  block_pool_used(&s->kv.pool), s->kv.pool.n_blocks);
+    for (int b = 0; b < s->kv.pool.n_blocks; b++)
+        if (s->kv.pool.ref_count[b] != 0)
+            ck_abort_msg("block %d has refcount %d at the end", b, s->kv.pool.ref_count[b]);
+    ck_assert_int_eq(s->n_running, 0);
+    double fr[4];
+    kv_breakdown_fractions(&pr->run.breakdown, fr);
+    ck_assert_double_eq_tol(fr[0] + fr[1] + fr[2] + fr[3], 1.0, 1e-9);
+    ck_assert_double_eq(fr[3], 0.0); /* any free block serves anyone: no external fragmentation */
+    serving_run_close(paged_chapter(), &pr->run);
+    serving_run_free(&pr->run);
+    request_file_free(&pr->rf);
+    ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
+    ck_assert_uint_eq(mem_current(MEM_KV_METADATA, MEM_HOST), 0);
+}
+
+static CliOptions greedy(int block_size, size_t budget)
+{
+    CliOptions o;
+    cli_defaults(&o);
+    o.block_size = block_size;
+    o.kv_budget = budget;
+    return o;
+}
+
+/* ------------------------------------------------------ PagedAttention */
+
+START_TEST(paged_attention_equals_contiguous_bitwise)
+{
+    const int layers = 2, kv_heads = 3, head_dim = 8, kv_dim = kv_heads * head_dim, max_pos = 70;
+    int sizes[] = {1, 4, 16, 64};
+    unsigned long long rng = 12345;
+    float *keys = malloc((size_t)max_pos * kv_dim * sizeof(float)); /* [max_pos][kv_dim] of layer 1 */
+    float *values = malloc((size_t)max_pos * kv_dim * sizeof(float));
+    for (int i = 0; i < max_pos * kv_dim; i++) {
+        keys[i] = sampler_random_f32(&rng) * 2.0f - 1.0f;
+        values[i] = sampler_random_f32(&rng) * 2.0f - 1.0f;
+    }
+    float q[8], want[8], got[8], scores[80], scores2[80];
+    for (int i = 0; i < head_dim; i++)
+        q[i] = sampler_random_f32(&rng) * 3.0f - 1.5f;
+    for (int k = 0; k < 4; k++) {
+        int bs = sizes[k], n_blocks = block_count_for_tokens(max_pos, bs);
+        BlockPool p;
+        BlockTables bt;
+        Err err = {{0}};
+        BlockShape shape = {bs, layers, kv_dim, sizeof(float)};
+        ck_assert_int_eq(block_pool_init(&p, &shape, n_blocks + 3, 1, &err), 0);
+        ck_assert_int_eq(block_tables_init(&bt, 1, n_blocks, &err), 0);
+        BlockTable *t = &bt.tables[0];
+        /* Scatter the sequence: logical block i in physical block
+         * (n_blocks - 1 - i) + 3, so that nothing is in order. */
+        t->n_blocks = n_blocks;
+        for (int i = 0; i < n_blocks; i++)
+            t->blocks[i] = n_blocks - 1 - i + 3;
+        for (int pos = 0; pos < max_pos; pos++) {
+            int offset, b = block_table_slot(t, pos, bs, &offset);
+            memcpy(block_pool_keys(&p, b, 1) + offset * kv_dim, keys + pos * kv_dim, kv_dim * sizeof(float));
+            memcpy(block_pool_values(&p, b, 1) + offset * kv_dim, values + pos * kv_dim, kv_dim * sizeof(float));
+        }
+        int lengths[] = {1, bs, bs + 1, 2 * bs - 1, 37, max_pos};
+        for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
+            int n_pos = lengths[l] < max_pos ? lengths[l] : max_pos;
+            for (int h = 0; h < kv_heads; h++) {
+                attention_reference(want, q, keys + h * head_dim, values + h * head_dim, n_pos, kv_dim, head_dim,
+                                    scores);
+                paged_attention(&p, t, 1, h, head_dim, q, n_pos, got, scores2);
+                ck_assert_msg(memcmp(want, got, sizeof want) == 0,
+                              "block size %d, %d positions, kv head %d: paged attention differs from the "
+                              "contiguous reference",
+                              bs, n_pos, h);
+            }
+        }
+        block_tables_free(&bt);
+        block_pool_free(&p);
+    }
+    free(keys);
+    free(values);
+}
+END_TEST
+
+/* ------------------------------------------------------ same tokens */
+
+/* Requests of every kind: shorter than a block, several blocks, one that
+ * reaches seq_len (64), prompts of different lengths. */
+static const char *SYNTH_REQUESTS = "5\tab\n"
+                                    "30\tthe end of it\n"
+                                    "12\tx\n"
+                                    "70\tlong enough to reach seq len\n"
+                                    "20\ta b c d e f g h i j k l m n o p\n"
+                                    "9\tzz\n"
+                                    "40\tmore words here\n";
+
+typedef struct {
+    int n[16];
+    int tokens[16][512];
+} SoloSet;
+
+static void solo_set(SoloSet *ss, const Fixture *f, const char *requests)
+{
+    RequestFile rf;
+    Err err = {{0}};
+    ck_assert(request_file_parse(&rf, requests, strlen(requests), "t", &err) == 0);
+    ck_assert_int_le(rf.count, 16);
+    for (int i = 0; i < rf.count; i++)
+        ss->n[i] = solo_tokens(f, rf.items[i].prompt, rf.items[i].max_new_tokens, 0.0f, 1, ss->tokens[i]);
+    request_file_free(&rf);
+}
+
+static void expect_solo_tokens(PagedRun *pr, const SoloSet *ss)
+{
+    for (int i = 0; i < pr->run.n_reqs; i++) {
+        const Request *r = &pr->run.reqs[i];
+        ck_assert_msg(r->finish == REQ_FINISH_LENGTH || r->finish == REQ_FINISH_STOP,
+                      "block size %d: request %d did not finish (%d)", pr->o.block_size, i, (int)r->finish);
+        int n = r->n_tokens - r->n_prompt;
+        ck_assert_msg(n == ss->n[i] && memcmp(r->tokens + r->n_prompt, ss->tokens[i], (size_t)n * sizeof(int)) == 0,
+                      "block size %d, budget %zu: request %d (%d preemptions) differs from its solo run", pr->o.block_size,
+                      pr->o.kv_budget, i, r->preemptions);
+    }
+}
+
+/* Every block size from 1 to 256, with a roomy budget and one so tight
+ * that requests are preempted and recomputed again and again. */
+static void same_tokens_every_block_size(const Fixture *f, const char *requests, const SoloSet *ss,
+                                         int tight_tokens, int expect_preemptions_below)
+{
+    size_t per_token = model_kv_bytes_per_token(&f->m.cfg, sizeof(float));
+    for (int bs = 1; bs <= 256; bs *= 2) {
+        /* The tight pool: room for the longest request plus a little, at
+         * least one block. */
+        int tight_blocks = block_count_for_tokens(tight_tokens, bs);
+        size_t budgets[2] = {(size_t)64 * 512 * per_token, (size_t)tight_blocks * (size_t)bs * per_token};
+        for (int k = 0; k < 2; k++) {
+            PagedRun pr;
+            CliOptions o = greedy(bs, budgets[k]);
+            o.watermark = 0;
+            paged_run(&pr, f, requests, o);
+            expect_solo_tokens(&pr, ss);
+            if (k == 1 && bs < expect_preemptions_below)
+                ck_assert_msg(server_of(&pr)->preemptions >= 3, "block size %d: only %ld preemptions in a tight pool",
+                              bs, server_of(&pr)->preemptions);
+            if (k == 0)
+                ck_assert_int_eq(server_of(&pr)->preemptions, 0);
+            paged_run_close(&pr);
+        }
+    }
+}
+
+START_TEST(same_tokens_as_solo_synthetic_gqa)
+{
+    Fixture f;
+    fixture_synthetic(&f, SYNTH_GQA, 11);
+    SoloSet *ss = calloc(1, sizeof *ss);
+    solo_set(ss, &f, SYNTH_REQUESTS);
+    same_tokens_every_block_size(&f, SYNTH_REQUESTS, ss, 72, 32);
+    free(ss);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(same_tokens_as_solo_synthetic_mha)
+{
+    Fixture f;
+    ModelConfig cfg = {32, 64, 2, 4, 4, 380, 64}; /* no GQA */
+    fixture_synthetic(&f, cfg, 5);
+    SoloSet *ss = calloc(1, sizeof *ss);
+    solo_set(ss, &f, SYNTH_REQUESTS);
+    same_tokens_every_block_size(&f, SYNTH_REQUESTS, ss, 72, 32);
+    free(ss);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(same_tokens_as_solo_stories260k)
+{
+    Fixture f;
+    if (!fixture_stories(&f, "same_tokens_as_solo_stories260k"))
+        return;
+    const char *requests = "60\tOnce upon a time\n"
+                           "12\tThe cat sat\n"
+                           "90\tTom had a red ball.\n"
+                           "25\tLily found a shiny stone\n"
+                           "40\tThe sun was hot\n";
+    SoloSet *ss = calloc(1, sizeof *ss);
+    solo_set(ss, &f, requests);
+    size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
+    int sizes[] = {1, 16, 256};
+    for (int k = 0; k < 3; k++) {
+        /* Roomy, then just over the longest request (about 100 tokens). */
+        size_t budgets[2] = {0, (size_t)block_count_for_tokens(110, sizes[k]) * (size_t)sizes[k] * per_token};
+        for (int b = 0; b < 2; b++) {
+            PagedRun pr;
+            CliOptions o = greedy(sizes[k], budgets[b]);
+            paged_run(&pr, &f, requests, o);
+            expect_solo_tokens(&pr, ss);
+            if (b == 1 && sizes[k] == 16)
+                ck_assert_int_gt(server_of(&pr)->preemptions, 0);
+            paged_run_close(&pr);
+        }
+    }
+    free(ss);
+    fixture_free(&f);
+}
+END_TEST
+
+/* ------------------------------------------------------ scheduling */
+
+START_TEST(never_fitting_request_is_rejected_at_once)
+{
+    Fixture f;
+    fixture_synthetic(&f, SYNTH_GQA, 11);
+    SoloSet *ss = calloc(1, sizeof *ss);
+    const char *requests = "5\tab\n70\tlong enough to reach seq len\n9\tzz\n";
+    solo_set(ss, &f, requests);
+    size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
+    /* 3 blocks of 8 = 24 tokens: the request of 63 cached positions can never fit. */
+    PagedRun pr;
+    CliOptions o = greedy(8, 3 * 8 * per_token);
+    paged_run(&pr, &f, requests, o);
+    const Request *r = &pr.run.reqs[1];
+    ck_assert_int_eq(r->finish, REQ_FINISH_REJECTED);
+    ck_assert_int_eq(r->finished_step, 0);
+    ck_assert_int_eq(r->admitted_step, -1);
+    ck_assert_msg(strstr(r->note, "needs") || strstr(r->note, "need"), "note: %s", r->note);
+    ck_assert_msg(strstr(r->note, "whole pool has 3"), "note: %s", r->note);
+    ck_assert_int_eq(pr.run.reqs[0].finish != REQ_FINISH_REJECTED, 1);
+    ck_assert_int_eq(pr.run.reqs[2].finish != REQ_FINISH_REJECTED, 1);
+    for (int i = 0; i < 3; i += 2)
+        ck_assert(memcmp(pr.run.reqs[i].tokens + pr.run.reqs[i].n_prompt, ss->tokens[i],
+                         (size_t)ss->n[i] * sizeof(int)) == 0);
+    paged_run_close(&pr);
+    free(ss);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(budget_below_one_block_is_an_error)
+{
+    Fixture f;
+    fixture_synthetic(&f, SYNTH_GQA, 11);
+    RequestFile rf;
+    Err err = {{0}};
+    ck_assert(request_file_parse(&rf, "5\tab\n", 5, "t", &err) == 0);
+    CliOptions o = greedy(16, 100);
+    ServingRun run;
+    ck_assert(serving_run_init(&run, &f.m, &f.t, &o, &rf, &err) == 0);
+    ck_assert_int_eq(serving_run(paged_chapter(), &run, NULL, &err), -1);
+    ck_assert_msg(strstr(err.msg, "holds no block"), "%s", err.msg);
+    serving_run_free(&run);
+    request_file_free(&rf);
+    fixture_free(&f);
+    ck_assert_uint_eq(mem_current(MEM_KV_METADATA, MEM_HOST), 0);
+}
+END_TEST
+
+START_TEST(continuous_batching_admits_as_blocks_free)
+{
+    /* Block size 4, 16 blocks, no watermark. A: 3-token prompt, 30 new
+     * (at most 32 cached positions: 8 blocks). B, C, D: 26-token prompt
+     * (7 blocks), 4 new (8 blocks at most). Worked by hand:
+     *   step 0  A, B, C admitted (1 + 7 + 7 = 15 blocks); D waits
+     *   step 2  A starts its 2nd block: the last free one
+     *   step 3  B needs its 8th block: C (newest) is preempted, B finishes
+     *   step 4  C is readmitted (all 29 positions recomputed, 8 blocks)
+     *           and finishes; D still does not fit beside it
+     *   step 5  D is admitted, while A keeps running until step 29. */
+    Fixture f;
+    fixture_synthetic(&f, SYNTH_GQA, 11);
+    size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
+    const char *requests = "30\tab\n"
+                           "4\tabcdefghijklmnopqrstuvwxyz\n"
+                           "4\tabcdefghijklmnopqrstuvwxyz\n"
+                           "4\tabcdefghijklmnopqrstuvwxyz\n";
+    SoloSet *ss = calloc(1, sizeof *ss);
+    solo_set(ss, &f, requests);
+    PagedRun pr;
+    CliOptions o = greedy(4, 16 * 4 * per_token);
+    o.watermark = 0;
+    paged_run(&pr, &f, requests, o);
+    const Request *a = &pr.run.reqs[0], *b = &pr.run.reqs[1], *c = &pr.run.reqs[2], *d = &pr.run.reqs[3];
+    ck_assert_int_eq(a->n_prompt, 3);
+    ck_assert_int_eq(b->n_prompt, 26);
+    expect_solo_tokens(&pr, ss);
+    ck_assert_msg(a->admitted_step == 0 && b->admitted_step == 0 && c->admitted_step == 0,
+                  "expected A, B, C admitted at step 0, got %ld %ld %ld", a->admitted_step, b->admitted_step,
+                  c->admitted_step);
+    ck_assert_int_eq(b->finished_step, 3);
+    ck_assert_int_eq(c->preemptions, 1);
+    ck_assert_int_eq(c->finished_step, 4);
+    ck_assert_int_eq(server_of(&pr)->preemptions, 1);
+    ck_assert_int_eq(d->admitted_step, 5); /* the step after C gave its blocks back */
+    ck_assert_int_eq(a->finished_step, 29);  /* D joined while A was running */
+    ck_assert_int_eq(pr.run.max_concurrent, 3);
+    paged_run_close(&pr);
+    free(ss);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(forks_share_prompt_blocks_and_copy_on_write)
+{
+    Fixture f;
+    fixture_synthetic(&f, SYNTH_GQA, 11);
+    /* "the end of it" and "ab" encode to prompts that do not end on a
+     * block boundary of 4 (checked below), so the first write of each
+     * sample lands in the shared last prompt block. */
+    const char *requests = "20\tthe end of it\n15\tab\n";
+    const int n = 3;
+    PagedRun pr;
+    CliOptions o = greedy(4, 0);
+    o.n_samples = n;
+    o.temperature = 0.9f;
+    o.seed = 7;
+    paged_run(&pr, &f, requests, o);
+    ck_assert_int_eq(pr.run.n_reqs, 2 * n);
+    PagedServer *s = server_of(&pr);
+    long expect_copies = 0;
+    int expect_saved = 0;
+    for (int line = 0; line < 2; line++) {
+        const Request *first = &pr.run.reqs[line * n];
+        int p = first->n_prompt;
+        int all_wrote = 1;
+        for (int k = 0; k < n; k++) {
+            const Request *r = &pr.run.reqs[line * n + k];
+            ck_assert_int_eq(r->admitted_step, 0);
+            all_wrote &= r->n_tokens - r->n_prompt >= 2;
+            /* Each sample: the tokens of its own solo run, sampler seeded
+             * with --seed + its index, as if it had never shared anything. */
+            int want[64];
+            int got = solo_tokens(&f, pr.rf.items[line].prompt, pr.rf.items[line].max_new_tokens, o.temperature,
+                                  o.seed + (unsigned long long)r->index, want);
+            ck_assert_msg(got == r->n_tokens - r->n_prompt &&
+                              memcmp(want, r->tokens + r->n_prompt, (size_t)got * sizeof(int)) == 0,
+                          "request %d sample %d differs from its solo run", line, k);
+        }
+        ck_assert_msg(p % 4 != 0, "prompt %d has %d tokens; the test wants a partly filled last block", line, p);
+        /* The last prompt block is shared by n; every writer but the last
+         * copies it. */
+        if (all_wrote)
+            expect_copies += n - 1;
+        expect_saved += (n - 1) * block_count_for_tokens(p, 4);
+    }
+    ck_assert_int_eq(s->cow_copies, expect_copies);
+    ck_assert_int_ge(s->blocks_saved_peak, expect_saved);
+    /* The samples differ from each other (they were sampled, not copied). */
+    ck_assert(memcmp(pr.run.reqs[0].tokens, pr.run.reqs[1].tokens, 64 * sizeof(int)) != 0 ||
+              memcmp(pr.run.reqs[0].tokens, pr.run.reqs[2].tokens, 64 * sizeof(int)) != 0);
+    paged_run_close(&pr);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(forks_under_preemption_keep_their_tokens)
+{
+    /* Samples of one prompt in a pool too small for all of them: siblings
+     * are preempted and recomputed alone; each still gets its own tokens. */
+    Fixture f;
+    fixture_synthetic(&f, SYNTH_GQA, 11);
+    size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
+    const char *requests = "40\tthe end of it\n";
+    const int n = 4;
+    PagedRun pr;
+    CliOptions o = greedy(4, 20 * 4 * per_token);
+    o.n_samples = n;
+    o.temperature = 1.0f;
+    o.watermark = 0;
+    paged_run(&pr, &f, requests, o);
+    ck_assert_int_gt(server_of(&pr)->preemptions, 0);
+    for (int k = 0; k < n; k++) {
+        const Request *r = &pr.run.reqs[k];
+        int want[64];
+        int got = solo_tokens(&f, pr.rf.items[0].prompt, 40, o.temperature, o.seed + (unsigned long long)k, want);
+        ck_assert_msg(got == r->n_tokens - r->n_prompt &&
+                          memcmp(want, r->tokens + r->n_prompt, (size_t)got * sizeof(int)) == 0,
+                      "sample %d (%d preemptions) differs from its solo run", k, r->preemptions);
+    }
+    paged_run_close(&pr);
+    fixture_free(&f);
+}
+END_TEST
+
+/* ------------------------------------------------ accounting only (kvsim) */
+
+/* What the simulator does instead of a forward pass: every fed request has
+ * K/V for what it was fed, takers get a token, the lengths decide when they
+ * finish. */
+static void simulate_step(const ServingChapter *ch, ServingRun *run, int *done)
+{
+    Err err = {{0}};
+    run->n_entries = run->n_logits = run->n_takers = 0;
+    ck_assert_msg(ch->schedule(run->chapter_ctx, run, &err) == 0, "%s", err.msg);
+    ck_assert_msg(run->n_entries > 0, "step %ld planned nothing", run->step);
+    int running = 0;
+    for (int i = 0; i < run->n_reqs; i++)
+        running += run->reqs[i].phase == REQ_RUNNING;
+    if (running > run->max_concurrent)
+        run->max_concurrent = running;
+    for (int i = 0; i < run->n_entries; i++) {
+        Request *r = &run->reqs[run->entries[i].seq];
+        if (run->entries[i].pos + 1 > r->n_cached)
+            r->n_cached = run->entries[i].pos + 1;
+    }
+    int n_done = 0;
+    for (int i = 0; i < run->n_takers; i++) {
+        Request *r = &run->reqs[run->taker_req[i]];
+        r->tokens[r->n_tokens++] = 42;
+        if (r->n_tokens >= r->max_tokens) {
+            r->phase = REQ_DONE;
+            r->finish = REQ_FINISH_LENGTH;
+            r->finished_step = run->step;
+            run->n_done++;
+            done[n_done++] = r->index;
+        }
+    }
+    ch->account(run->chapter_ctx, run);
+    for (int i = 0; i < n_done; i++)
+        ch->finished(run->chapter_ctx, run, &run->reqs[done[i]]);
+    run->step++;
+}
+
+/* A run of N requests driven without a model: LLaMA-7B in f16 (32 layers
+ * x 4096 x 2 x 2 B = 512 KiB per token, 8 MiB per block of 16), no weights,
+ * no K/V bytes. Every request: a 100-token prompt (7 blocks) and 28 new
+ * tokens, so at most 127 cached positions (8 blocks). */
+enum { SIM_N = 6 };
+typedef struct {
+    Model m;
+    CliOptions o;
+    RequestSpec specs[SIM_N];
+    ServingRun run;
+    int done[SIM_N];
+} Sim;
+
+static void sim_open(Sim *sim, int n_blocks, int watermark)
+{
+    memset(sim, 0, sizeof *sim);
+    sim->m.cfg = (ModelConfig){4096, 11008, 32, 32, 32, 32000, 2048};
+    sim->o = greedy(16, (size_t)n_blocks * (8u << 20));
+    sim->o.watermark = watermark;
+    ServingRun *run = &sim->run;
+    run->model = &sim->m;
+    run->opts = &sim->o;
+    run->kv_bytes_per_token = model_kv_bytes_per_token(&sim->m.cfg, 2);
+    run->no_kv_storage = 1;
+    run->n_reqs = SIM_N;
+    run->reqs = calloc(SIM_N, sizeof(Request));
+    for (int i = 0; i < SIM_N; i++) {
+        sim->specs[i] = (RequestSpec){.id = i, .line = i + 1, .max_new_tokens = 28, .prompt = "p"};
+        run->reqs[i] = (Request){.spec = &sim->specs[i], .index = i, .n_prompt = 100, .n_tokens = 100,
+                                 .max_tokens = 128, .admitted_step = -1, .finished_step = -1};
+        run->reqs[i].tokens = calloc(2048, sizeof(int));
+    }
+    Err err = {{0}};
+    int max_tokens, max_logits;
+    ck_assert_msg(paged_chapter()->open(run, &run->chapter_ctx, &max_tokens, &max_logits, NULL, &err) == 0, "%s",
+                  err.msg);
+    run->entries = calloc((size_t)max_tokens, sizeof(BatchEntry));
+    run->max_step_tokens = max_tokens;
+    run->max_logits = max_logits;
+    run->taker_row = calloc(SIM_N, sizeof(int));
+    run->taker_req = calloc(SIM_N, sizeof(int));
+}
+
+static void sim_close(Sim *sim)
+{
+    paged_chapter()->close(sim->run.chapter_ctx);
+    for (int i = 0; i < SIM_N; i++)
+        free(sim->run.reqs[i].tokens);
+    free(sim->run.reqs);
+    free(sim->run.entries);
+    free(sim->run.taker_row);
+    free(sim->run.taker_req);
+}
+
+static int sim_running(const Sim *sim)
+{
+    int n = 0;
+    for (int i = 0; i < SIM_N; i++)
+        n += sim->run.reqs[i].phase == REQ_RUNNING;
+    return n;
+}
+
+START_TEST(accounting_only_at_7b_scale)
+{
+    Sim sim;
+    sim_open(&sim, 38, 0);
+    const ServingChapter *ch = paged_chapter();
+    ServingRun *run = &sim.run;
+    PagedServer *s = run->chapter_ctx;
+    ck_assert_int_eq(s->kv.pool.n_blocks, 38);
+    ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
+    /* Step 0: five prompts of 7 blocks fit (35 of 38), the sixth waits. */
+    simulate_step(ch, run, sim.done);
+    ck_assert_int_eq(block_pool_used(&s->kv.pool), 35);
+    ck_assert_uint_eq(run->timeline.reserved, (size_t)35 * (8u << 20));
+    ck_assert_uint_eq(run->timeline.used, (size_t)500 * (512u << 10));
+    ck_assert_int_eq(run->reqs[5].phase, REQ_WAITING);
+    /* Steps 1-12 write positions 100-111 into the 7th block. */
+    for (int k = 0; k < 12; k++)
+        simulate_step(ch, run, sim.done);
+    ck_assert_int_eq(s->preemptions, 0);
+    /* Step 13: all five start an 8th block; 3 are free: the fourth request
+     * preempts the newest (the fifth, 7 blocks back), then gets its block. */
+    simulate_step(ch, run, sim.done);
+    ck_assert_int_eq(s->preemptions, 1);
+    ck_assert_int_eq(run->reqs[4].phase, REQ_WAITING);
+    ck_assert_int_eq(run->reqs[4].n_cached, 0);
+    ck_assert_int_eq(block_pool_used(&s->kv.pool), 32);
+    while (run->n_done < SIM_N)
+        simulate_step(ch, run, sim.done);
+    ck_assert_int_eq(run->max_concurrent, 5);
+    ck_assert_int_eq(s->kv.pool.n_free, 38);
+    ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
+    sim_close(&sim);
+}
+END_TEST
+
+START_TEST(admission_keeps_the_watermark)
+{
+    ck_assert_int_eq(paged_can_admit(10, 7, 3), 1); /* exactly the watermark left */
+    ck_assert_int_eq(paged_can_admit(10, 8, 3), 0);
+    ck_assert_int_eq(paged_can_admit(7, 7, 0), 1);
+    ck_assert_int_eq(paged_can_admit(6, 7, 0), 0);
+    /* 38 blocks, 7 per prompt: 38 -> 31 -> 24 -> 17 -> 10 -> 3 free. With
+     * a watermark of 10% (3 blocks) the fifth leaves exactly 3 and is
+     * admitted; at 11% (4 blocks) it is not. */
+    int watermarks[] = {10, 11}, admitted[] = {5, 4};
+    for (int k = 0; k < 2; k++) {
+        Sim sim;
+        sim_open(&sim, 38, watermarks[k]);
+        PagedServer *s = sim.run.chapter_ctx;
+        ck_assert_int_eq(s->watermark_blocks, 3 + k);
+        simulate_step(paged_chapter(), &sim.run, sim.done);
+        ck_assert_int_eq(sim_running(&sim), admitted[k]);
+        while (sim.run.n_done < SIM_N)
+            simulate_step(paged_chapter(), &sim.run, sim.done);
+        sim_close(&sim);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------ program */
+
+typedef struct {
+    char model[PATH_MAX], tok[PATH_MAX], reqs[PATH_MAX];
+} ProgramFiles;
+
+static void program_files(ProgramFiles *pf)
+{
+    test_write_synthetic(&SYNTH_GQA, 11, 0, 0, pf->model, pf->tok);
+    const char *text = "5\tab\n30\tthe end of it\n12\tx\n";
+    test_write_temp(text, strlen(text), pf->reqs);
+}
+
+static void program_files_remove(const ProgramFiles *pf)
+{
+    remove(pf->model);
+    remove(pf->tok);
+    remove(pf->reqs);
+}
+
+/* Runs ch04-paged and expects exit 1 with one error line naming @p word. */
+static void expect_refusal(const ProgramFiles *pf, const char *const *extra, const char *word)
+{
+    const char *argv[24] = {"ch04-paged", "--model", pf->model, "--tokenizer", pf->tok, "--requests", pf->reqs};
+    int n = 7;
+    for (int i = 0; extra[i]; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    ProgramResult r;
+    ck_assert_int_eq(test_run_program(argv, &r), 0);
+    ck_assert_msg(r.status == 1, "exit %d for %s: %s", r.status, word, r.err);
+    ck_assert_uint_eq(r.out_len, 0);
+    const char *e = strstr(r.err, "ch04-paged: error: ");
+    ck_assert_msg(e && strstr(e, word) && test_count_lines(e) == 1, "expected one error line naming '%s': %s", word,
+                  r.err);
+    int errors = 0;
+    for (const char *x = r.err; (x = strstr(x, "error")) != NULL; x++)
+        errors++;
+    ck_assert_msg(errors == 1, "expected one error, got: %s", r.err);
+    test_result_free(&r);
+}
+
+START_TEST(program_refuses_bad_input)
+{
+    ProgramFiles pf;
+    program_files(&pf);
+    expect_refusal(&pf, (const char *const[]){"--block-size", "3", NULL}, "power of two");
+    expect_refusal(&pf, (const char *const[]){"--block-size", "0", NULL}, "out of range");
+    expect_refusal(&pf, (const char *const[]){"--block-size", "512", NULL}, "out of range");
+    expect_refusal(&pf, (const char *const[]){"--block-size", "x", NULL}, "not a whole number");
+    expect_refusal(&pf, (const char *const[]){"--n", "2", NULL}, "--temperature");
+    expect_refusal(&pf, (const char *const[]){"--kv-budget", "1000", NULL}, "holds no block");
+    expect_refusal(&pf, (const char *const[]){"--watermark", "90", NULL}, "out of range");
+    expect_refusal(&pf, (const char *const[]){"--reserve", "max", NULL}, "unknown option");
+    program_files_remove(&pf);
+}
+END_TEST
+
+START_TEST(program_reports_blocks_and_writes_requests)
+{
+    ProgramFiles pf;
+    program_files(&pf);
+    char json[PATH_MAX + 8], out[PATH_MAX + 8];
+    snprintf(json, sizeof json, "%s.json", pf.reqs);
+    snprintf(out, sizeof out, "%s.jsonl", pf.reqs);
+    const char *argv[] = {"ch04-paged", "--model", pf.model, "--tokenizer", pf.tok, "--requests", pf.reqs,
+                          "--block-size", "8", "--kv-budget", "48KiB", "--json", json, "--out", out, NULL};
+    ProgramResult r;
+    ck_assert_int_eq(test_run_program(argv, &r), 0);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_uint_eq(r.out_len, 0);
+    /* 48 KiB / (8 tokens x 384 B) = 16 blocks; 64-token requests take 8. */
+    ck_assert_msg(strstr(r.err, "16 blocks of 8 tokens x 384 B = 3.00 KiB each"), "%s", r.err);
+    ck_assert_msg(strstr(r.err, "max concurrency at the model's full length (64 tokens = 8 blocks): 2;"), "%s",
+                  r.err);
+    ck_assert_msg(strstr(r.err, "paged KV (block size 8)"), "%s", r.err);
+    test_result_free(&r);
+    FILE *f = fopen(json, "r");
+    ck_assert_ptr_nonnull(f);
+    char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    const char *keys[] = {"\"kv_utilization_avg\"", "\"kv_breakdown\"", "\"internal_fragmentation\"",
+                          "\"max_concurrent\"", "\"requests_completed\"", "\"preemptions\"", "\"blocks_total\": 16",
+                          "\"block_size\": 8", "\"blocks_saved_by_sharing\"", "\"block_table_bytes\"",
+                          "\"blocks_timeline\"", "\"kv_metadata\""};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        ck_assert_msg(strstr(buf, keys[i]), "%s missing from the JSON report", keys[i]);
+    f = fopen(out, "r");
+    ck_assert_ptr_nonnull(f);
+    n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    ck_assert_int_eq(test_count_lines(buf), 3);
+    ck_assert_msg(strstr(buf, "\"finish\":\"length\""), "%s", buf);
+    remove(json);
+    remove(out);
+    program_files_remove(&pf);
+}
+END_TEST
+
+Suite *suite_ch04(void)
+{
+    Suite *s = suite_create("ch04");
+    TCase *tc = tcase_create("ch04");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, paged_attention_equals_contiguous_bitwise);
+    tcase_add_test(tc, same_tokens_as_solo_synthetic_gqa);
+    tcase_add_test(tc, same_tokens_as_solo_synthetic_mha);
+    tcase_add_test(tc, same_tokens_as_solo_stories260k);
+    tcase_add_test(tc, never_fitting_request_is_rejected_at_once);
+    tcase_add_test(tc, budget_below_one_block_is_an_error);
+    tcase_add_test(tc, continuous_batching_admits_as_blocks_free);
+    tcase_add_test(tc, forks_share_prompt_blocks_and_copy_on_write);
+    tcase_add_test(tc, forks_under_preemption_keep_their_tokens);
+    tcase_add_test(tc, accounting_only_at_7b_scale);
+    tcase_add_test(tc, admission_keeps_the_watermark);
+    tcase_add_test(tc, program_refuses_bad_input);
+    tcase_add_test(tc, program_reports_blocks_and_writes_requests);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+REGISTER_SUITE(ch04)

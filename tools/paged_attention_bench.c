@@ -1,0 +1,166 @@
+/* paged_attention_bench: what reading K/V through a block table costs on
+ * the CPU, for every block size, against contiguous attention
+ * (attention_reference over a [n_pos][kv_dim] cache). A benchmark, never a
+ * test: `scripts/bench-ch04.sh` runs it.
+ *
+ *   build/paged_attention_bench [HEAD_DIM [REPEATS]]
+ *
+ * For each length and block size, the sequence's blocks are scattered over
+ * the pool in a random order (as they are after a while of serving), the
+ * same query attends over all positions, and the best time of REPEATS
+ * rounds of thread CPU time is kept (the least disturbed by other work on
+ * the machine). Every
+ * paged result is checked to be bitwise equal to the contiguous one. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "block_pool.h"
+#include "mem.h"
+#include "ops.h"
+#include "paged.h"
+#include "sampler.h"
+
+enum { KV_HEADS = 4, LAYERS = 1 };
+
+/* CPU time of this thread: a machine shared with other work deschedules
+ * us at random, and wall time would charge that to whichever variant was
+ * running. */
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    int head_dim, n_pos, calls;
+    float *keys, *values; /* [n_pos][kv_dim] contiguous cache */
+    float *q, *out, *scores;
+} Bench;
+
+/* Seconds per call of one round of b->calls contiguous calls. */
+static double round_contiguous(const Bench *b)
+{
+    int kv_dim = KV_HEADS * b->head_dim;
+    double t0 = cpu_seconds();
+    for (int c = 0; c < b->calls; c++)
+        attention_reference(b->out, b->q, b->keys + (c % KV_HEADS) * b->head_dim,
+                            b->values + (c % KV_HEADS) * b->head_dim, b->n_pos, kv_dim, b->head_dim, b->scores);
+    return (cpu_seconds() - t0) / b->calls;
+}
+
+/* The same through a block table. */
+static double round_paged(const Bench *b, const BlockPool *p, const BlockTable *t)
+{
+    double t0 = cpu_seconds();
+    for (int c = 0; c < b->calls; c++)
+        paged_attention(p, t, 0, c % KV_HEADS, b->head_dim, b->q, b->n_pos, b->out, b->scores);
+    return (cpu_seconds() - t0) / b->calls;
+}
+
+/* Scatters the contiguous cache over the pool's blocks in a random order. */
+static void scatter(BlockPool *p, BlockTable *t, const Bench *b, unsigned long long *rng)
+{
+    int kv_dim = KV_HEADS * b->head_dim, bs = p->shape.block_size;
+    t->n_blocks = block_count_for_tokens(b->n_pos, bs);
+    for (int i = 0; i < t->n_blocks; i++)
+        t->blocks[i] = i;
+    for (int i = t->n_blocks - 1; i > 0; i--) {
+        int j = (int)(sampler_random_f32(rng) * (float)(i + 1)) % (i + 1), tmp = t->blocks[i];
+        t->blocks[i] = t->blocks[j];
+        t->blocks[j] = tmp;
+    }
+    for (int pos = 0; pos < b->n_pos; pos++) {
+        int offset, block = block_table_slot(t, pos, bs, &offset);
+        memcpy(block_pool_keys(p, block, 0) + offset * kv_dim, b->keys + pos * kv_dim, kv_dim * sizeof(float));
+        memcpy(block_pool_values(p, block, 0) + offset * kv_dim, b->values + pos * kv_dim, kv_dim * sizeof(float));
+    }
+}
+
+#define N_SIZES 9 /* block sizes 1, 2, 4, ..., 256 */
+
+/* Builds one scattered pool per block size, then runs rounds that time the
+ * contiguous baseline and every block size back to back (so that a slow
+ * moment of the machine hits them all alike), keeping each one's best. */
+static int bench_length(int head_dim, int n_pos, int repeats)
+{
+    int kv_dim = KV_HEADS * head_dim;
+    unsigned long long rng = 2024;
+    Bench b = {head_dim, n_pos, (int)(10000000L / ((long)n_pos * head_dim)) + 8, NULL, NULL, NULL, NULL, NULL};
+    b.keys = mem_alloc_array(MEM_KV, (size_t)n_pos * kv_dim, sizeof(float));
+    b.values = mem_alloc_array(MEM_KV, (size_t)n_pos * kv_dim, sizeof(float));
+    b.q = mem_alloc_array(MEM_ACTIVATIONS, (size_t)head_dim, sizeof(float));
+    b.out = mem_alloc_array(MEM_ACTIVATIONS, (size_t)head_dim, sizeof(float));
+    b.scores = mem_alloc_array(MEM_ACTIVATIONS, (size_t)n_pos, sizeof(float));
+    float *want = mem_alloc_array(MEM_ACTIVATIONS, (size_t)head_dim, sizeof(float));
+    for (int i = 0; i < n_pos * kv_dim; i++) {
+        b.keys[i] = sampler_random_f32(&rng) - 0.5f;
+        b.values[i] = sampler_random_f32(&rng) - 0.5f;
+    }
+    for (int i = 0; i < head_dim; i++)
+        b.q[i] = sampler_random_f32(&rng) - 0.5f;
+    BlockPool pools[N_SIZES];
+    BlockTables tables[N_SIZES];
+    for (int k = 0; k < N_SIZES; k++) {
+        Err err = {{0}};
+        BlockShape shape = {1 << k, LAYERS, kv_dim, sizeof(float)};
+        int n_blocks = block_count_for_tokens(n_pos, 1 << k);
+        if (block_pool_init(&pools[k], &shape, n_blocks, 1, &err) ||
+            block_tables_init(&tables[k], 1, n_blocks, &err)) {
+            fprintf(stderr, "paged_attention_bench: error: %s\n", err.msg);
+            return 1;
+        }
+        scatter(&pools[k], &tables[k].tables[0], &b, &rng);
+    }
+    double best_contiguous = 1e30, best[N_SIZES];
+    int status = 0;
+    for (int k = 0; k < N_SIZES; k++)
+        best[k] = 1e30;
+    for (int r = 0; r < repeats; r++) {
+        double t = round_contiguous(&b);
+        best_contiguous = t < best_contiguous ? t : best_contiguous;
+        memcpy(want, b.out, (size_t)head_dim * sizeof(float)); /* the last call's KV head */
+        for (int k = 0; k < N_SIZES; k++) {
+            t = round_paged(&b, &pools[k], &tables[k].tables[0]);
+            best[k] = t < best[k] ? t : best[k];
+            if (memcmp(want, b.out, (size_t)head_dim * sizeof(float)) != 0) {
+                fprintf(stderr, "paged_attention_bench: error: block size %d differs from contiguous\n", 1 << k);
+                status = 1;
+            }
+        }
+    }
+    printf("| %5d | contiguous | %9.2f | 1.00 |\n", n_pos, 1e6 * best_contiguous);
+    for (int k = 0; k < N_SIZES; k++) {
+        printf("| %5d | %10d | %9.2f | %4.2f |\n", n_pos, 1 << k, 1e6 * best[k], best[k] / best_contiguous);
+        block_tables_free(&tables[k]);
+        block_pool_free(&pools[k]);
+    }
+    mem_free(want);
+    mem_free(b.keys);
+    mem_free(b.values);
+    mem_free(b.q);
+    mem_free(b.out);
+    mem_free(b.scores);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    int head_dim = argc > 1 ? atoi(argv[1]) : 64, repeats = argc > 2 ? atoi(argv[2]) : 7;
+    if (head_dim < 2 || head_dim > 256 || head_dim % 2 || repeats < 1) {
+        fprintf(stderr, "paged_attention_bench: error: usage: paged_attention_bench [HEAD_DIM (even, 2-256) "
+                        "[REPEATS]]\n");
+        return 1;
+    }
+    printf("PagedAttention vs contiguous attention, one query head of %d over n positions, %d KV heads "
+           "(best of %d rounds)\n\n",
+           head_dim, KV_HEADS, repeats);
+    printf("| positions | block size | us per call | vs contiguous |\n|---:|---:|---:|---:|\n");
+    int status = 0;
+    int lengths[] = {128, 512, 2048};
+    for (int i = 0; i < 3; i++)
+        status |= bench_length(head_dim, lengths[i], repeats);
+    return status;
+}
