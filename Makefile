@@ -156,6 +156,7 @@ check-stubs: deps
 LAB_BUILD ?= $(BUILD)/lab-$(LAB_RUN)
 lab-run:
 	@mkdir -p $(BUILD)
+	@echo "make lab: building chapter $(patsubst 0%,%,$(LAB_RUN_CH)) with $(LAB_RUN)/ in $(LAB_BUILD)/"
 	@# Relinking is cheap, and a binary left over from another LAB folder would lie.
 	@rm -f $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) $(patsubst chapters/%/main.c,$(LAB_BUILD)/%,$(wildcard chapters/ch$(LAB_RUN_CH)-*/main.c))
 	@$(MAKE) --no-print-directory BUILD=$(LAB_BUILD) LAB=$(LAB_RUN) $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) \
