@@ -397,6 +397,9 @@ static void bench_close(Bench *b)
 static int run_generation(const Bench *b, const SingleStreamKv *kv, const char *prompt, int steps, FILE *out,
                           Generation *g, Err *err)
 {
+    /* One thread: results never depend on it, and on a busy machine OpenMP
+     * threads that wait for each other can take a test past its time limit. */
+    ops_set_threads(1);
     Sampler sampler;
     ForwardState fs;
     memset(&fs, 0, sizeof fs);
