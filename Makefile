@@ -4,7 +4,11 @@
 #   make test         unit, chapter and golden tests (installs Check if missing)
 #   make test-sanitize  the same tests under AddressSanitizer and UBSan
 #   make lab CH=n     build chapter n with YOUR exercise files and grade them
+#                     (LAB=solutions grades the reference; TEST=name runs one test)
 #   make grade        grade every lab against the solutions (must be full marks)
+#   make exercises    regenerate exercises/ from the LAB markers in solutions/
+#   make check-exercises  fail if exercises/ is out of date
+#   make check-stubs  every stub must fail its lab (exercises score below full marks)
 #   make docs         the book and API reference as one HTML site (html/)
 #   make bench        benchmarks (not tests): writes build/bench/report.md
 #   make demo         every chapter on the same requests, side by side
@@ -58,7 +62,7 @@ PROGRAMS += $(BUILD)/ch04-paged
 endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 
-.PHONY: all test test-sanitize lab grade docs bench demo models cuda-check exercises check-exercises deps clean
+.PHONY: all test test-sanitize lab lab-run grade check-stubs docs bench demo models cuda-check exercises check-exercises deps clean
 all: $(PROGRAMS) $(TOOLS)
 
 $(BUILD)/obj/%.o: %.c
@@ -107,6 +111,91 @@ test-sanitize: deps
 # MODELS="stories15M.bin tokenizer.bin" fetches only those.
 models:
 	@scripts/fetch-models.sh $(MODELS)
+
+# ---------------------------------------------------------------- labs
+# A chapter has a lab when tests/lab/chNN.c exists. `make lab CH=n` builds
+# chapter n with LAB=exercises (the student's files) into its own folder,
+# $(BUILD)/lab-exercises, and runs the lab binary: the chapter's code minus
+# its main(), the lab tests and the grader (tests/lab/grader.c), which
+# prints PASS/FAIL per test and `Score: x/y`. A score is not an error; a
+# build that fails is. TEST=name runs one test only.
+LAB_CHAPTERS := $(patsubst tests/lab/ch%.c,%,$(sort $(wildcard tests/lab/ch[0-9][0-9].c)))
+LAB_SUPPORT_OBJS = $(BUILD)/obj/tests/lab/grader.o $(BUILD)/obj/tests/helpers.o
+# `make lab` grades exercises/ unless LAB is given.
+LAB_UNDER_TEST := $(if $(filter command line environment,$(origin LAB)),$(LAB),exercises)
+lab_two_digits = $(if $(filter 1 2 3 4 5 6 7 8 9,$(1)),0$(1),$(1))
+LAB_CH := $(call lab_two_digits,$(strip $(CH)))
+
+.SECONDEXPANSION:
+$(BUILD)/lab-ch0%: $(BUILD)/obj/tests/lab/ch0%.o $(LAB_SUPPORT_OBJS) $$(CH_OBJS_$$*) $(COMMON_OBJS)
+	$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
+
+lab: deps
+	@if [ -z "$(LAB_CH)" ] || [ ! -f "tests/lab/ch$(LAB_CH).c" ]; then \
+		echo "make lab: give a chapter that has a lab, e.g. make lab CH=1 (labs: $(patsubst 0%,%,$(LAB_CHAPTERS)))" >&2; \
+		exit 1; fi
+	@$(MAKE) --no-print-directory lab-run LAB_RUN_CH=$(LAB_CH) LAB_RUN=$(LAB_UNDER_TEST)
+
+# Every lab against the solutions: full marks or failure.
+grade: deps
+	@status=0; for nn in $(LAB_CHAPTERS); do \
+		$(MAKE) --no-print-directory lab-run LAB_RUN_CH=$$nn LAB_RUN=solutions LAB_EXPECT=full || status=1; \
+	done; exit $$status
+
+# Every stub must fail its lab: the untouched exercises score below full
+# marks, and so does each region stubbed alone (with the solution in every
+# other region), which shows that the tests catch each stub on its own.
+check-stubs: deps
+	@status=0; for nn in $(LAB_CHAPTERS); do \
+		$(MAKE) --no-print-directory lab-run LAB_RUN_CH=$$nn LAB_RUN=exercises LAB_EXPECT=incomplete || status=1; \
+		for id in $$(scripts/make-exercises.sh --list | grep "^ch$$nn\."); do \
+			scripts/make-exercises.sh --force --only $$id --exercises $(BUILD)/stubs/$$id >/dev/null || exit 1; \
+			echo "== ch$$nn with only region $$id stubbed"; \
+			$(MAKE) --no-print-directory lab-run LAB_RUN_CH=$$nn LAB_RUN=$(BUILD)/stubs/$$id \
+				LAB_BUILD=$(BUILD)/lab-stubs LAB_EXPECT=incomplete || status=1; \
+		done; \
+	done; exit $$status
+
+# One lab: LAB_RUN_CH (two digits), LAB_RUN (the folder holding chNN/),
+# LAB_BUILD (its build folder), LAB_EXPECT (empty, full or incomplete).
+LAB_BUILD ?= $(BUILD)/lab-$(LAB_RUN)
+lab-run:
+	@mkdir -p $(BUILD)
+	@echo "make lab: building chapter $(patsubst 0%,%,$(LAB_RUN_CH)) with $(LAB_RUN)/ in $(LAB_BUILD)/"
+	@# Relinking is cheap, and a binary left over from another LAB folder would lie.
+	@rm -f $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) $(patsubst chapters/%/main.c,$(LAB_BUILD)/%,$(wildcard chapters/ch$(LAB_RUN_CH)-*/main.c))
+	@$(MAKE) --no-print-directory BUILD=$(LAB_BUILD) LAB=$(LAB_RUN) $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) \
+		$(patsubst chapters/%/main.c,$(LAB_BUILD)/%,$(wildcard chapters/ch$(LAB_RUN_CH)-*/main.c)) \
+		>$(BUILD)/lab-build.log 2>&1 || { cat $(BUILD)/lab-build.log >&2; \
+		echo "make lab: chapter $(patsubst 0%,%,$(LAB_RUN_CH)) does not build with $(LAB_RUN)/ (the compiler's messages are above)" >&2; \
+		exit 1; }
+	@KVLAB_BUILD=$(LAB_BUILD) $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) --title "Lab ch$(LAB_RUN_CH) with $(LAB_RUN)/ch$(LAB_RUN_CH)/" \
+		$(if $(LAB_EXPECT),--expect $(LAB_EXPECT)) $(TEST)
+
+# ---------------------------------------------------------------- exercises
+# exercises/ is generated from the LAB markers in solutions/; FORCE=1
+# overwrites exercise files that look hand-edited.
+exercises:
+	@scripts/make-exercises.sh $(if $(FORCE),--force)
+
+check-exercises:
+	@tests/lab/make-exercises-test.sh
+	@scripts/make-exercises.sh --check
+
+# ---------------------------------------------------------------- docs
+# One HTML site in html/: book/ as pages (book/index.md is the main page)
+# and the API reference of the public headers. Any warning fails the build.
+# Doxygen silently skips the functions of a header without a @file comment,
+# so that is checked first.
+DOC_HEADERS = $(wildcard common/*.h chapters/*/*.h kernels/*.h kernels/*.cuh)
+docs:
+	@scripts/deps.sh doxygen
+	@status=0; for h in $(DOC_HEADERS); do grep -q '@file' "$$h" || { \
+		echo "$$h:1: error: no /** @file ... */ comment: doxygen would skip its functions" >&2; status=1; }; \
+	done; exit $$status
+	rm -rf html
+	doxygen Doxyfile
+	@echo "docs: open html/index.html"
 
 clean:
 	rm -rf build html

@@ -21,6 +21,7 @@
 #include "tokenizer.h"
 
 #ifndef PATH_MAX
+/** Longest file path kvlab handles, where <limits.h> does not define it. */
 #define PATH_MAX 4096
 /**
  * Finds a file of the project (e.g. "data/requests-mixed.tsv") relative to
@@ -36,8 +37,8 @@ int assets_find_project_file(const char *relpath, char *out, size_t n);
 
 /** A model and tokenizer ready to use, and where they came from. */
 typedef struct {
-    Model model;
-    Tokenizer tokenizer;
+    Model model;                   /**< the loaded model */
+    Tokenizer tokenizer;           /**< its tokenizer */
     char model_path[PATH_MAX];     /**< file, or "(synthetic stories260K)" */
     char tokenizer_path[PATH_MAX]; /**< file, or "(synthetic)" */
     int synthetic;                 /**< 1 when no model file was found */

@@ -59,7 +59,7 @@ typedef struct {
     int *tokens;          /**< [seq_len] prompt ids, then generated ids */
     int n_prompt;         /**< prompt ids (with BOS) */
     int n_tokens;         /**< ids so far */
-    FinishReason finish;
+    FinishReason finish;  /**< why generation stopped */
     BatchEntry *entries;  /**< [seq_len] the batch of the current step */
     double *step_seconds; /**< [seq_len + 1] time of the step run with t tokens in context, or 0 */
     long positions_run;   /**< token positions fed through the model, all steps together */

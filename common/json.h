@@ -20,10 +20,10 @@
 
 /** Writer state: the output and, per open level, whether a value was written. */
 typedef struct {
-    FILE *f;
+    FILE *f;                   /**< where the JSON goes */
     int pretty;                /**< 1: indented, one member per line; 0: one line */
     int depth;                 /**< open objects/arrays */
-    int has_items[JSON_MAX_DEPTH];
+    int has_items[JSON_MAX_DEPTH]; /**< per open level: 1 once a member was written (a comma comes next) */
 } JsonWriter;
 
 /**

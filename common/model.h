@@ -33,11 +33,23 @@ typedef struct {
     int seq_len;    /**< longest sequence the model was trained for */
 } ModelConfig;
 
-/** Width of one attention head. */
+/**
+ * Width of one attention head.
+ * @param c  model shape
+ * @return dim / n_heads
+ */
 static inline int model_head_dim(const ModelConfig *c) { return c->dim / c->n_heads; }
-/** Width of one token's K (or V) row: n_kv_heads * head_dim. */
+/**
+ * Width of one token's K (or V) row.
+ * @param c  model shape
+ * @return n_kv_heads * head_dim
+ */
 static inline int model_kv_dim(const ModelConfig *c) { return c->n_kv_heads * model_head_dim(c); }
-/** Query heads that share one KV head (1 without GQA). */
+/**
+ * Query heads that share one KV head (1 without GQA).
+ * @param c  model shape
+ * @return n_heads / n_kv_heads
+ */
 static inline int model_kv_mul(const ModelConfig *c) { return c->n_heads / c->n_kv_heads; }
 
 /**
@@ -70,9 +82,9 @@ typedef enum { MODEL_FORMAT_LEGACY, MODEL_FORMAT_AK42_V1 } ModelFormat;
 
 /** A loaded model: its shape, its weights, and the mapping behind them. */
 typedef struct {
-    ModelConfig cfg;
-    ModelWeights w;
-    ModelFormat format;
+    ModelConfig cfg;       /**< the shape from the header */
+    ModelWeights w;        /**< views of the tensors */
+    ModelFormat format;    /**< which file format it was read from */
     int shared_classifier; /**< 1 when wcls is the embedding table */
     size_t weight_bytes;   /**< bytes of the tensors the forward pass reads */
     void *map;             /**< mmap of the file, or NULL for an in-memory image */

@@ -36,15 +36,17 @@ typedef struct {
  * never allocates).
  */
 typedef struct {
-    size_t reserved, used;           /**< now */
-    size_t peak_reserved, peak_used; /**< largest seen */
+    size_t reserved;                 /**< KV bytes reserved now */
+    size_t used;                     /**< KV bytes holding tokens now */
+    size_t peak_reserved;            /**< largest reserved seen */
+    size_t peak_used;                /**< largest used seen */
     double util_at_peak;             /**< used / reserved at the step of peak reserved */
     double util_sum;                 /**< sum over steps with reserved > 0 of used / reserved */
     long util_steps;                 /**< number of such steps */
     long steps;                      /**< samples offered */
     long stride;                     /**< keep one sample in stride */
-    int n_samples;
-    KvSample samples[KV_TIMELINE_CAP];
+    int n_samples;                   /**< samples kept */
+    KvSample samples[KV_TIMELINE_CAP]; /**< the kept samples, oldest first */
 } KvTimeline;
 
 /**

@@ -16,13 +16,13 @@
 
 /** A probability with the token it belongs to (for sorting in top-p). */
 typedef struct {
-    float prob;
-    int index;
+    float prob; /**< probability of the token */
+    int index;  /**< the token id */
 } ProbIndex;
 
 /** Sampling settings and the generator state of one sequence. */
 typedef struct {
-    int vocab_size;
+    int vocab_size;               /**< logits per step */
     float temperature;            /**< 0 = greedy */
     float top_p;                  /**< in (0, 1): nucleus sampling; else plain sampling */
     unsigned long long rng_state; /**< xorshift64* state; never 0 */

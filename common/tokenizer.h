@@ -32,8 +32,8 @@ typedef struct {
 
 /** A loaded vocabulary. */
 typedef struct {
-    int vocab_size;
-    int max_token_length;
+    int vocab_size;          /**< tokens in the vocabulary */
+    int max_token_length;    /**< longest token string in bytes */
     char **vocab;            /**< [vocab_size] NUL-terminated token strings */
     float *scores;           /**< [vocab_size] merge priority, higher first */
     TokenIndex *sorted;      /**< [vocab_size] vocab sorted by string */

@@ -27,6 +27,13 @@ static void close_kv(SingleStreamKv *kv)
     naive_kv_free(&naive_kv);
 }
 
+/* Positions fed by the last step: all tokens but the newest, unless the
+ * last step sampled BOS/EOS, which is not appended (then all of them). */
+static int last_step_positions(const Generation *g)
+{
+    return g->finish == FINISH_STOP ? g->n_tokens : g->n_tokens - 1;
+}
+
 /* The K/V this run computed and threw away, against what a cache would
  * have computed: one K/V row per layer per position, once. */
 static void recompute_table(FILE *f, const SingleStreamKv *kv, const Generation *g)
@@ -34,12 +41,13 @@ static void recompute_table(FILE *f, const SingleStreamKv *kv, const Generation 
     (void)kv;
     const ModelConfig *c = &naive_kv.cfg;
     size_t per_token = model_kv_bytes_per_token(c, sizeof(float));
-    size_t last_step = (size_t)(g->n_tokens - 1) * per_token / (size_t)c->n_layers;
+    int last = last_step_positions(g);
+    size_t last_step = (size_t)last * per_token / (size_t)c->n_layers;
     fprintf(f, "recomputation\n");
     fprintf(f, "  K/V rows computed     %ld positions x %d layers (a cache would compute %d x %d)\n",
-            g->positions_run, c->n_layers, g->n_tokens - 1, c->n_layers);
+            g->positions_run, c->n_layers, last, c->n_layers);
     fprintf(f, "  transient K/V         %zu B at the last step (one layer of %d positions; activations)\n",
-            last_step, g->n_tokens - 1);
+            last_step, last);
 }
 
 static void recompute_json(JsonWriter *j, const SingleStreamKv *kv, const Generation *g)
@@ -47,7 +55,7 @@ static void recompute_json(JsonWriter *j, const SingleStreamKv *kv, const Genera
     (void)kv;
     const ModelConfig *c = &naive_kv.cfg;
     size_t per_layer_token = model_kv_bytes_per_token(c, sizeof(float)) / (size_t)c->n_layers;
-    json_int(j, "transient_kv_bytes_last_step", (long long)((size_t)(g->n_tokens - 1) * per_layer_token));
+    json_int(j, "transient_kv_bytes_last_step", (long long)((size_t)last_step_positions(g) * per_layer_token));
 }
 
 int main(int argc, char **argv)

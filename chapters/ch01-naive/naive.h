@@ -24,7 +24,7 @@
 
 /** The transient K/V of one layer of one step. */
 typedef struct {
-    ModelConfig cfg;
+    ModelConfig cfg; /**< shape of the model (sizes of heads and rows) */
     int capacity;  /**< positions the buffers hold (the model's seq_len) */
     float *keys;   /**< [capacity][kv_dim] keys of the layer being computed */
     float *values; /**< [capacity][kv_dim] values of the layer being computed */
