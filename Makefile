@@ -38,7 +38,10 @@ COMMON_OBJS := $(COMMON_SRCS:%.c=$(BUILD)/obj/%.o)
 
 # Each chapter is its folder's sources plus its lab files from $(LAB)/chNN/,
 # plus the lab files of the chapters before it (chapters build on each other).
-lab_srcs = $(sort $(wildcard $(LAB)/ch0$(1)/*.c))
+# With LAB_ONLY=n, only chapter n's lab files come from $(LAB) and the other
+# chapters' from solutions/, so that a lab is graded on its own chapter alone.
+lab_dir = $(if $(LAB_ONLY),$(if $(filter $(1),$(LAB_ONLY)),$(LAB),solutions),$(LAB))
+lab_srcs = $(sort $(wildcard $(call lab_dir,$(1))/ch0$(1)/*.c))
 chapter_srcs = $(filter-out %/main.c,$(sort $(wildcard chapters/ch0$(1)-*/*.c)))
 LAB_OBJS_1 := $(patsubst %.c,$(BUILD)/obj/%.o,$(call lab_srcs,1))
 LAB_OBJS_2 := $(LAB_OBJS_1) $(patsubst %.c,$(BUILD)/obj/%.o,$(call lab_srcs,2))
@@ -164,7 +167,8 @@ lab-run:
 	@echo "make lab: building chapter $(patsubst 0%,%,$(LAB_RUN_CH)) with $(LAB_RUN)/ in $(LAB_BUILD)/"
 	@# Relinking is cheap, and a binary left over from another LAB folder would lie.
 	@rm -f $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) $(patsubst chapters/%/main.c,$(LAB_BUILD)/%,$(wildcard chapters/ch$(LAB_RUN_CH)-*/main.c))
-	@$(MAKE) --no-print-directory BUILD=$(LAB_BUILD) LAB=$(LAB_RUN) $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) \
+	@$(MAKE) --no-print-directory BUILD=$(LAB_BUILD) LAB=$(LAB_RUN) LAB_ONLY=$(patsubst 0%,%,$(LAB_RUN_CH)) \
+		$(LAB_BUILD)/lab-ch$(LAB_RUN_CH) \
 		$(patsubst chapters/%/main.c,$(LAB_BUILD)/%,$(wildcard chapters/ch$(LAB_RUN_CH)-*/main.c)) \
 		>$(BUILD)/lab-build.log 2>&1 || { cat $(BUILD)/lab-build.log >&2; \
 		echo "make lab: chapter $(patsubst 0%,%,$(LAB_RUN_CH)) does not build with $(LAB_RUN)/ (the compiler's messages are above)" >&2; \

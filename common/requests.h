@@ -29,7 +29,7 @@ typedef struct {
 /** A parsed request file. */
 typedef struct {
     RequestSpec *items; /**< [count] in file order */
-    int count;
+    int count;          /**< number of requests */
     char *text;         /**< [bytes + 1] the file's text, lines cut in place */
 } RequestFile;
 

@@ -40,10 +40,10 @@
 
 /** KV memory by the paper's four categories, in byte-steps. */
 typedef struct {
-    double token_states;
-    double reserved;
-    double internal_fragmentation;
-    double external_fragmentation;
+    double token_states;           /**< bytes holding a token's K/V */
+    double reserved;               /**< bytes held for tokens still to come */
+    double internal_fragmentation; /**< bytes reserved that never held a token */
+    double external_fragmentation; /**< free bytes too scattered to use */
 } KvBreakdown;
 
 /**
@@ -119,31 +119,31 @@ typedef struct {
     int n_tokens;      /**< ids so far */
     int max_tokens;    /**< n_prompt + max_new_tokens, capped at seq_len */
     int n_cached;      /**< leading positions whose K/V are stored */
-    RequestPhase phase;
-    RequestFinish finish;
+    RequestPhase phase;     /**< waiting, running or done */
+    RequestFinish finish;   /**< how it ended (REQ_FINISH_NONE until then) */
     long admitted_step; /**< step of its first admission, or -1 */
     long finished_step; /**< step it finished on, or -1 */
     int preemptions;    /**< times its K/V were freed to make room */
     Sampler sampler;    /**< seeded with --seed + index: batching never changes its draws */
-    KvReservationTrack kv;
+    KvReservationTrack kv;  /**< its KV reservation over time, for the breakdown */
     char note[200];     /**< why it was rejected */
 } Request;
 
 /** The state of a serving run, shared by the loop and the chapter. */
 typedef struct {
-    const Model *model;
-    const Tokenizer *tokenizer;
-    const CliOptions *opts;
+    const Model *model;         /**< the model (NULL when simulating) */
+    const Tokenizer *tokenizer; /**< for --out text */
+    const CliOptions *opts;     /**< seed, sampling, budget, chapter options */
     size_t kv_bytes_per_token; /**< all layers, K and V */
     Request *reqs;             /**< [n_reqs] in file order (samples of one line together) */
-    int n_reqs;
+    int n_reqs;                /**< requests (file lines x samples) */
     long step;                 /**< forward steps run so far */
     int n_done;                /**< requests finished or rejected */
     int max_concurrent;        /**< most requests RUNNING after any step */
-    long tokens_generated;
+    long tokens_generated;     /**< new tokens of all requests */
     BatchEntry *entries;       /**< [max_step_tokens] this step's batch */
-    int n_entries;
-    int max_step_tokens;
+    int n_entries;             /**< entries planned for this step */
+    int max_step_tokens;       /**< capacity of entries (the chapter's step budget) */
     int n_logits;              /**< logits rows used this step */
     int max_logits;            /**< logits rows per step */
     int *taker_row;            /**< [n_reqs] logits row each taker samples from this step */
@@ -151,10 +151,10 @@ typedef struct {
     int n_takers;              /**< requests that sample this step */
     float *logits_scratch;     /**< [vocab_size] a private copy of a row, for sampling */
     int no_kv_storage;         /**< 1: simulate only (kvsim): chapters keep the books but allocate no K/V bytes */
-    ForwardState fs;
+    ForwardState fs;           /**< activations of the forward pass */
     KvTimeline timeline;       /**< total KV reserved/used after each step */
     KvBreakdown breakdown;     /**< byte-steps by category */
-    double elapsed_s;
+    double elapsed_s;          /**< wall time of the loop */
     void *chapter_ctx;         /**< the chapter's state while open (see serving_run()) */
 } ServingRun;
 
