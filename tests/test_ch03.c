@@ -543,6 +543,32 @@ START_TEST(oversized_request_is_rejected)
 }
 END_TEST
 
+START_TEST(max_batch_limits_the_batch)
+{
+    TestModel tm;
+    open_synthetic(&tm, GQA, 3);
+    TestRun tr;
+    /* Room for all four under request, but at most two per batch: 0 and 1
+     * from step 0 to 7 (max_new_tokens 8), then 2 and 3 from step 8. */
+    prepare_run(&tr, &tm, "8\ta\n8\tb\n8\tc\n8\td\n", "request");
+    tr.o.max_batch = 2;
+    char *log_text = NULL;
+    size_t log_len = 0;
+    FILE *log = open_memstream(&log_text, &log_len);
+    run_to_end(&tr, log);
+    fclose(log);
+    ck_assert_int_eq(tr.run.max_concurrent, 2);
+    ck_assert_int_eq(state(&tr)->stats.batches, 2);
+    static const long admitted[] = {0, 0, 8, 8};
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(tr.run.reqs[i].admitted_step, admitted[i]);
+    ck_assert_msg(strstr(log_text, "step 0: request 2 waits: the batch is full (--max-batch 2)"), "%s", log_text);
+    free(log_text);
+    finish_run(&tr);
+    close_model(&tm);
+}
+END_TEST
+
 /* ---------------------------------------------------------- accounting only */
 
 /* The serving loop without a model: what kvsim does. Fed tokens get K/V
@@ -807,6 +833,7 @@ Suite *suite_ch03(void)
     tcase_add_test(batching, breakdown_by_hand);
     tcase_add_test(batching, fragmentation_refusal_on_a_real_run);
     tcase_add_test(batching, oversized_request_is_rejected);
+    tcase_add_test(batching, max_batch_limits_the_batch);
     tcase_add_test(batching, accounting_only_13b_scale);
     suite_add_tcase(s, batching);
     TCase *program = tcase_create("program");

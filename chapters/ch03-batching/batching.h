@@ -108,6 +108,8 @@ typedef struct {
     long external_steps;           /**< steps that counted external fragmentation */
     int max_holes;                 /**< most holes in the arena after a step */
     double free_fraction_sum;      /**< sum over steps of free bytes / budget */
+    double reserved_sum;           /**< sum over steps of bytes in regions */
+    double finished_held_sum;      /**< of which in regions of requests that had finished */
     long steps;                    /**< steps accounted */
 } BatchingStats;
 
@@ -128,7 +130,7 @@ typedef struct {
     FILE *log;                /**< where refusals and batches are told (NULL: quiet) */
     long log_lines;           /**< lines told so far */
     char last_refusal[256];   /**< the latest "request N waits/cannot grow: ..." line */
-    char fault[256];          /**< a bookkeeping error seen in a hook that cannot return one */
+    Err fault;                /**< a bookkeeping error seen in a hook that cannot return one (empty: none) */
 } BatchingState;
 
 /** Most log lines about refusals and requeues; later ones are only counted. */

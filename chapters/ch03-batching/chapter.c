@@ -216,6 +216,12 @@ static void batching_account(void *ctx, ServingRun *run)
     run->breakdown.external_fragmentation += (double)b->step_external;
     b->stats.steps++;
     b->stats.free_fraction_sum += (double)b->arena.free_bytes / (double)b->arena.capacity;
+    b->stats.reserved_sum += (double)(b->arena.capacity - b->arena.free_bytes);
+    for (int k = 0; k < b->n_batch; k++) {
+        const Request *r = &run->reqs[b->batch[k]];
+        if (r->phase == REQ_DONE)
+            b->stats.finished_held_sum += (double)b->regions[r->index].tokens * (double)b->bytes_per_token;
+    }
     if (b->arena.n_holes > b->stats.max_holes)
         b->stats.max_holes = b->arena.n_holes;
 }
@@ -241,6 +247,8 @@ static void batching_table(FILE *f, void *ctx, const ServingRun *run)
     if (b->policy == RESERVE_GROW)
         fprintf(f, "  growth         %ld moves copied %s; %ld requeues (%ld positions recomputed)\n", s->grow_moves,
                 cli_format_bytes(c, sizeof c, s->grow_bytes_copied), s->requeues, s->positions_recomputed);
+    fprintf(f, "  finished       %.1f%% of the reserved byte-steps belong to requests that had finished and wait "
+            "for their batch to end\n", 100.0 * safe_div(s->finished_held_sum, s->reserved_sum));
     fprintf(f, "  refusals       %ld for lack of free memory, %ld by fragmentation (at %ld steps)\n",
             s->refusals_no_space, s->refusals_fragmentation, s->external_steps);
 }
@@ -258,6 +266,7 @@ static void batching_json(JsonWriter *j, void *ctx, const ServingRun *run)
     json_double(j, "reservation_tokens_avg", safe_div(s->reserved_tokens_sum, (double)s->reservations));
     json_double(j, "kv_free_avg", safe_div(s->free_fraction_sum, (double)s->steps));
     json_int(j, "arena_max_holes", s->max_holes);
+    json_double(j, "kv_held_by_finished", safe_div(s->finished_held_sum, s->reserved_sum));
     json_int(j, "grow_moves", s->grow_moves);
     json_double(j, "grow_bytes_copied", s->grow_bytes_copied);
     json_int(j, "requeues", s->requeues);
