@@ -305,21 +305,56 @@ static int solo_tokens(const Model *m, const Tokenizer *t, const char *prompt, i
     return n;
 }
 
-/* Every request that ran produced exactly its solo tokens. */
-static void expect_solo_tokens(const TestModel *tm, const TestRun *tr, const char *what)
+/* Solo tokens of every request of a run, computed once per model. */
+typedef struct {
+    int n_reqs;
+    int *count;  /* [n_reqs] tokens generated */
+    int *tokens; /* [n_reqs][seq_len] */
+} SoloTokens;
+
+static void solo_compute(SoloTokens *st, const TestModel *tm, const ServingRun *run)
 {
-    int *want = malloc((size_t)tm->m.cfg.seq_len * sizeof(int));
+    int seq_len = tm->m.cfg.seq_len;
+    st->n_reqs = run->n_reqs;
+    st->count = calloc((size_t)run->n_reqs, sizeof(int));
+    st->tokens = calloc((size_t)run->n_reqs * (size_t)seq_len, sizeof(int));
+    for (int i = 0; i < run->n_reqs; i++) {
+        const RequestSpec *spec = run->reqs[i].spec;
+        st->count[i] = solo_tokens(&tm->m, &tm->t, spec->prompt, spec->max_new_tokens,
+                                   st->tokens + (size_t)i * (size_t)seq_len);
+    }
+}
+
+static void solo_free(SoloTokens *st)
+{
+    free(st->count);
+    free(st->tokens);
+}
+
+/* Every request that ran produced exactly its solo tokens. */
+static void expect_solo(const SoloTokens *st, const TestRun *tr, const char *what)
+{
+    int seq_len = tr->run.model->cfg.seq_len;
+    ck_assert_int_eq(st->n_reqs, tr->run.n_reqs);
     for (int i = 0; i < tr->run.n_reqs; i++) {
         const Request *r = &tr->run.reqs[i];
         if (r->finish == REQ_FINISH_REJECTED)
             continue;
-        int n = solo_tokens(&tm->m, &tm->t, r->spec->prompt, r->spec->max_new_tokens, want);
+        int n = st->count[i];
         ck_assert_msg(r->n_tokens - r->n_prompt == n, "%s: request %d made %d tokens, solo %d", what, i,
                       r->n_tokens - r->n_prompt, n);
-        ck_assert_msg(memcmp(r->tokens + r->n_prompt, want, (size_t)n * sizeof(int)) == 0,
+        ck_assert_msg(memcmp(r->tokens + r->n_prompt, st->tokens + (size_t)i * (size_t)seq_len,
+                             (size_t)n * sizeof(int)) == 0,
                       "%s: request %d differs from its solo run", what, i);
     }
-    free(want);
+}
+
+static void expect_solo_tokens(const TestModel *tm, const TestRun *tr, const char *what)
+{
+    SoloTokens st;
+    solo_compute(&st, tm, &tr->run);
+    expect_solo(&st, tr, what);
+    solo_free(&st);
 }
 
 static void expect_breakdown_sums_to_one(const ServingRun *run)
@@ -352,14 +387,17 @@ static const char *const POLICIES[] = {"max", "request", "pow2", "grow"};
 static long check_every_policy(const TestModel *tm, const char *requests, const char *what)
 {
     long requeues = 0;
+    SoloTokens solo = {0};
     for (int p = 0; p < 4; p++) {
         TestRun tr;
         prepare_run(&tr, tm, requests, POLICIES[p]);
+        if (p == 0)
+            solo_compute(&solo, tm, &tr.run);
         tr.o.kv_budget = (size_t)largest_region(&tr) * tr.run.kv_bytes_per_token * 3 / 2;
         run_to_end(&tr, NULL);
         char label[64];
         snprintf(label, sizeof label, "%s, --reserve %s", what, POLICIES[p]);
-        expect_solo_tokens(tm, &tr, label);
+        expect_solo(&solo, &tr, label);
         expect_breakdown_sums_to_one(&tr.run);
         ck_assert_msg(state(&tr)->stats.batches >= 2, "%s: expected several batches", label);
         for (int i = 0; i < tr.run.n_reqs; i++)
@@ -367,6 +405,7 @@ static long check_every_policy(const TestModel *tm, const char *requests, const 
         requeues += state(&tr)->stats.requeues;
         finish_run(&tr);
     }
+    solo_free(&solo);
     return requeues;
 }
 

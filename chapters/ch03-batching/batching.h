@@ -115,7 +115,7 @@ typedef struct {
 
 /** The chapter's state between steps. */
 typedef struct {
-    ReservePolicy policy;
+    ReservePolicy policy;     /**< --reserve */
     int max_batch;            /**< --max-batch */
     ModelConfig cfg;          /**< shape of the model (seq_len, layers, kv_dim) */
     size_t bytes_per_token;   /**< K and V of one position in all layers (run->kv_bytes_per_token) */
@@ -126,7 +126,7 @@ typedef struct {
     int n_batch;              /**< requests admitted into the current batch (some may have left) */
     size_t step_external;     /**< external fragmentation seen this step, bytes */
     int step_external_seen;   /**< 1 once this step has counted its refusal */
-    BatchingStats stats;
+    BatchingStats stats;      /**< what happened so far */
     FILE *log;                /**< where refusals and batches are told (NULL: quiet) */
     long log_lines;           /**< lines told so far */
     char last_refusal[256];   /**< the latest "request N waits/cannot grow: ..." line */
