@@ -147,10 +147,17 @@ static void describe_setup(const BatchingState *b, const ServingRun *run, FILE *
     if (n == 0)
         return;
     double mean_bytes = sum / n * (double)b->bytes_per_token;
-    fprintf(log, "ch03-batching: %s of %d to %d positions, %.1f on average (%s): the budget holds %.1f "
-            "of the average%s\n", b->policy == RESERVE_GROW ? "first regions" : "reservations", lo, hi, sum / n,
-            cli_format_bytes(m, sizeof m, mean_bytes), (double)b->arena.capacity / mean_bytes,
-            b->policy == RESERVE_GROW ? "; a full region doubles by moving to a larger hole" : "");
+    const char *what = b->policy == RESERVE_GROW ? "first regions" : "reservations";
+    if (lo == hi)
+        fprintf(log, "ch03-batching: %s of %d positions (%s): the budget holds %.1f of them\n", what, lo,
+                cli_format_bytes(m, sizeof m, mean_bytes), (double)b->arena.capacity / mean_bytes);
+    else
+        fprintf(log, "ch03-batching: %s of %d to %d positions, %.1f on average (%s): the budget holds %.1f of the "
+                "average\n", what, lo, hi, sum / n, cli_format_bytes(m, sizeof m, mean_bytes),
+                (double)b->arena.capacity / mean_bytes);
+    if (b->policy == RESERVE_GROW)
+        fprintf(log, "ch03-batching: a full region doubles by moving to a larger hole (first fit; its K/V are "
+                "copied)\n");
 }
 
 static int batching_open(ServingRun *run, void **ctx, int *max_tokens, int *max_logits, FILE *log, Err *err)
