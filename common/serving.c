@@ -478,21 +478,29 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
     if (parsed == CLI_ERROR)
         return fail(name, &err);
     ops_set_threads(o.threads);
-    Assets a;
-    if (assets_open(&a, &o, &err))
-        return fail(name, &err);
-    char line[PATH_MAX * 2 + 256];
-    fprintf(stderr, "%s: %s\n", name, assets_describe(&a, line, sizeof line));
+    /* Everything that can be refused is refused before the first line is
+     * printed, so that bad input gives exactly one line on stderr. */
     RequestFile rf;
+    if (open_requests(&o, &rf, &err))
+        return fail(name, &err);
+    Assets a;
+    if (assets_open(&a, &o, &err)) {
+        request_file_free(&rf);
+        return fail(name, &err);
+    }
     ServingRun run;
     memset(&run, 0, sizeof run);
     int status = 0;
-    if (open_requests(&o, &rf, &err)) {
+    if (serving_run_init(&run, &a.model, &a.tokenizer, &o, &rf, &err) || (ch->check && ch->check(&run, &err))) {
+        status = fail(name, &err);
+        serving_run_free(&run);
+        request_file_free(&rf);
         assets_close(&a);
-        return fail(name, &err);
+        return status;
     }
-    if (serving_run_init(&run, &a.model, &a.tokenizer, &o, &rf, &err) ||
-        serving_run(ch, &run, o.quiet ? NULL : stderr, &err) ||
+    char line[PATH_MAX * 2 + 256];
+    fprintf(stderr, "%s: %s\n", name, assets_describe(&a, line, sizeof line));
+    if (serving_run(ch, &run, o.quiet ? NULL : stderr, &err) ||
         (o.out_path && serving_write_jsonl(&run, o.out_path, &err))) {
         status = fail(name, &err);
     } else {

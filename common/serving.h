@@ -162,6 +162,14 @@ typedef struct {
 typedef struct {
     CliProgram program; /**< name, summary, accepted options */
     /**
+     * Optional (may be NULL): refuses a run that can never work (a budget
+     * that holds no request, say) before the program prints anything, so
+     * that the error is the only line on stderr. open() should repeat the
+     * check for callers that do not go through run_serving_main().
+     * @return 0 when the run can go ahead, -1 with the reason in @p err
+     */
+    int (*check)(const ServingRun *run, Err *err);
+    /**
      * Creates the chapter's K/V store and scheduler for @p run (requests are
      * loaded, tokenized and seeded; none admitted). May reject requests that
      * can never run (serving_reject()). Sets the largest step it will plan.

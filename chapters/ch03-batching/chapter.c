@@ -1,0 +1,304 @@
+/* Chapter 3 wired into the serving loop (common/serving.c): setting up the
+ * arena, refusing impossible budgets, the accounting after each step, and
+ * the chapter's lines of the memory table. The scheduling itself is the
+ * lab, in solutions/ch03/. */
+#define _GNU_SOURCE /* sysconf(_SC_PHYS_PAGES) */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "batching.h"
+#include "mem.h"
+
+/* ------------------------------------------------------------ checks */
+
+/* Bytes of the largest region request r can ever hold. */
+static size_t largest_bytes(ReservePolicy policy, const ServingRun *run, const Request *r)
+{
+    int tokens = reserve_largest_tokens(policy, r->max_tokens, run->model->cfg.seq_len);
+    return (size_t)tokens * run->kv_bytes_per_token;
+}
+
+static size_t physical_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+}
+
+int batching_check(const ServingRun *run, Err *err)
+{
+    ReservePolicy policy;
+    if (reserve_policy_parse(run->opts->reserve, &policy, err))
+        return -1;
+    size_t budget = serving_kv_budget(run), smallest = 0;
+    int smallest_id = -1;
+    for (int i = 0; i < run->n_reqs; i++) {
+        const Request *r = &run->reqs[i];
+        if (r->phase == REQ_DONE)
+            continue;
+        size_t bytes = largest_bytes(policy, run, r);
+        if (smallest_id < 0 || bytes < smallest) {
+            smallest = bytes;
+            smallest_id = r->spec->id;
+        }
+    }
+    char a[32], b[32], c[32];
+    if (smallest_id >= 0 && smallest > budget)
+        return err_set(err,
+                       "--kv-budget %s holds no request: the smallest reservation under --reserve %s is %zu "
+                       "positions x %zu B = %s (request %d)",
+                       cli_format_bytes(a, sizeof a, (double)budget), reserve_policy_name(policy),
+                       smallest / run->kv_bytes_per_token, run->kv_bytes_per_token,
+                       cli_format_bytes(b, sizeof b, (double)smallest), smallest_id);
+    size_t ram = physical_memory();
+    if (!run->no_kv_storage && ram > 0 && budget > ram)
+        return err_set(err,
+                       "--kv-budget %s is more than this machine's memory (%s); budgets at real-model scale are "
+                       "for the capacity simulator (accounting only)",
+                       cli_format_bytes(a, sizeof a, (double)budget), cli_format_bytes(c, sizeof c, (double)ram));
+    return 0;
+}
+
+/* ------------------------------------------------------------ open/close */
+
+static void batching_close(void *ctx)
+{
+    BatchingState *b = ctx;
+    if (!b)
+        return;
+    kv_arena_free(&b->arena);
+    mem_free(b->storage);
+    mem_free(b->regions);
+    mem_free(b->batch);
+    mem_free(b);
+}
+
+/* Requests whose largest region exceeds the whole budget can never finish. */
+static void reject_oversized(BatchingState *b, ServingRun *run)
+{
+    char need[32], budget[32];
+    for (int i = 0; i < run->n_reqs; i++) {
+        Request *r = &run->reqs[i];
+        size_t bytes = largest_bytes(b->policy, run, r);
+        if (r->phase == REQ_DONE || bytes <= b->arena.capacity)
+            continue;
+        serving_reject(run, r, "its largest reservation under --reserve %s is %zu positions (%s) but the whole KV "
+                       "budget is %s", reserve_policy_name(b->policy), bytes / b->bytes_per_token,
+                       cli_format_bytes(need, sizeof need, (double)bytes),
+                       cli_format_bytes(budget, sizeof budget, (double)b->arena.capacity));
+        if (b->log)
+            fprintf(b->log, "ch03-batching: request %d rejected: %s\n", r->spec->id, r->note);
+    }
+}
+
+static int descending(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    return (a < b) - (a > b);
+}
+
+/* The most tokens one step can feed: every prompt of the largest possible
+ * batch at once, and never more positions than the arena holds. */
+static int step_capacity(const BatchingState *b, const ServingRun *run, Err *err)
+{
+    int *lengths = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
+    if (!lengths)
+        return err_set(err, "out of memory for %d request lengths", run->n_reqs);
+    int n = 0;
+    for (int i = 0; i < run->n_reqs; i++)
+        if (run->reqs[i].phase != REQ_DONE)
+            lengths[n++] = run->reqs[i].max_tokens;
+    qsort(lengths, (size_t)n, sizeof(int), descending);
+    size_t sum = 0;
+    for (int i = 0; i < n && i < b->max_batch; i++)
+        sum += (size_t)lengths[i];
+    mem_free(lengths);
+    size_t positions = b->arena.capacity / b->bytes_per_token;
+    if (sum > positions)
+        sum = positions;
+    if (sum > (size_t)INT32_MAX)
+        sum = (size_t)INT32_MAX;
+    return sum > 0 ? (int)sum : 1;
+}
+
+static void describe_setup(const BatchingState *b, const ServingRun *run, FILE *log)
+{
+    if (!log)
+        return;
+    const ModelConfig *c = &b->cfg;
+    char a[32], m[32];
+    fprintf(log, "ch03-batching: KV budget %s = %zu positions of %zu B; --reserve %s, --max-batch %d%s\n",
+            cli_format_bytes(a, sizeof a, (double)b->arena.capacity), b->arena.capacity / b->bytes_per_token,
+            b->bytes_per_token, reserve_policy_name(b->policy), run->opts->max_batch,
+            b->storage ? "" : " (accounting only: no K/V bytes)");
+    int lo = c->seq_len, hi = 0, n = 0;
+    double sum = 0;
+    for (int i = 0; i < run->n_reqs; i++) {
+        const Request *r = &run->reqs[i];
+        if (r->phase == REQ_DONE)
+            continue;
+        int t = reserve_initial_tokens(b->policy, r->n_tokens, r->max_tokens, c->seq_len);
+        lo = t < lo ? t : lo;
+        hi = t > hi ? t : hi;
+        sum += t;
+        n++;
+    }
+    if (n == 0)
+        return;
+    double mean_bytes = sum / n * (double)b->bytes_per_token;
+    const char *what = b->policy == RESERVE_GROW ? "first regions" : "reservations";
+    if (lo == hi)
+        fprintf(log, "ch03-batching: %s of %d positions (%s): the budget holds %.1f of them\n", what, lo,
+                cli_format_bytes(m, sizeof m, mean_bytes), (double)b->arena.capacity / mean_bytes);
+    else
+        fprintf(log, "ch03-batching: %s of %d to %d positions, %.1f on average (%s): the budget holds %.1f of the "
+                "average\n", what, lo, hi, sum / n, cli_format_bytes(m, sizeof m, mean_bytes),
+                (double)b->arena.capacity / mean_bytes);
+    if (b->policy == RESERVE_GROW)
+        fprintf(log, "ch03-batching: a full region doubles by moving to a larger hole (first fit; its K/V are "
+                "copied)\n");
+}
+
+static int batching_open(ServingRun *run, void **ctx, int *max_tokens, int *max_logits, FILE *log, Err *err)
+{
+    if (batching_check(run, err))
+        return -1;
+    BatchingState *b = mem_alloc(MEM_KV_METADATA, sizeof *b);
+    if (!b)
+        return err_set(err, "out of memory for the batching state");
+    reserve_policy_parse(run->opts->reserve, &b->policy, err);
+    b->cfg = run->model->cfg;
+    b->bytes_per_token = run->kv_bytes_per_token;
+    b->log = log;
+    b->max_batch = run->opts->max_batch < run->n_reqs ? run->opts->max_batch : run->n_reqs;
+    if (b->max_batch < 1)
+        b->max_batch = 1;
+    size_t budget = serving_kv_budget(run);
+    /* Live regions: a full batch, plus the new region of a move in progress. */
+    if (kv_arena_init(&b->arena, budget, b->max_batch + 1, err))
+        goto fail;
+    b->regions = mem_alloc_array(MEM_KV_METADATA, (size_t)run->n_reqs, sizeof(KvRegion));
+    b->batch = mem_alloc_array(MEM_KV_METADATA, (size_t)b->max_batch, sizeof(int));
+    if (!b->regions || !b->batch) {
+        err_set(err, "out of memory for %d regions", run->n_reqs);
+        goto fail;
+    }
+    if (!run->no_kv_storage) {
+        if (b->bytes_per_token != model_kv_bytes_per_token(&b->cfg, sizeof(float))) {
+            err_set(err, "the K/V storage holds floats; %zu bytes per position is not that", b->bytes_per_token);
+            goto fail;
+        }
+        b->storage = mem_alloc(MEM_KV, budget);
+        if (!b->storage) {
+            char a[32];
+            err_set(err, "out of memory for a KV arena of %s", cli_format_bytes(a, sizeof a, (double)budget));
+            goto fail;
+        }
+    }
+    describe_setup(b, run, log);
+    reject_oversized(b, run);
+    *max_tokens = step_capacity(b, run, err);
+    if (*max_tokens < 0)
+        goto fail;
+    *max_logits = b->max_batch;
+    *ctx = b;
+    return 0;
+fail:
+    batching_close(b);
+    return -1;
+}
+
+static KvSeam batching_seam(void *ctx)
+{
+    return (KvSeam){.ctx = ctx, .store = batching_store, .attend = batching_attend};
+}
+
+/* ------------------------------------------------------------ accounting */
+
+static void batching_account(void *ctx, ServingRun *run)
+{
+    BatchingState *b = ctx;
+    serving_account_default(run);
+    run->breakdown.external_fragmentation += (double)b->step_external;
+    b->stats.steps++;
+    b->stats.free_fraction_sum += (double)b->arena.free_bytes / (double)b->arena.capacity;
+    b->stats.reserved_sum += (double)(b->arena.capacity - b->arena.free_bytes);
+    for (int k = 0; k < b->n_batch; k++) {
+        const Request *r = &run->reqs[b->batch[k]];
+        if (r->phase == REQ_DONE)
+            b->stats.finished_held_sum += (double)b->regions[r->index].tokens * (double)b->bytes_per_token;
+    }
+    if (b->arena.n_holes > b->stats.max_holes)
+        b->stats.max_holes = b->arena.n_holes;
+}
+
+static double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+static void batching_table(FILE *f, void *ctx, const ServingRun *run)
+{
+    const BatchingState *b = ctx;
+    const BatchingStats *s = &b->stats;
+    char a[32], c[32];
+    fprintf(f, "static batching (--reserve %s, --max-batch %d)\n", reserve_policy_name(b->policy),
+            run->opts->max_batch);
+    fprintf(f, "  batches        %ld, the largest of %d requests\n", s->batches, s->largest_batch);
+    fprintf(f, "  reservations   %ld, %.1f positions on average (%s)%s\n", s->reservations,
+            safe_div(s->reserved_tokens_sum, (double)s->reservations),
+            cli_format_bytes(a, sizeof a, safe_div(s->reserved_tokens_sum, (double)s->reservations) *
+                                              (double)b->bytes_per_token),
+            b->policy == RESERVE_GROW ? " when admitted" : "");
+    fprintf(f, "  arena          %s; free %.1f%% of it on average; holes: at most %d\n",
+            cli_format_bytes(a, sizeof a, (double)b->arena.capacity), 100.0 * safe_div(s->free_fraction_sum,
+            (double)s->steps), s->max_holes);
+    if (b->policy == RESERVE_GROW)
+        fprintf(f, "  growth         %ld moves copied %s; %ld requeues (%ld positions recomputed)\n", s->grow_moves,
+                cli_format_bytes(c, sizeof c, s->grow_bytes_copied), s->requeues, s->positions_recomputed);
+    fprintf(f, "  finished       %.1f%% of the reserved byte-steps belong to requests that had finished and wait "
+            "for their batch to end\n", 100.0 * safe_div(s->finished_held_sum, s->reserved_sum));
+    fprintf(f, "  refusals       %ld for lack of free memory, %ld by fragmentation (at %ld steps)\n",
+            s->refusals_no_space, s->refusals_fragmentation, s->external_steps);
+}
+
+static void batching_json(JsonWriter *j, void *ctx, const ServingRun *run)
+{
+    const BatchingState *b = ctx;
+    const BatchingStats *s = &b->stats;
+    (void)run;
+    json_string(j, "reserve", reserve_policy_name(b->policy));
+    json_int(j, "max_batch", b->max_batch);
+    json_int(j, "kv_budget_bytes", (long long)b->arena.capacity);
+    json_int(j, "batches", s->batches);
+    json_int(j, "largest_batch", s->largest_batch);
+    json_double(j, "reservation_tokens_avg", safe_div(s->reserved_tokens_sum, (double)s->reservations));
+    json_double(j, "kv_free_avg", safe_div(s->free_fraction_sum, (double)s->steps));
+    json_int(j, "arena_max_holes", s->max_holes);
+    json_double(j, "kv_held_by_finished", safe_div(s->finished_held_sum, s->reserved_sum));
+    json_int(j, "grow_moves", s->grow_moves);
+    json_double(j, "grow_bytes_copied", s->grow_bytes_copied);
+    json_int(j, "requeues", s->requeues);
+    json_int(j, "positions_recomputed", s->positions_recomputed);
+    json_int(j, "refusals_no_space", s->refusals_no_space);
+    json_int(j, "refusals_fragmentation", s->refusals_fragmentation);
+    json_int(j, "external_fragmentation_steps", s->external_steps);
+}
+
+const ServingChapter *batching_chapter(void)
+{
+    static const ServingChapter chapter = {
+        .program = {.name = "ch03-batching",
+                    .summary = "Chapter 3: static batching, a contiguous K/V region reserved per request, and where "
+                               "the reserved memory goes.",
+                    .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_BATCHING},
+        .check = batching_check,
+        .open = batching_open,
+        .close = batching_close,
+        .seam = batching_seam,
+        .schedule = batching_schedule,
+        .finished = batching_finished,
+        .account = batching_account,
+        .extra_table = batching_table,
+        .extra_json = batching_json,
+    };
+    return &chapter;
+}
