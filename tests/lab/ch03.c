@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "batching.h"
+#include "lab/grading.h"
 #include "generate.h"
 #include "mem.h"
 #include "ops.h"
@@ -323,14 +324,11 @@ END_TEST
 Suite *lab_suite(void)
 {
     Suite *s = suite_create("lab ch03");
-    TCase *tc = tcase_create("ch03");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, lab_reserve_sizes);
-    tcase_add_test(tc, lab_first_fit);
-    tcase_add_test(tc, lab_coalesce);
-    tcase_add_test(tc, lab_fragmentation_refusal);
-    tcase_add_test(tc, lab_admission_in_file_order);
-    tcase_add_test(tc, lab_same_tokens_every_policy);
-    suite_add_tcase(s, tc);
+    lab_add_test(s, lab_reserve_sizes, 10);
+    lab_add_test(s, lab_first_fit, 10);
+    lab_add_test(s, lab_coalesce, 10);
+    lab_add_test(s, lab_fragmentation_refusal, 60);
+    lab_add_test(s, lab_admission_in_file_order, 60);
+    lab_add_test(s, lab_same_tokens_every_policy, 120);
     return s;
 }

@@ -1,0 +1,339 @@
+/* GENERATED from solutions/ch03/batching.c by scripts/make-exercises.sh.
+ * Students: this is your copy. Write the regions marked TODO(lab ...),
+ * then run `make lab CH=3`. Maintainers: edit the solution instead and
+ * run `make exercises`; CI checks that the two agree. */
+/* Chapter 3 lab, part 2: static batching over the KV arena.
+ *
+ * The exercise version of this file (exercises/ch03/batching.c) is generated
+ * from this one by scripts/make-exercises.sh. See batching.h for the rules
+ * this code follows (admission, growth, requeues, fragmentation). */
+#include "batching.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#include "lab.h"
+#include "ops.h"
+
+/* ------------------------------------------------------------ telling why */
+
+/* One line on the log, up to BATCHING_LOG_LIMIT of them: a long run under a
+ * tight budget refuses thousands of times, and the counters keep the rest. */
+static void tell(BatchingState *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tell(BatchingState *b, const char *fmt, ...)
+{
+    if (!b->log)
+        return;
+    if (b->log_lines++ == BATCHING_LOG_LIMIT) {
+        fprintf(b->log, "ch03-batching: (more refusals and requeues: see the counters in the memory table)\n");
+        return;
+    }
+    if (b->log_lines > BATCHING_LOG_LIMIT)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(b->log, "ch03-batching: ");
+    vfprintf(b->log, fmt, ap);
+    fputc('\n', b->log);
+    va_end(ap);
+}
+
+/* Records why `bytes` could not be placed for request r, and counts the
+ * external fragmentation of this step if the free total was enough. */
+static void refused(BatchingState *b, const ServingRun *run, const Request *r, size_t bytes, const char *action)
+{
+    char want[32], free_total[32], hole[32];
+    size_t free_bytes = b->arena.free_bytes, largest = kv_arena_largest_hole(&b->arena);
+    cli_format_bytes(want, sizeof want, (double)bytes);
+    cli_format_bytes(free_total, sizeof free_total, (double)free_bytes);
+    cli_format_bytes(hole, sizeof hole, (double)largest);
+    if (free_bytes >= bytes) {
+        b->stats.refusals_fragmentation++;
+        if (!b->step_external_seen) {
+            b->step_external = kv_arena_free_in_holes_below(&b->arena, bytes);
+            b->step_external_seen = 1;
+            b->stats.external_steps++;
+        }
+        snprintf(b->last_refusal, sizeof b->last_refusal,
+                 "step %ld: request %d %s: needs %s; %s free in total but the largest hole is %s", run->step,
+                 r->spec->id, action, want, free_total, hole);
+    } else {
+        b->stats.refusals_no_space++;
+        snprintf(b->last_refusal, sizeof b->last_refusal, "step %ld: request %d %s: needs %s but only %s is free",
+                 run->step, r->spec->id, action, want, free_total);
+    }
+}
+
+/* ------------------------------------------------------------ regions */
+
+float *batching_plane(const BatchingState *b, const KvRegion *reg, int layer, int which)
+{
+    size_t kv_dim = (size_t)model_kv_dim(&b->cfg);
+    return b->storage + reg->offset / sizeof(float) + (size_t)(2 * layer + which) * (size_t)reg->tokens * kv_dim;
+}
+
+int batching_place(BatchingState *b, ServingRun *run, Request *r, int tokens)
+{
+    size_t bytes = (size_t)tokens * b->bytes_per_token, offset;
+    if (tokens <= 0 || kv_arena_alloc(&b->arena, bytes, &offset) != 0) {
+        refused(b, run, r, bytes, "waits");
+        return -1;
+    }
+    b->regions[r->index] = (KvRegion){.offset = offset, .tokens = tokens};
+    kv_track_set_reserved(&r->kv, bytes);
+    b->stats.reservations++;
+    b->stats.reserved_tokens_sum += tokens;
+    return 0;
+}
+
+/* Lets a region go: its bytes become a hole again. */
+static int release_region(BatchingState *b, Request *r, Err *err)
+{
+    KvRegion *reg = &b->regions[r->index];
+    if (reg->tokens > 0 &&
+        kv_arena_release(&b->arena, reg->offset, (size_t)reg->tokens * b->bytes_per_token, err))
+        return err_prefix(err, "request %d", r->spec->id);
+    *reg = (KvRegion){0};
+    return 0;
+}
+
+/* Copies the K/V of positions 0..n_pos-1 from one region to another, plane
+ * by plane (the planes of different sizes start at different places). */
+static void copy_positions(const BatchingState *b, const KvRegion *from, const KvRegion *to, int n_pos)
+{
+    if (!b->storage || n_pos == 0)
+        return; /* accounting only: the books say it was copied */
+    size_t bytes = (size_t)n_pos * (size_t)model_kv_dim(&b->cfg) * sizeof(float);
+    for (int layer = 0; layer < b->cfg.n_layers; layer++)
+        for (int which = 0; which < 2; which++)
+            memcpy(batching_plane(b, to, layer, which), batching_plane(b, from, layer, which), bytes);
+}
+
+/* Moves r's region to a new one of `tokens` positions: allocate, copy,
+ * free the old one. Returns 0 when moved, 1 when refused, -1 on error. */
+static int move_region(BatchingState *b, ServingRun *run, Request *r, int tokens, Err *err)
+{
+    KvRegion old = b->regions[r->index];
+    size_t bytes = (size_t)tokens * b->bytes_per_token, offset;
+    if (kv_arena_alloc(&b->arena, bytes, &offset) != 0) {
+        char action[64];
+        snprintf(action, sizeof action, "cannot grow from %d to %d positions", old.tokens, tokens);
+        refused(b, run, r, bytes, action);
+        tell(b, "%s", b->last_refusal);
+        return 1;
+    }
+    KvRegion grown = {.offset = offset, .tokens = tokens};
+    copy_positions(b, &old, &grown, r->n_cached);
+    if (release_region(b, r, err))
+        return -1;
+    b->regions[r->index] = grown;
+    kv_track_set_reserved(&r->kv, bytes);
+    b->stats.grow_moves++;
+    b->stats.grow_bytes_copied += (double)r->n_cached * (double)b->bytes_per_token;
+    return 0;
+}
+
+/* ------------------------------------------------------------ the batch */
+
+static int running_members(const BatchingState *b, const ServingRun *run)
+{
+    int n = 0;
+    for (int k = 0; k < b->n_batch; k++)
+        n += run->reqs[b->batch[k]].phase == REQ_RUNNING;
+    return n;
+}
+
+/* The most recently admitted running member after position k, or NULL. */
+static Request *newest_running_after(const BatchingState *b, ServingRun *run, int k)
+{
+    for (int j = b->n_batch - 1; j > k; j--)
+        if (run->reqs[b->batch[j]].phase == REQ_RUNNING)
+            return &run->reqs[b->batch[j]];
+    return NULL;
+}
+
+int batching_admit(BatchingState *b, ServingRun *run)
+{
+    int admitted = 0;
+    // TODO(lab ch03.admit): admit WAITING requests in file order while the batch has room (b->max_batch) and batching_place() fits their reservation; stop at the first refusal
+    (void)b; (void)run;
+    LAB_TODO("admit waiting requests in file order while their reservation fits");
+    return admitted;
+}
+
+int batching_requeue(BatchingState *b, ServingRun *run, Request *r, const Request *why, Err *err)
+{
+    if (r == why)
+        tell(b, "step %ld: request %d requeues itself (no newer request is left to make room; %d positions to "
+                "recompute)", run->step, r->spec->id, r->n_cached);
+    else
+        tell(b, "step %ld: request %d requeued to make room for request %d (%d positions to recompute)", run->step,
+             r->spec->id, why->spec->id, r->n_cached);
+    b->stats.requeues++;
+    b->stats.positions_recomputed += r->n_cached;
+    /* Its slack was for tokens it will still produce, after readmission. */
+    kv_track_close(&r->kv, r->kv.reserved, &run->breakdown);
+    if (release_region(b, r, err))
+        return -1;
+    serving_preempt(run, r);
+    return 0;
+}
+
+int batching_make_room(BatchingState *b, ServingRun *run, Err *err)
+{
+    for (int k = 0; k < b->n_batch; k++) {
+        Request *r = &run->reqs[b->batch[k]];
+        const KvRegion *reg = &b->regions[r->index];
+        if (r->phase != REQ_RUNNING || reg->tokens >= r->n_tokens)
+            continue;
+        if (b->policy != RESERVE_GROW)
+            return err_set(err, "request %d needs %d positions but its --reserve %s region holds %d", r->spec->id,
+                           r->n_tokens, reserve_policy_name(b->policy), reg->tokens);
+        int target = reserve_grown_tokens(reg->tokens, r->n_tokens, b->cfg.seq_len);
+        for (;;) {
+            int rc = move_region(b, run, r, target, err);
+            if (rc < 0)
+                return -1;
+            if (rc == 0)
+                break;
+            /* Refused: the newest running request gives way; when none is
+             * newer than r, r itself does (see batching.h). */
+            Request *victim = newest_running_after(b, run, k);
+            if (batching_requeue(b, run, victim ? victim : r, r, err))
+                return -1;
+            if (!victim)
+                break;
+        }
+    }
+    return 0;
+}
+
+int batching_end(BatchingState *b, ServingRun *run, Err *err)
+{
+    for (int k = 0; k < b->n_batch; k++) {
+        Request *r = &run->reqs[b->batch[k]];
+        if (b->regions[r->index].tokens == 0)
+            continue; /* requeued: already released */
+        kv_track_close(&r->kv, (size_t)r->n_cached * b->bytes_per_token, &run->breakdown);
+        if (release_region(b, r, err))
+            return -1;
+    }
+    b->n_batch = 0;
+    return 0;
+}
+
+/* "0 1 2 3" or "0 1 2 ... 19 (20 requests)" */
+static void list_batch(const BatchingState *b, const ServingRun *run, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < b->n_batch && used + 16 < n; k++) {
+        if (k == 6 && b->n_batch > 8) {
+            k = b->n_batch - 2;
+            used += (size_t)snprintf(buf + used, n - used, " ...");
+        }
+        used += (size_t)snprintf(buf + used, n - used, "%s%d", k ? " " : "", run->reqs[b->batch[k]].spec->id);
+    }
+}
+
+/* Ends the finished batch and admits the next one. */
+static int start_batch(BatchingState *b, ServingRun *run, Err *err)
+{
+    if (batching_end(b, run, err))
+        return -1;
+    int admitted = batching_admit(b, run);
+    if (admitted == 0)
+        return err_set(err, "no waiting request could be admitted into an empty arena (%s)",
+                       b->last_refusal[0] ? b->last_refusal : "admission admitted nothing");
+    b->stats.batches++;
+    if (b->n_batch > b->stats.largest_batch)
+        b->stats.largest_batch = b->n_batch;
+    char ids[128], held[32], free_bytes[32];
+    list_batch(b, run, ids, sizeof ids);
+    tell(b, "step %ld: batch %ld: requests %s (%d), %s reserved, %s free", run->step, b->stats.batches, ids,
+         b->n_batch, cli_format_bytes(held, sizeof held, (double)(b->arena.capacity - b->arena.free_bytes)),
+         cli_format_bytes(free_bytes, sizeof free_bytes, (double)b->arena.free_bytes));
+    for (int i = 0; i < run->n_reqs; i++)
+        if (run->reqs[i].phase == REQ_WAITING) {
+            if (b->n_batch == b->max_batch)
+                tell(b, "step %ld: request %d waits: the batch is full (--max-batch %d)", run->step,
+                     run->reqs[i].spec->id, b->max_batch);
+            else
+                tell(b, "%s", b->last_refusal);
+            break;
+        }
+    return 0;
+}
+
+static int feed_batch(BatchingState *b, ServingRun *run, Err *err)
+{
+    for (int k = 0; k < b->n_batch; k++) {
+        Request *r = &run->reqs[b->batch[k]];
+        if (r->phase != REQ_RUNNING)
+            continue;
+        /* Never let the forward pass write outside a region, whatever the
+         * reservation code said. */
+        if (b->regions[r->index].tokens < r->n_tokens)
+            return err_set(err, "request %d needs %d positions but its region holds %d", r->spec->id, r->n_tokens,
+                           b->regions[r->index].tokens);
+        if (serving_feed(run, r, err))
+            return -1;
+    }
+    return 0;
+}
+
+int batching_schedule(void *ctx, ServingRun *run, Err *err)
+{
+    BatchingState *b = ctx;
+    b->step_external = 0;
+    b->step_external_seen = 0;
+    if (b->fault.msg[0]) {
+        *err = b->fault;
+        return -1;
+    }
+    /* At most two rounds are needed: a batch that lost every running
+     * request is followed by one that starts in an empty arena, where the
+     * first request always fits with room for its next token. */
+    for (int round = 0; round < 3; round++) {
+        if (running_members(b, run) == 0 && start_batch(b, run, err))
+            return err_prefix(err, "step %ld", run->step);
+        if (batching_make_room(b, run, err))
+            return err_prefix(err, "step %ld", run->step);
+        if (running_members(b, run) > 0)
+            return feed_batch(b, run, err);
+    }
+    return err_set(err, "step %ld: every new batch lost all its requests; the scheduler is stuck", run->step);
+}
+
+void batching_finished(void *ctx, ServingRun *run, Request *r)
+{
+    BatchingState *b = ctx;
+    (void)r;
+    if (running_members(b, run) > 0)
+        return; /* static batching: everybody waits for the longest request */
+    /* This hook cannot fail; a bookkeeping error waits in b->fault for the
+     * next schedule(), which reports it. */
+    (void)batching_end(b, run, &b->fault);
+}
+
+/* ------------------------------------------------------------ the seam */
+
+void batching_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
+{
+    BatchingState *b = ctx;
+    const KvRegion *reg = &b->regions[e->seq];
+    size_t kv_dim = (size_t)model_kv_dim(&b->cfg);
+    memcpy(batching_plane(b, reg, layer, 0) + (size_t)e->pos * kv_dim, k, kv_dim * sizeof(float));
+    memcpy(batching_plane(b, reg, layer, 1) + (size_t)e->pos * kv_dim, v, kv_dim * sizeof(float));
+}
+
+void batching_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out,
+                     float *scores)
+{
+    BatchingState *b = ctx;
+    const ModelConfig *c = &b->cfg;
+    const KvRegion *reg = &b->regions[e->seq];
+    int head_dim = model_head_dim(c), offset = (head / model_kv_mul(c)) * head_dim;
+    attention_reference(out, q, batching_plane(b, reg, layer, 0) + offset, batching_plane(b, reg, layer, 1) + offset,
+                        e->pos + 1, model_kv_dim(c), head_dim, scores);
+}
