@@ -201,7 +201,9 @@ void serving_run_free(ServingRun *run)
     mem_free(run->entries);
     mem_free(run->taker_row);
     mem_free(run->taker_req);
+    mem_free(run->finished_now);
     mem_free(run->logits_scratch);
+    mem_free(run->sim_specs);
     forward_state_free(&run->fs);
     memset(run, 0, sizeof *run);
 }
@@ -216,9 +218,26 @@ static void finish(ServingRun *run, Request *r, RequestFinish why)
     run->n_done++;
 }
 
+/* Appends `next` to r, or ends r: BOS/EOS stops it, its last allowed token
+ * ends it by length. Returns 1 when r finished. */
+static int take_token(ServingRun *run, Request *r, int next)
+{
+    if (next == TOKEN_BOS || next == TOKEN_EOS) {
+        finish(run, r, REQ_FINISH_STOP);
+        return 1;
+    }
+    r->tokens[r->n_tokens++] = next;
+    run->tokens_generated++;
+    if (r->n_tokens >= r->max_tokens) {
+        finish(run, r, REQ_FINISH_LENGTH);
+        return 1;
+    }
+    return 0;
+}
+
 /* Samples the next token of every request that got logits this step.
- * Returns how many finished; their indexes go to done[]. */
-static int take_tokens(ServingRun *run, int *done)
+ * Returns how many finished; their indexes go to run->finished_now. */
+static int take_sampled_tokens(ServingRun *run)
 {
     int n_done = 0;
     size_t vocab = (size_t)run->model->cfg.vocab_size;
@@ -227,18 +246,22 @@ static int take_tokens(ServingRun *run, int *done)
         /* Sampling scales the logits in place; a shared row must reach every
          * taker intact, so each samples from its own copy. */
         memcpy(run->logits_scratch, run->fs.logits + (size_t)run->taker_row[i] * vocab, vocab * sizeof(float));
-        int next = sampler_sample(&r->sampler, run->logits_scratch);
-        if (next == TOKEN_BOS || next == TOKEN_EOS) {
-            finish(run, r, REQ_FINISH_STOP);
-            done[n_done++] = r->index;
-            continue;
-        }
-        r->tokens[r->n_tokens++] = next;
-        run->tokens_generated++;
-        if (r->n_tokens >= r->max_tokens) {
-            finish(run, r, REQ_FINISH_LENGTH);
-            done[n_done++] = r->index;
-        }
+        if (take_token(run, r, sampler_sample(&r->sampler, run->logits_scratch)))
+            run->finished_now[n_done++] = r->index;
+    }
+    return n_done;
+}
+
+/* The simulator's sampler: a dummy token, or EOS once the request has its
+ * predetermined length (stop_at). */
+static int take_simulated_tokens(ServingRun *run)
+{
+    int n_done = 0;
+    for (int i = 0; i < run->n_takers; i++) {
+        Request *r = &run->reqs[run->taker_req[i]];
+        int next = r->stop_at > 0 && r->n_tokens >= r->stop_at ? TOKEN_EOS : SERVING_SIM_TOKEN;
+        if (take_token(run, r, next))
+            run->finished_now[n_done++] = r->index;
     }
     return n_done;
 }
@@ -263,22 +286,101 @@ static void show_progress(const ServingRun *run, FILE *log, double *last)
     fflush(log);
 }
 
-static int alloc_step_buffers(ServingRun *run, int max_tokens, int max_logits, Err *err)
+/* ------------------------------------------------------------ arrivals */
+
+/* Requests arrive in file order: FCFS among the arrived is then file order,
+ * which is what the chapters' queues assume. */
+static int check_arrival_order(const ServingRun *run, Err *err)
+{
+    for (int i = 1; i < run->n_reqs; i++)
+        if (run->reqs[i].arrival_step < run->reqs[i - 1].arrival_step)
+            return err_set(err, "request %d arrives at step %ld, before request %d (step %ld): arrivals must follow "
+                           "file order", run->reqs[i].spec->id, run->reqs[i].arrival_step, run->reqs[i - 1].spec->id,
+                           run->reqs[i - 1].arrival_step);
+    return 0;
+}
+
+/* Every request that has arrived by run->step joins the queue. */
+static void let_arrivals_in(ServingRun *run)
+{
+    while (run->n_arrived < run->n_reqs && run->reqs[run->n_arrived].arrival_step <= run->step) {
+        Request *r = &run->reqs[run->n_arrived++];
+        if (r->phase == REQ_PENDING)
+            r->phase = REQ_WAITING;
+    }
+}
+
+/* Called once the chapter is open (it has seen, and possibly rejected,
+ * every request): those that have not arrived step out of the queue. */
+static void hold_until_arrival(ServingRun *run)
+{
+    run->n_arrived = 0;
+    for (int i = 0; i < run->n_reqs; i++)
+        if (run->reqs[i].phase == REQ_WAITING && run->reqs[i].arrival_step > run->step)
+            run->reqs[i].phase = REQ_PENDING;
+    let_arrivals_in(run);
+}
+
+/* When nobody that has arrived is left to serve, time jumps to the next
+ * arrival: those steps run no batch and reserve nothing. */
+static void wait_for_arrivals(ServingRun *run)
+{
+    let_arrivals_in(run);
+    if (run->n_done == run->n_reqs || run->n_arrived == run->n_reqs)
+        return;
+    /* The newest arrivals are the likeliest to be still there: look from the back. */
+    for (int i = run->n_arrived - 1; i >= 0; i--)
+        if (run->reqs[i].phase == REQ_WAITING || run->reqs[i].phase == REQ_RUNNING)
+            return;
+    long next = run->reqs[run->n_arrived].arrival_step;
+    if (next > run->step)
+        run->step = next;
+    let_arrivals_in(run);
+}
+
+/* ------------------------------------------------------------ one step */
+
+static int alloc_step_buffers(ServingRun *run, int max_tokens, int max_logits, int with_forward, Err *err)
 {
     run->max_step_tokens = max_tokens;
     run->max_logits = max_logits;
     run->entries = mem_alloc_array(MEM_ACTIVATIONS, (size_t)max_tokens, sizeof(BatchEntry));
     run->taker_row = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
     run->taker_req = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
-    run->logits_scratch = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->model->cfg.vocab_size, sizeof(float));
-    if (!run->entries || !run->taker_row || !run->taker_req || !run->logits_scratch)
+    run->finished_now = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
+    if (!run->entries || !run->taker_row || !run->taker_req || !run->finished_now)
         return err_set(err, "out of memory for a step of %d tokens", max_tokens);
+    if (!with_forward)
+        return 0;
+    run->logits_scratch = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->model->cfg.vocab_size, sizeof(float));
+    if (!run->logits_scratch)
+        return err_set(err, "out of memory for the logits");
     return forward_state_init(&run->fs, &run->model->cfg, max_tokens, max_logits, err);
 }
 
-/* One step: plan, run the batch, take the tokens, account, retire. */
-static int run_step(const ServingChapter *ch, void *ctx, ServingRun *run, const KvSeam *seam, int *done, Err *err)
+/* Opens the chapter and sizes everything a step needs (the forward pass's
+ * buffers only when a model runs). */
+static int open_chapter(const ServingChapter *ch, ServingRun *run, FILE *log, int with_forward, Err *err)
 {
+    void *ctx = NULL;
+    int max_tokens = 0, max_logits = 0;
+    if (check_arrival_order(run, err) || ch->open(run, &ctx, &max_tokens, &max_logits, log, err))
+        return -1;
+    run->chapter_ctx = ctx;
+    if (alloc_step_buffers(run, max_tokens, max_logits, with_forward, err))
+        return -1;
+    hold_until_arrival(run);
+    return 0;
+}
+
+/* One step: plan, run the batch (or, without a seam, pretend to), take the
+ * tokens, account, retire. The same code for the programs and kvsim. */
+static int run_step(const ServingChapter *ch, ServingRun *run, const KvSeam *seam, Err *err)
+{
+    wait_for_arrivals(run);
+    if (run->n_done == run->n_reqs)
+        return 0;
+    void *ctx = run->chapter_ctx;
     run->n_entries = run->n_logits = run->n_takers = 0;
     if (ch->schedule(ctx, run, err))
         return -1;
@@ -290,42 +392,119 @@ static int run_step(const ServingChapter *ch, void *ctx, ServingRun *run, const 
     int running = count_phase(run, REQ_RUNNING);
     if (running > run->max_concurrent)
         run->max_concurrent = running;
-    forward(run->model, &run->fs, seam, run->entries, run->n_entries);
+    run->running_sum += running;
+    run->busy_steps++;
+    if (seam)
+        forward(run->model, &run->fs, seam, run->entries, run->n_entries);
     for (int i = 0; i < run->n_entries; i++) {
         Request *r = &run->reqs[run->entries[i].seq];
         if (run->entries[i].pos + 1 > r->n_cached)
             r->n_cached = run->entries[i].pos + 1;
     }
-    int n_done = take_tokens(run, done);
+    int n_done = seam ? take_sampled_tokens(run) : take_simulated_tokens(run);
     ch->account(ctx, run);
     for (int i = 0; i < n_done; i++)
         if (ch->finished)
-            ch->finished(ctx, run, &run->reqs[done[i]]);
+            ch->finished(ctx, run, &run->reqs[run->finished_now[i]]);
     run->step++;
     return 0;
 }
 
 int serving_run(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err)
 {
-    void *ctx = NULL;
-    int max_tokens = 0, max_logits = 0;
-    if (ch->open(run, &ctx, &max_tokens, &max_logits, log, err))
-        return -1;
-    run->chapter_ctx = ctx;
-    int *done = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
-    int rc = done ? alloc_step_buffers(run, max_tokens, max_logits, err) : err_set(err, "out of memory");
-    KvSeam seam = ch->seam(ctx);
+    int rc = open_chapter(ch, run, log, 1, err);
+    KvSeam seam = rc == 0 ? ch->seam(run->chapter_ctx) : (KvSeam){0};
     double start = now_seconds(), last_progress = start;
     while (rc == 0 && run->n_done < run->n_reqs) {
-        rc = run_step(ch, ctx, run, &seam, done, err);
+        rc = run_step(ch, run, &seam, err);
         if (log)
             show_progress(run, log, &last_progress);
     }
     run->elapsed_s = now_seconds() - start;
     if (log && isatty(fileno(log)) && run->step > 0)
         fputc('\n', log);
-    mem_free(done);
     return rc;
+}
+
+/* ------------------------------------------------------------ simulation */
+
+int serving_sim_init(ServingRun *run, const Model *shape, const CliOptions *opts, size_t kv_bytes_per_token,
+                     const SimRequestSpec *reqs, int n, Err *err)
+{
+    memset(run, 0, sizeof *run);
+    if (n < 1)
+        return err_set(err, "a simulation needs at least one request");
+    const int seq_len = shape->cfg.seq_len;
+    run->model = shape;
+    run->opts = opts;
+    run->kv_bytes_per_token = kv_bytes_per_token;
+    run->no_kv_storage = 1;
+    run->n_reqs = n;
+    run->reqs = mem_alloc_array(MEM_ACTIVATIONS, (size_t)n, sizeof(Request));
+    run->sim_specs = mem_alloc_array(MEM_ACTIVATIONS, (size_t)n, sizeof(RequestSpec));
+    if (!run->reqs || !run->sim_specs) {
+        serving_run_free(run);
+        return err_set(err, "out of memory for %d requests", n);
+    }
+    for (int i = 0; i < n; i++) {
+        const SimRequestSpec *q = &reqs[i];
+        Request *r = &run->reqs[i];
+        run->sim_specs[i] = (RequestSpec){.id = i, .line = i + 1, .max_new_tokens = q->max_new_tokens, .prompt = ""};
+        *r = (Request){.spec = &run->sim_specs[i], .index = i, .admitted_step = -1, .finished_step = -1,
+                       .arrival_step = q->arrival_step};
+        r->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)seq_len, sizeof(int));
+        if (!r->tokens) {
+            serving_run_free(run);
+            return err_set(err, "out of memory for request %d", i);
+        }
+        if (q->prompt_tokens < 1 || q->prompt_tokens >= seq_len || q->max_new_tokens < 1) {
+            serving_reject(run, r, "its prompt is %d tokens and it asks for %d more; the model's seq_len is %d",
+                           q->prompt_tokens, q->max_new_tokens, seq_len);
+            continue;
+        }
+        for (int k = 0; k < q->prompt_tokens; k++)
+            r->tokens[k] = k == 0 ? TOKEN_BOS : SERVING_SIM_TOKEN;
+        r->n_prompt = r->n_tokens = q->prompt_tokens;
+        long want = (long)q->prompt_tokens + q->max_new_tokens;
+        r->max_tokens = (int)(want < seq_len ? want : seq_len);
+        if (q->output_tokens > 0 && q->prompt_tokens + (long)q->output_tokens < r->max_tokens)
+            r->stop_at = q->prompt_tokens + q->output_tokens;
+    }
+    return 0;
+}
+
+int serving_sim_open(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err)
+{
+    run->no_kv_storage = 1;
+    return open_chapter(ch, run, log, 0, err);
+}
+
+int serving_sim_step(const ServingChapter *ch, ServingRun *run, Err *err)
+{
+    return run_step(ch, run, NULL, err);
+}
+
+int serving_run_simulated(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err)
+{
+    if (serving_sim_open(ch, run, log, err))
+        return -1;
+    double start = now_seconds(), last_progress = start;
+    while (run->n_done < run->n_reqs) {
+        if (serving_sim_step(ch, run, err))
+            return -1;
+        if (log)
+            show_progress(run, log, &last_progress);
+    }
+    run->elapsed_s = now_seconds() - start;
+    return 0;
+}
+
+long serving_preemptions(const ServingRun *run)
+{
+    long n = 0;
+    for (int i = 0; i < run->n_reqs; i++)
+        n += run->reqs[i].preemptions;
+    return n;
 }
 
 void serving_run_close(const ServingChapter *ch, ServingRun *run)

@@ -98,7 +98,8 @@ void kv_breakdown_fractions(const KvBreakdown *b, double out[4]);
 typedef enum {
     REQ_WAITING, /**< not admitted yet, or preempted */
     REQ_RUNNING, /**< admitted: holds K/V memory and gets steps */
-    REQ_DONE     /**< finished or rejected */
+    REQ_DONE,    /**< finished or rejected */
+    REQ_PENDING  /**< has not arrived yet (Request.arrival_step is later): no chapter sees it as waiting */
 } RequestPhase;
 
 /** How a request ended (the `finish` of its JSON line). */
@@ -124,6 +125,8 @@ typedef struct {
     long admitted_step; /**< step of its first admission, or -1 */
     long finished_step; /**< step it finished on, or -1 */
     int preemptions;    /**< times its K/V were freed to make room */
+    long arrival_step;  /**< first step at which it may be admitted (0: from the start; see ::REQ_PENDING) */
+    int stop_at;        /**< simulation only: with this many tokens it "samples" EOS and stops (0: never; it runs to max_tokens) */
     Sampler sampler;    /**< seeded with --seed + index: batching never changes its draws */
     KvReservationTrack kv;  /**< its KV reservation over time, for the breakdown */
     char note[200];     /**< why it was rejected */
@@ -140,6 +143,9 @@ typedef struct {
     long step;                 /**< forward steps run so far */
     int n_done;                /**< requests finished or rejected */
     int max_concurrent;        /**< most requests RUNNING after any step */
+    double running_sum;        /**< requests RUNNING, summed over the steps that ran a batch */
+    long busy_steps;           /**< steps that ran a batch (step - busy_steps: steps nobody was there to serve) */
+    int n_arrived;             /**< requests 0..n_arrived-1 have arrived (arrival steps never decrease in file order) */
     long tokens_generated;     /**< new tokens of all requests */
     BatchEntry *entries;       /**< [max_step_tokens] this step's batch */
     int n_entries;             /**< entries planned for this step */
@@ -156,6 +162,8 @@ typedef struct {
     KvBreakdown breakdown;     /**< byte-steps by category */
     double elapsed_s;          /**< wall time of the loop */
     void *chapter_ctx;         /**< the chapter's state while open (see serving_run()) */
+    int *finished_now;         /**< [n_reqs] indexes of the requests that finished in the current step */
+    RequestSpec *sim_specs;    /**< [n_reqs] the specs serving_sim_init() made (NULL otherwise) */
 } ServingRun;
 
 /** A serving chapter: its K/V memory and its scheduling policy. */
@@ -327,5 +335,84 @@ void serving_run_free(ServingRun *run);
  * @return 0 on success, -1 on failure
  */
 int serving_write_jsonl(const ServingRun *run, const char *path, Err *err);
+
+/* ------------------------------------------------------------ simulation */
+
+/**
+ * A request known only by its lengths: what the capacity simulator (kvsim)
+ * and the tests feed the chapters instead of prompts and a model.
+ */
+typedef struct {
+    int prompt_tokens;  /**< prompt length in tokens, BOS included, >= 1 */
+    int max_new_tokens; /**< the most tokens the client allows: what the reservation policies see */
+    int output_tokens;  /**< tokens it really produces before EOS; 0, or >= max_new_tokens: it runs to the limit */
+    long arrival_step;  /**< step at which it arrives (never less than the previous request's) */
+} SimRequestSpec;
+
+/** The token id every simulated request appends (its value never matters). */
+#define SERVING_SIM_TOKEN 3
+
+/**
+ * Sets up a run without a model file, a tokenizer or any prompt text: each
+ * request gets @p reqs[i].prompt_tokens dummy tokens, max_tokens = prompt +
+ * max_new_tokens capped at seq_len, and stops (as if it sampled EOS) after
+ * output_tokens new tokens. Requests whose prompt leaves no room under
+ * seq_len are rejected, as serving_run_init() does.
+ * @param run                 receives the run (free with serving_run_free())
+ * @param shape               a model whose cfg alone is filled in (seq_len, layers, heads)
+ * @param opts                options (budget, block size, reserve policy...)
+ * @param kv_bytes_per_token  K and V of one position in all layers (2 x layers x kv_dim x element bytes)
+ * @param reqs                [n] the requests, in arrival order
+ * @param n                   number of requests, >= 1
+ * @param err                 receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int serving_sim_init(ServingRun *run, const Model *shape, const CliOptions *opts, size_t kv_bytes_per_token,
+                     const SimRequestSpec *reqs, int n, Err *err);
+
+/**
+ * Opens a chapter for a simulated run: the chapter's books (in
+ * accounting-only mode: run->no_kv_storage is set here) and the step
+ * buffers, but no forward-pass buffers. Requests that have not arrived
+ * become ::REQ_PENDING.
+ * @param ch   the chapter
+ * @param run  from serving_sim_init() (or any initialised run)
+ * @param log  where the chapter's setup lines go, or NULL
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure (close with serving_run_close() either way)
+ */
+int serving_sim_open(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err);
+
+/**
+ * One step of the serving loop without a model: arrivals (skipping ahead
+ * over steps when nobody is there to serve), the chapter's schedule, the
+ * fed positions marked cached, a dummy token appended to every request
+ * that was fed (or its stop), the chapter's accounting, the finished hook.
+ * Exactly what serving_run() does around the forward pass and the sampler.
+ * @param ch   the chapter
+ * @param run  opened with serving_sim_open()
+ * @param err  receives the reason on failure (e.g. a scheduler that plans nothing)
+ * @return 0 on success (also when every request is done), -1 on failure
+ */
+int serving_sim_step(const ServingChapter *ch, ServingRun *run, Err *err);
+
+/**
+ * serving_sim_open(), then serving_sim_step() until every request is done.
+ * The chapter stays open for its numbers; close it with serving_run_close().
+ * @param ch   the chapter
+ * @param run  from serving_sim_init()
+ * @param log  where the chapter's setup lines go, or NULL
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int serving_run_simulated(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err);
+
+/**
+ * Total preemptions of a run (requeues in chapter 3, preemptions in
+ * chapter 4): the sum of every request's count.
+ * @param run  the run
+ * @return preemptions
+ */
+long serving_preemptions(const ServingRun *run);
 
 #endif

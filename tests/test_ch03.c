@@ -610,97 +610,36 @@ END_TEST
 
 /* ---------------------------------------------------------- accounting only */
 
-/* The serving loop without a model: what kvsim does. Fed tokens get K/V
- * "stored" (n_cached), every taker receives token 3, and requests end by
- * length. */
-static void simulate(const ServingChapter *ch, ServingRun *run)
-{
-    Err err = {{0}};
-    void *ctx = NULL;
-    int max_tokens = 0, max_logits = 0;
-    ck_assert_msg(ch->open(run, &ctx, &max_tokens, &max_logits, NULL, &err) == 0, "%s", err.msg);
-    run->chapter_ctx = ctx;
-    run->max_step_tokens = max_tokens;
-    run->max_logits = max_logits;
-    run->entries = mem_alloc_array(MEM_ACTIVATIONS, (size_t)max_tokens, sizeof(BatchEntry));
-    run->taker_row = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
-    run->taker_req = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
-    int *done = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
-    while (run->n_done < run->n_reqs) {
-        run->n_entries = run->n_logits = run->n_takers = 0;
-        ck_assert_msg(ch->schedule(ctx, run, &err) == 0, "%s", err.msg);
-        ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
-        int running = 0, n_done = 0;
-        for (int i = 0; i < run->n_reqs; i++)
-            running += run->reqs[i].phase == REQ_RUNNING;
-        run->max_concurrent = running > run->max_concurrent ? running : run->max_concurrent;
-        for (int i = 0; i < run->n_entries; i++)
-            run->reqs[run->entries[i].seq].n_cached = run->entries[i].pos + 1;
-        for (int i = 0; i < run->n_takers; i++) {
-            Request *r = &run->reqs[run->taker_req[i]];
-            r->tokens[r->n_tokens++] = 3;
-            if (r->n_tokens >= r->max_tokens) {
-                r->phase = REQ_DONE;
-                r->finish = REQ_FINISH_LENGTH;
-                r->finished_step = run->step;
-                run->n_done++;
-                done[n_done++] = r->index;
-            }
-        }
-        ch->account(ctx, run);
-        for (int i = 0; i < n_done; i++)
-            ch->finished(ctx, run, &run->reqs[done[i]]);
-        run->step++;
-    }
-    mem_free(done);
-}
-
 /* The source material's case: a 13B model (40 layers, 40 heads of 128,
  * fp16: 819,200 B per position, 1,677,721,600 B for 2,048 positions) with
- * 48 GiB for K/V. 40 requests of 100 prompt tokens and 500 new ones. */
-static void simulate_13b(const char *reserve, ServingRun *run, Model *m, CliOptions *o, RequestSpec *specs)
+ * 48 GiB for K/V. 40 requests of 100 prompt tokens and 500 new ones, run
+ * by the serving core's no-model loop (what kvsim does). */
+static void simulate_13b(const char *reserve, ServingRun *run, Model *m, CliOptions *o)
 {
     memset(m, 0, sizeof *m);
     m->cfg = (ModelConfig){5120, 13824, 40, 40, 40, 32000, 2048};
     cli_defaults(o);
     o->reserve = reserve;
     o->kv_budget = (size_t)48 << 30;
-    memset(run, 0, sizeof *run);
-    run->model = m;
-    run->opts = o;
-    run->kv_bytes_per_token = model_kv_bytes_per_token(&m->cfg, 2);
+    SimRequestSpec specs[40];
+    for (int i = 0; i < 40; i++)
+        specs[i] = (SimRequestSpec){.prompt_tokens = 100, .max_new_tokens = 500};
+    Err err = {{0}};
+    ck_assert_msg(serving_sim_init(run, m, o, model_kv_bytes_per_token(&m->cfg, 2), specs, 40, &err) == 0, "%s",
+                  err.msg);
     ck_assert_uint_eq(run->kv_bytes_per_token, 819200);
-    run->no_kv_storage = 1;
-    run->n_reqs = 40;
-    run->reqs = mem_alloc_array(MEM_ACTIVATIONS, 40, sizeof(Request));
-    for (int i = 0; i < 40; i++) {
-        Request *r = &run->reqs[i];
-        specs[i] = (RequestSpec){.id = i, .line = i + 1, .max_new_tokens = 500, .prompt = "x"};
-        r->spec = &specs[i];
-        r->index = i;
-        r->tokens = mem_alloc_array(MEM_ACTIVATIONS, 2048, sizeof(int));
-        r->n_prompt = r->n_tokens = 100;
-        r->max_tokens = 600;
-        r->admitted_step = r->finished_step = -1;
-    }
-    simulate(batching_chapter(), run);
+    ck_assert_msg(serving_run_simulated(batching_chapter(), run, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
 }
 
 static void free_simulated(ServingRun *run)
 {
     serving_run_close(batching_chapter(), run);
-    for (int i = 0; i < run->n_reqs; i++)
-        mem_free(run->reqs[i].tokens);
-    mem_free(run->reqs);
-    mem_free(run->entries);
-    mem_free(run->taker_row);
-    mem_free(run->taker_req);
-    memset(run, 0, sizeof *run);
+    serving_run_free(run);
 }
 
 START_TEST(accounting_only_13b_scale)
 {
-    static RequestSpec specs[40];
     Model m;
     CliOptions o;
     ServingRun run;
@@ -710,7 +649,7 @@ START_TEST(accounting_only_13b_scale)
      * token states 17.07%. Final length 599 (the 600th token is never
      * fed): internal (2048 - 599) x 500 = 724,500; the rest, 124,750, was
      * reserved for tokens still to come. */
-    simulate_13b("max", &run, &m, &o, specs);
+    simulate_13b("max", &run, &m, &o);
     ck_assert_int_eq(run.max_concurrent, 30);
     ck_assert_int_eq(run.step, 1000);
     double fr[4];
@@ -723,7 +662,7 @@ START_TEST(accounting_only_13b_scale)
     /* grow: first regions of 128 (100 + 1, rounded up), then 256, 512,
      * 1024: three moves per request copying 128 + 256 + 512 positions; all
      * 40 fit in one batch (40 x 1024 x 819,200 B = 31.25 GiB). */
-    simulate_13b("grow", &run, &m, &o, specs);
+    simulate_13b("grow", &run, &m, &o);
     const BatchingStats *s = &((const BatchingState *)run.chapter_ctx)->stats;
     ck_assert_int_eq(run.max_concurrent, 40);
     ck_assert_int_eq(s->requeues, 0);

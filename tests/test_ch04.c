@@ -543,41 +543,13 @@ END_TEST
 
 /* ------------------------------------------------ accounting only (kvsim) */
 
-/* What the simulator does instead of a forward pass: every fed request has
- * K/V for what it was fed, takers get a token, the lengths decide when they
- * finish. */
-static void simulate_step(const ServingChapter *ch, ServingRun *run, int *done)
+/* One step of the serving core's no-model loop (what kvsim runs): the fed
+ * requests get K/V for what they were fed and a dummy token, and end at
+ * their length. */
+static void simulate_step(ServingRun *run)
 {
     Err err = {{0}};
-    run->n_entries = run->n_logits = run->n_takers = 0;
-    ck_assert_msg(ch->schedule(run->chapter_ctx, run, &err) == 0, "%s", err.msg);
-    ck_assert_msg(run->n_entries > 0, "step %ld planned nothing", run->step);
-    int running = 0;
-    for (int i = 0; i < run->n_reqs; i++)
-        running += run->reqs[i].phase == REQ_RUNNING;
-    if (running > run->max_concurrent)
-        run->max_concurrent = running;
-    for (int i = 0; i < run->n_entries; i++) {
-        Request *r = &run->reqs[run->entries[i].seq];
-        if (run->entries[i].pos + 1 > r->n_cached)
-            r->n_cached = run->entries[i].pos + 1;
-    }
-    int n_done = 0;
-    for (int i = 0; i < run->n_takers; i++) {
-        Request *r = &run->reqs[run->taker_req[i]];
-        r->tokens[r->n_tokens++] = 42;
-        if (r->n_tokens >= r->max_tokens) {
-            r->phase = REQ_DONE;
-            r->finish = REQ_FINISH_LENGTH;
-            r->finished_step = run->step;
-            run->n_done++;
-            done[n_done++] = r->index;
-        }
-    }
-    ch->account(run->chapter_ctx, run);
-    for (int i = 0; i < n_done; i++)
-        ch->finished(run->chapter_ctx, run, &run->reqs[done[i]]);
-    run->step++;
+    ck_assert_msg(serving_sim_step(paged_chapter(), run, &err) == 0, "%s", err.msg);
 }
 
 /* A run of N requests driven without a model: LLaMA-7B in f16 (32 layers
@@ -588,9 +560,7 @@ enum { SIM_N = 6 };
 typedef struct {
     Model m;
     CliOptions o;
-    RequestSpec specs[SIM_N];
     ServingRun run;
-    int done[SIM_N];
 } Sim;
 
 static void sim_open(Sim *sim, int n_blocks, int watermark)
@@ -599,39 +569,19 @@ static void sim_open(Sim *sim, int n_blocks, int watermark)
     sim->m.cfg = (ModelConfig){4096, 11008, 32, 32, 32, 32000, 2048};
     sim->o = greedy(16, (size_t)n_blocks * (8u << 20));
     sim->o.watermark = watermark;
-    ServingRun *run = &sim->run;
-    run->model = &sim->m;
-    run->opts = &sim->o;
-    run->kv_bytes_per_token = model_kv_bytes_per_token(&sim->m.cfg, 2);
-    run->no_kv_storage = 1;
-    run->n_reqs = SIM_N;
-    run->reqs = calloc(SIM_N, sizeof(Request));
-    for (int i = 0; i < SIM_N; i++) {
-        sim->specs[i] = (RequestSpec){.id = i, .line = i + 1, .max_new_tokens = 28, .prompt = "p"};
-        run->reqs[i] = (Request){.spec = &sim->specs[i], .index = i, .n_prompt = 100, .n_tokens = 100,
-                                 .max_tokens = 128, .admitted_step = -1, .finished_step = -1};
-        run->reqs[i].tokens = calloc(2048, sizeof(int));
-    }
+    SimRequestSpec specs[SIM_N];
+    for (int i = 0; i < SIM_N; i++)
+        specs[i] = (SimRequestSpec){.prompt_tokens = 100, .max_new_tokens = 28};
     Err err = {{0}};
-    int max_tokens, max_logits;
-    ck_assert_msg(paged_chapter()->open(run, &run->chapter_ctx, &max_tokens, &max_logits, NULL, &err) == 0, "%s",
-                  err.msg);
-    run->entries = calloc((size_t)max_tokens, sizeof(BatchEntry));
-    run->max_step_tokens = max_tokens;
-    run->max_logits = max_logits;
-    run->taker_row = calloc(SIM_N, sizeof(int));
-    run->taker_req = calloc(SIM_N, sizeof(int));
+    ck_assert_msg(serving_sim_init(&sim->run, &sim->m, &sim->o, model_kv_bytes_per_token(&sim->m.cfg, 2), specs,
+                                   SIM_N, &err) == 0, "%s", err.msg);
+    ck_assert_msg(serving_sim_open(paged_chapter(), &sim->run, NULL, &err) == 0, "%s", err.msg);
 }
 
 static void sim_close(Sim *sim)
 {
-    paged_chapter()->close(sim->run.chapter_ctx);
-    for (int i = 0; i < SIM_N; i++)
-        free(sim->run.reqs[i].tokens);
-    free(sim->run.reqs);
-    free(sim->run.entries);
-    free(sim->run.taker_row);
-    free(sim->run.taker_req);
+    serving_run_close(paged_chapter(), &sim->run);
+    serving_run_free(&sim->run);
 }
 
 static int sim_running(const Sim *sim)
@@ -646,30 +596,29 @@ START_TEST(accounting_only_at_7b_scale)
 {
     Sim sim;
     sim_open(&sim, 38, 0);
-    const ServingChapter *ch = paged_chapter();
     ServingRun *run = &sim.run;
     PagedServer *s = run->chapter_ctx;
     ck_assert_int_eq(s->kv.pool.n_blocks, 38);
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
     /* Step 0: five prompts of 7 blocks fit (35 of 38), the sixth waits. */
-    simulate_step(ch, run, sim.done);
+    simulate_step(run);
     ck_assert_int_eq(block_pool_used(&s->kv.pool), 35);
     ck_assert_uint_eq(run->timeline.reserved, (size_t)35 * (8u << 20));
     ck_assert_uint_eq(run->timeline.used, (size_t)500 * (512u << 10));
     ck_assert_int_eq(run->reqs[5].phase, REQ_WAITING);
     /* Steps 1-12 write positions 100-111 into the 7th block. */
     for (int k = 0; k < 12; k++)
-        simulate_step(ch, run, sim.done);
+        simulate_step(run);
     ck_assert_int_eq(s->preemptions, 0);
     /* Step 13: all five start an 8th block; 3 are free: the fourth request
      * preempts the newest (the fifth, 7 blocks back), then gets its block. */
-    simulate_step(ch, run, sim.done);
+    simulate_step(run);
     ck_assert_int_eq(s->preemptions, 1);
     ck_assert_int_eq(run->reqs[4].phase, REQ_WAITING);
     ck_assert_int_eq(run->reqs[4].n_cached, 0);
     ck_assert_int_eq(block_pool_used(&s->kv.pool), 32);
     while (run->n_done < SIM_N)
-        simulate_step(ch, run, sim.done);
+        simulate_step(run);
     ck_assert_int_eq(run->max_concurrent, 5);
     ck_assert_int_eq(s->kv.pool.n_free, 38);
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
@@ -692,10 +641,10 @@ START_TEST(admission_keeps_the_watermark)
         sim_open(&sim, 38, watermarks[k]);
         PagedServer *s = sim.run.chapter_ctx;
         ck_assert_int_eq(s->watermark_blocks, 3 + k);
-        simulate_step(paged_chapter(), &sim.run, sim.done);
+        simulate_step(&sim.run);
         ck_assert_int_eq(sim_running(&sim), admitted[k]);
         while (sim.run.n_done < SIM_N)
-            simulate_step(paged_chapter(), &sim.run, sim.done);
+            simulate_step(&sim.run);
         sim_close(&sim);
     }
 }

@@ -323,14 +323,18 @@ static int admit_group(PagedServer *s, ServingRun *run, int i, int group, Err *e
 /* First come, first served: the queue is the requests in arrival order
  * (file order), so a preempted request, which arrived earlier, comes back
  * before any newer one. The first request that does not fit stops the
- * admission (no overtaking, so nobody starves). */
+ * admission (no overtaking, so nobody starves), and so does the first that
+ * has not arrived yet (every later one arrives later still). */
 static int admit_waiting(PagedServer *s, ServingRun *run, Err *err)
 {
     const int bs = s->kv.pool.shape.block_size;
-    while (s->first_waiting < run->n_reqs && run->reqs[s->first_waiting].phase != REQ_WAITING)
+    while (s->first_waiting < run->n_reqs &&
+           (run->reqs[s->first_waiting].phase == REQ_RUNNING || run->reqs[s->first_waiting].phase == REQ_DONE))
         s->first_waiting++;
     for (int i = s->first_waiting; i < run->n_reqs; i++) {
         Request *r = &run->reqs[i];
+        if (r->phase == REQ_PENDING)
+            break;
         if (r->phase != REQ_WAITING)
             continue;
         int group = fork_group_size(run, i);
