@@ -69,7 +69,7 @@ KERNEL_OBJS := $(KERNEL_SRCS:kernels/%.cu=$(CUDA_BUILD)/%.o)
 NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 NVCCFLAGS_ALL = -std=c++17 -O3 $(NVCC_GENCODE) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
                 -Icommon -Ikernels -MMD -MP -DKVLAB_CUDA_LIBDIR='"$(CUDA_LIBDIR)"' $(NVCCFLAGS)
-INCLUDES += -Ikernels -I$(CUDA_HOME)/include
+INCLUDES += -Ikernels -Ikernels/check -I$(CUDA_HOME)/include
 CFLAGS_ALL += -DKVLAB_CUDA
 COMMON_OBJS += $(KERNEL_OBJS)
 LDLIBS_ALL += -L$(CUDA_LIBDIR) -lcudart_static -lstdc++ -ldl -lrt -lpthread
@@ -109,7 +109,16 @@ PROGRAMS += $(CUDA_PROGRAMS)
 .PHONY: all test test-sanitize lab grade docs bench demo models cuda-check exercises check-exercises deps clean
 all: $(PROGRAMS) $(TOOLS)
 
-$(BUILD)/obj/%.o: %.c
+# Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
+# stamp per mode makes every object rebuild when CUDA=0 and CUDA=auto
+# alternate in the same build folder.
+MODE_STAMP := $(BUILD)/obj/mode-$(if $(CUDA_OK),cuda,cpu)
+$(MODE_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/obj/mode-*
+	@touch $@
+
+$(BUILD)/obj/%.o: %.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -157,7 +166,7 @@ CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 
-$(BUILD)/obj/tests/%.o: tests/%.c
+$(BUILD)/obj/tests/%.o: tests/%.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests -c $< -o $@
 

@@ -127,6 +127,11 @@ static int open_blas(Device *d, Err *err)
     return kvk_blas_create(&d->blas, d->stream, d->blas_workspace, d->blas_workspace_bytes, err);
 }
 
+int device_probe(Err *err)
+{
+    return probe_devices(err);
+}
+
 int device_open(Device *d, Err *err)
 {
     memset(d, 0, sizeof *d);
@@ -167,6 +172,11 @@ int device_mem_refresh(Device *d, Err *err)
 int device_compiled_in(void) { return 0; }
 
 #define NO_CUDA "this build has no CUDA support (nvcc was not found when it was compiled, or CUDA=0 was given)"
+
+int device_probe(Err *err)
+{
+    return err_set(err, NO_CUDA);
+}
 
 int device_open(Device *d, Err *err)
 {

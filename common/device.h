@@ -51,6 +51,14 @@ typedef struct {
 int device_compiled_in(void);
 
 /**
+ * Whether a CUDA device can be used, without creating a context (cheap:
+ * for tests and tools that decide whether to skip).
+ * @param err  receives why not: no CUDA in this build, no driver, no device
+ * @return 0 when a device is there, -1 otherwise
+ */
+int device_probe(Err *err);
+
+/**
  * Opens device 0: checks that a driver and a device exist, creates the
  * context, a stream and a cuBLAS handle (with a workspace from the ledger),
  * and takes the first cudaMemGetInfo reading.
