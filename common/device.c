@@ -94,7 +94,8 @@ static int probe_devices(Err *err)
                            CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
         return err_set(err, "no CUDA device on this machine");
     }
-    CUDA_CHECK(err, rc);
+    if (rc != cudaSuccess)
+        return err_set(err, "%s:%d: cudaGetDeviceCount: %s", __FILE__, __LINE__, cudaGetErrorString(rc));
     return 0;
 }
 

@@ -32,7 +32,8 @@ struct cublasContext; /* cublasHandle_t */
 typedef struct {
     int ordinal;                     /**< CUDA device number (always 0: pick with CUDA_VISIBLE_DEVICES) */
     char name[256];                  /**< e.g. "NVIDIA H200" */
-    int cc_major, cc_minor;          /**< compute capability */
+    int cc_major;                    /**< compute capability, major (9 for Hopper) */
+    int cc_minor;                    /**< compute capability, minor */
     int sm_count;                    /**< streaming multiprocessors */
     size_t mem_total;                /**< cudaMemGetInfo total */
     size_t mem_free_at_open;         /**< free right after the context was created, before kvlab allocated */
@@ -40,7 +41,7 @@ typedef struct {
     struct CUstream_st *stream;      /**< every kernel and copy of kvlab goes here, in order */
     struct cublasContext *blas;      /**< cuBLAS handle bound to stream */
     void *blas_workspace;            /**< [blas_workspace_bytes] given to cuBLAS, so the ledger sees it */
-    size_t blas_workspace_bytes;
+    size_t blas_workspace_bytes;     /**< 32 MiB on Hopper and later, 4 MiB before */
     int is_open;                     /**< 1 between device_open() and device_close() */
 } Device;
 

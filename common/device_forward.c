@@ -350,14 +350,18 @@ int device_forward(const Device *dev, const DeviceModel *dm, DeviceForwardState 
     DeviceStep st;
     TRY(upload_step(dev, s, kv, &dm->cfg, entries, n, &st, err));
     int graphed = use_graph && kv->graph_safe;
-    if (graphed && (!s->graph || s->graph_n != st.n || s->graph_rows != st.logit_rows))
-        TRY(capture_step(dev, dm, s, kv, &st, err));
+    int replay = graphed && s->graph && s->graph_n == st.n && s->graph_rows == st.logit_rows;
     CUDA_CHECK(err, cudaEventRecord((cudaEvent_t)s->step_start, dev->stream));
-    if (graphed)
+    if (replay)
         CUDA_CHECK(err, cudaGraphLaunch((cudaGraphExec_t)s->graph, dev->stream));
     else
         TRY(run_layers(dev, dm, s, kv, &st, err));
     CUDA_CHECK(err, cudaEventRecord((cudaEvent_t)s->step_stop, dev->stream));
+    /* A new shape runs once for real first (so that cuBLAS and the lazily
+     * loaded kernels are set up outside a capture), then is captured for the
+     * steps that follow. Capturing records work without running it. */
+    if (graphed && !replay)
+        TRY(capture_step(dev, dm, s, kv, &st, err));
     if (st.logit_rows > 0)
         CUDA_CHECK(err, cudaMemcpyAsync(s->logits_host, s->logits,
                                         (size_t)st.logit_rows * (size_t)dm->cfg.vocab_size * sizeof(float),

@@ -58,7 +58,7 @@
 
 /** The model's weights on the device, uploaded once. */
 typedef struct {
-    ModelConfig cfg;
+    ModelConfig cfg;       /**< the model's shape */
     Dtype wtype;           /**< type of the embedding table and every matrix */
     void *token_embedding; /**< [vocab_size][dim] of wtype */
     float *rms_att;        /**< [n_layers][dim] (norm weights stay f32: they are tiny) */
@@ -202,9 +202,10 @@ void device_forward_state_free(DeviceForwardState *s);
  * @param kv         the chapter's device K/V seam
  * @param entries    [n] the tokens (host)
  * @param n          1..s->max_tokens
- * @param use_graph  1: capture the step as a CUDA graph on first use and
- *                   replay it while n and the logit rows stay the same (only
- *                   when kv->graph_safe); 0: launch everything each time
+ * @param use_graph  1: after running a step of a new shape, capture it as a
+ *                   CUDA graph, and replay that graph while n and the logit
+ *                   rows stay the same (only when kv->graph_safe); 0: launch
+ *                   everything each time
  * @param err        receives the reason on failure
  * @return 0 on success, -1 on failure
  */

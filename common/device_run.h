@@ -77,12 +77,12 @@ int device_run_contiguous_kv(DeviceKv *kv, const Device *dev, const ModelConfig 
 
 /** Everything a single-request run holds on the device. */
 typedef struct {
-    Device dev;
-    DeviceModel model;
-    DeviceForwardState fs;
-    DeviceKv kv;
-    Dtype weight_type;
-    Dtype kv_type;
+    Device dev;            /**< the open device */
+    DeviceModel model;     /**< the weights, uploaded */
+    DeviceForwardState fs; /**< device activations */
+    DeviceKv kv;           /**< the chapter's device K/V store */
+    Dtype weight_type;     /**< --weight-dtype */
+    Dtype kv_type;         /**< --kv-dtype */
 } DeviceRun;
 
 /**
