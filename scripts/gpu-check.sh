@@ -22,9 +22,10 @@
 # ones). The test suites need the Check library: if pkg-config does not
 # find it, the script looks for Debian packages in .debs/ (fetch them
 # beforehand on a machine with apt: mkdir -p .debs && cd .debs &&
-# apt-get download check libsubunit-dev libsubunit0) and unpacks them
-# locally; without either, the suites are skipped (kernel-check still
-# validates every kernel).
+# apt-get download check libsubunit-dev libsubunit0; .debs/ is git-ignored,
+# so name it in the device tool's carry list) and unpacks them locally;
+# without either, the suites are skipped (kernel-check still validates every
+# kernel).
 #
 # Variables: CUDA_ARCHS (default 90), GPU_CHECK_SECONDS, JOBS (make -j).
 set -u

@@ -1197,7 +1197,7 @@ static int run_block_copy(Run *r, Err *err)
         TRY(case_block_copy(r, 5, 40, 16, 32, 7, (Dtype)t, err)); /* runs of 16 x 32 elements */
         TRY(case_block_copy(r, 2, 12, 1, 6, 3, DTYPE_F16, err));  /* 12-byte runs: the byte loop */
         if (!r->o->quick)
-            TRY(case_block_copy(r, 12, 4096, 16, 768, 256, (Dtype)t, err));
+            TRY(case_block_copy(r, 12, 512, 16, 768, 128, (Dtype)t, err)); /* stories110M, 8,192 slots */
     }
     return 0;
 }

@@ -46,11 +46,11 @@ static void print_result(const KcaseResult *r, void *ctx)
         if (r->bytes > 0)
             snprintf(gbs, sizeof gbs, "%.1f", r->bytes / (r->us * 1e3));
     }
-    printf("%-16s %-58s %-5s v%d %-22s %10s %8.0e %-11s %10s %8s\n", r->kernel, r->shape, r->dtype, r->version,
+    printf("%-16s %-58s %-5s v%d %-22s %10s %8.3g %-11s %10s %8s\n", r->kernel, r->shape, r->dtype, r->version,
            r->version_name, err_text, r->tolerance, verdict, us, gbs);
     fflush(stdout);
     if (t->markdown)
-        fprintf(t->markdown, "| %s | %s | %s | v%d %s | %s | %.0e | %s | %s | %s |\n", r->kernel, r->shape, r->dtype,
+        fprintf(t->markdown, "| %s | %s | %s | v%d %s | %s | %.3g | %s | %s | %s |\n", r->kernel, r->shape, r->dtype,
                 r->version, r->version_name, err_text, r->tolerance, verdict, us, gbs);
 }
 
