@@ -36,6 +36,53 @@ INCLUDES := -Icommon $(addprefix -I,$(CHAPTER_DIRS))
 COMMON_SRCS := $(sort $(wildcard common/*.c))
 COMMON_OBJS := $(COMMON_SRCS:%.c=$(BUILD)/obj/%.o)
 
+# ---------------------------------------------------------------- CUDA
+# CUDA=auto builds the CUDA path (--device cuda, kernels/, build/kernel-check)
+# when a toolkit is found: nvcc on PATH or in /usr/local/cuda/bin, with its
+# headers, the static CUDA runtime and cuBLAS. CUDA=1 insists on it, CUDA=0
+# leaves it out. The programs link the CUDA runtime statically and never
+# libcuda (the runtime loads the driver when --device cuda first asks), and
+# load cuBLAS with dlopen from $(CUDA_LIBDIR) only then (kernels/matmul.cu):
+# every CPU program starts as fast as without CUDA and runs on machines
+# without a GPU, a driver or the toolkit.
+# Kernels are compiled once per CUDA_ARCHS into $(CUDA_BUILD), shared by the
+# normal and the sanitizer builds (nvcc flags do not depend on OPT or SAN).
+CUDA ?= auto
+CUDA_ARCHS ?= 80 90
+empty :=
+space := $(empty) $(empty)
+CUDA_OK :=
+ifneq ($(CUDA),0)
+ifeq ($(origin NVCC),undefined)
+NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_LIBDIR ?= $(CUDA_HOME)/lib64
+CUDA_OK := $(and $(NVCC),$(shell $(NVCC) --version >/dev/null 2>&1 && echo yes),\
+             $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),$(wildcard $(CUDA_LIBDIR)/libcudart_static.a),\
+             $(wildcard $(CUDA_LIBDIR)/libcublas.so))
+ifeq ($(CUDA)$(CUDA_OK),1)
+$(error CUDA=1 but no usable CUDA toolkit: need nvcc (found '$(NVCC)'), and under CUDA_HOME='$(CUDA_HOME)' the headers, libcudart_static.a and libcublas.so)
+endif
+endif
+
+ifneq ($(CUDA_OK),)
+CUDA_BUILD ?= build/cuda-sm$(subst $(space),-,$(strip $(CUDA_ARCHS)))
+KERNEL_SRCS := $(sort $(wildcard kernels/*.cu))
+KERNEL_OBJS := $(KERNEL_SRCS:kernels/%.cu=$(CUDA_BUILD)/%.o)
+NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+NVCCFLAGS_ALL = -std=c++17 -O3 $(NVCC_GENCODE) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
+                -Icommon -Ikernels -MMD -MP -DKVLAB_CUDA_LIBDIR='"$(CUDA_LIBDIR)"' $(NVCCFLAGS)
+INCLUDES += -Ikernels -Ikernels/check -I$(CUDA_HOME)/include
+CFLAGS_ALL += -DKVLAB_CUDA
+COMMON_OBJS += $(KERNEL_OBJS)
+LDLIBS_ALL += -L$(CUDA_LIBDIR) -lcudart_static -lstdc++ -ldl -lrt -lpthread
+# The kernel checks (random inputs, every version against its CPU reference)
+# are shared by build/kernel-check and the GPU test suites.
+KCHECK_OBJS := $(BUILD)/obj/kernels/check/cases.o
+CUDA_PROGRAMS := $(BUILD)/kernel-check $(BUILD)/decode-bench
+endif
+
 # Each chapter is its folder's sources plus its lab files from $(LAB)/chNN/,
 # plus the lab files of the chapters before it (chapters build on each other).
 # With LAB_ONLY=n, only chapter n's lab files come from $(LAB) and the other
@@ -64,11 +111,21 @@ ifneq ($(wildcard chapters/ch04-*/main.c),)
 PROGRAMS += $(BUILD)/ch04-paged
 endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
+PROGRAMS += $(CUDA_PROGRAMS)
 
 .PHONY: all test test-sanitize lab lab-run grade check-stubs docs bench demo models cuda-check exercises check-exercises deps clean
 all: $(PROGRAMS) $(TOOLS)
 
-$(BUILD)/obj/%.o: %.c
+# Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
+# stamp per mode makes every object rebuild when CUDA=0 and CUDA=auto
+# alternate in the same build folder.
+MODE_STAMP := $(BUILD)/obj/mode-$(if $(CUDA_OK),cuda,cpu)
+$(MODE_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/obj/mode-*
+	@touch $@
+
+$(BUILD)/obj/%.o: %.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -81,6 +138,31 @@ $(BUILD)/ch03-batching: $(BUILD)/obj/chapters/ch03-batching/main.o $(CH_OBJS_3) 
 $(BUILD)/ch04-paged: $(BUILD)/obj/chapters/ch04-paged/main.o $(CH_OBJS_4) $(COMMON_OBJS)
 	$(CC) $^ -o $@ $(LDLIBS_ALL)
 
+# ---------------------------------------------------------------- CUDA programs
+ifneq ($(CUDA_OK),)
+$(CUDA_BUILD)/%.o: kernels/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/kernel-check: $(BUILD)/obj/kernels/check/kernel_check.o $(KCHECK_OBJS) $(ALL_CH_OBJS) $(COMMON_OBJS)
+	$(CC) $^ -o $@ $(LDLIBS_ALL)
+$(BUILD)/decode-bench: $(BUILD)/obj/kernels/check/decode_bench.o $(ALL_CH_OBJS) $(COMMON_OBJS)
+	$(CC) $^ -o $@ $(LDLIBS_ALL)
+endif
+
+.PHONY: cuda-objects
+cuda-objects: $(KERNEL_OBJS)
+
+# Every .cu file, for sm_80 and sm_90, warnings as errors (CI runs this; no
+# GPU needed). The normal build uses the same flags for CUDA_ARCHS.
+cuda-check:
+ifeq ($(CUDA_OK),)
+	@echo "cuda-check: SKIP: no CUDA toolkit (CUDA=$(CUDA); looked for nvcc on PATH and in /usr/local/cuda/bin)"
+else
+	@$(MAKE) --no-print-directory CUDA_ARCHS="80 90" cuda-objects $(CUDA_PROGRAMS)
+	@echo "cuda-check: $(words $(KERNEL_SRCS)) .cu files compile for sm_80 and sm_90 with warnings as errors"
+endif
+
 # Tools link everything but the chapters' main() files.
 $(BUILD)/%: $(BUILD)/obj/tools/%.o $(ALL_CH_OBJS) $(COMMON_OBJS)
 	$(CC) $^ -o $@ $(LDLIBS_ALL)
@@ -91,11 +173,12 @@ CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 
-$(BUILD)/obj/tests/%.o: tests/%.c
+$(BUILD)/obj/tests/%.o: tests/%.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests -c $< -o $@
 
-$(BUILD)/test-kvlab: $(TEST_OBJS) $(BUILD)/obj/tests/runner.o $(BUILD)/obj/tests/helpers.o $(ALL_CH_OBJS) $(COMMON_OBJS)
+$(BUILD)/test-kvlab: $(TEST_OBJS) $(BUILD)/obj/tests/runner.o $(BUILD)/obj/tests/helpers.o $(ALL_CH_OBJS) $(COMMON_OBJS) \
+                     $(KCHECK_OBJS)
 	$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
 
 deps:
@@ -191,7 +274,8 @@ check-exercises:
 # and the API reference of the public headers. Any warning fails the build.
 # Doxygen silently skips the functions of a header without a @file comment,
 # so that is checked first.
-DOC_HEADERS = $(wildcard common/*.h chapters/*/*.h kernels/*.h kernels/*.cuh)
+# kernels/*.cuh are device-side helpers for the .cu files, not API: not documented.
+DOC_HEADERS = $(wildcard common/*.h chapters/*/*.h kernels/*.h)
 docs:
 	@scripts/deps.sh doxygen
 	@status=0; for h in $(DOC_HEADERS); do grep -q '@file' "$$h" || { \
@@ -205,3 +289,6 @@ clean:
 	rm -rf build html
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+ifneq ($(CUDA_OK),)
+-include $(wildcard $(CUDA_BUILD)/*.d)
+endif

@@ -11,7 +11,7 @@
 enum {
     OPT_MODEL = 1000, OPT_TOKENIZER, OPT_PROMPT, OPT_STEPS, OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_JSON,
     OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
-    OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_DEVICE, OPT_KV_DTYPE, OPT_HELP
+    OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_HELP
 };
 
 typedef struct {
@@ -41,6 +41,7 @@ static const OptionSpec SPECS[] = {
     {"watermark", OPT_WATERMARK, CLI_PAGED, "PCT", "percent of blocks kept free when admitting, against thrashing (default 1)"},
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
     {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the K/V cache on the device (default f32)"},
+    {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights on the device (default f32; f16/bf16 use cublasGemmEx)"},
     {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads (default: OMP_NUM_THREADS or all cores; results never depend on it)"},
     {"json", OPT_JSON, CLI_MODEL, "FILE", "write the run report (memory, timing) as one JSON object"},
     {"quiet", OPT_QUIET, CLI_MODEL, NULL, "do not print the memory table on stderr"},
@@ -64,6 +65,7 @@ void cli_defaults(CliOptions *o)
     o->watermark = 1;
     o->device = "cpu";
     o->kv_dtype = "f32";
+    o->weight_dtype = "f32";
 }
 
 static int accepted(const CliProgram *p, const OptionSpec *s)
@@ -179,6 +181,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_RESERVE: return parse_choice(name, arg, reserves, &o->reserve, err);
     case OPT_DEVICE: return parse_choice(name, arg, devices, &o->device, err);
     case OPT_KV_DTYPE: return parse_choice(name, arg, dtypes, &o->kv_dtype, err);
+    case OPT_WEIGHT_DTYPE: return parse_choice(name, arg, dtypes, &o->weight_dtype, err);
     }
     return err_set(err, "--%s: not handled", name);
 }

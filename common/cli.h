@@ -23,7 +23,7 @@ typedef enum {
     CLI_SERVING = 1 << 4,   /**< --requests --out --kv-budget (chapters 3, 4) */
     CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve (chapter 3) */
     CLI_PAGED = 1 << 6,     /**< --block-size --n --watermark (chapter 4) */
-    CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype */
+    CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype --weight-dtype */
 } CliFeature;
 
 /** Every option of every program, with its default. */
@@ -49,6 +49,7 @@ typedef struct {
     int watermark;              /**< --watermark: free blocks kept back, percent of the pool */
     const char *device;         /**< --device: cpu | cuda */
     const char *kv_dtype;       /**< --kv-dtype: f32 | f16 | bf16 */
+    const char *weight_dtype;   /**< --weight-dtype: f32 | f16 | bf16 (device weights) */
 } CliOptions;
 
 /** What the program is, for --help. */

@@ -91,10 +91,17 @@ int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, Forw
         if (n == 0)
             return err_set(err, "the step has no tokens to run: the K/V strategy claims all %d positions are cached",
                            g->n_tokens);
-        if (n > fs->max_tokens)
-            return err_set(err, "a step of %d tokens exceeds the activation buffers (%d)", n, fs->max_tokens);
-        forward(m, fs, &kv->seam, g->entries, n);
-        int next = sampler_sample(s, fs->logits);
+        float *logits;
+        if (kv->step) {
+            if (kv->step(kv->step_ctx, g->entries, n, &logits, err))
+                return -1;
+        } else {
+            if (n > fs->max_tokens)
+                return err_set(err, "a step of %d tokens exceeds the activation buffers (%d)", n, fs->max_tokens);
+            forward(m, fs, &kv->seam, g->entries, n);
+            logits = fs->logits;
+        }
+        int next = sampler_sample(s, logits);
         g->positions_run += n;
         g->step_seconds[g->n_tokens] = now_seconds() - t0;
         if (kv->usage) {

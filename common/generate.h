@@ -45,6 +45,19 @@ typedef struct {
      * @param used      receives bytes holding tokens
      */
     void (*usage)(void *ctx, size_t *reserved, size_t *used);
+    /**
+     * Optional: runs one forward step somewhere else (the CUDA path,
+     * device_run.h) instead of forward() on the CPU through `seam`. NULL
+     * for the CPU path.
+     * @param step_ctx  the context below
+     * @param entries   [n] the step's tokens
+     * @param n         number of entries
+     * @param logits    receives the row of logits of the last entry (host)
+     * @param err       receives the reason on failure
+     * @return 0 on success, -1 on failure
+     */
+    int (*step)(void *step_ctx, const BatchEntry *entries, int n, float **logits, Err *err);
+    void *step_ctx; /**< passed to step */
 } SingleStreamKv;
 
 /** Why generation stopped. */
@@ -93,6 +106,7 @@ void generation_free(Generation *g);
  * @param t       the tokenizer
  * @param s       the sampler
  * @param fs      activations, with room for the largest step the chapter plans
+ *                (unused, and may be NULL, when kv->step is set)
  * @param kv      the chapter's K/V strategy
  * @param steps   most new tokens
  * @param out     where the text goes, or NULL

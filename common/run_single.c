@@ -31,6 +31,7 @@ typedef struct {
     const SingleStreamChapter *ch;
     const SingleStreamKv *kv;
     const Generation *g;
+    const DeviceRun *dev; /* NULL on the CPU */
 } ReportContext;
 
 static void table_hook(FILE *f, const void *p)
@@ -39,6 +40,8 @@ static void table_hook(FILE *f, const void *p)
     fprintf(f, "work\n  %ld token positions run through the model for %d new tokens\n", rc->g->positions_run,
             rc->g->n_tokens - rc->g->n_prompt);
     step_time_table(f, rc->g);
+    if (rc->dev)
+        device_run_report_table(f, rc->dev);
     if (rc->ch->extra_table)
         rc->ch->extra_table(f, rc->kv, rc->g);
 }
@@ -70,6 +73,8 @@ static void json_hook(JsonWriter *j, const void *p)
         json_int(j, NULL, g->tokens[i]);
     j->pretty = was_pretty;
     json_end_array(j);
+    if (rc->dev)
+        device_run_report_json(j, rc->dev);
     if (rc->ch->extra_json)
         rc->ch->extra_json(j, rc->kv, g);
 }
@@ -104,10 +109,14 @@ typedef struct {
     SingleStreamKv kv;
     int kv_open;
     ForwardState fs;
+    int on_device; /* --device cuda: the steps run in dev */
+    DeviceRun dev;
 } Run;
 
 static void run_close(const SingleStreamChapter *ch, Run *r)
 {
+    if (r->on_device)
+        device_run_close(&r->dev);
     forward_state_free(&r->fs);
     if (r->kv_open)
         ch->kv_close(&r->kv);
@@ -116,14 +125,36 @@ static void run_close(const SingleStreamChapter *ch, Run *r)
     assets_close(&r->assets);
 }
 
+/* --device cuda opens the device before anything else, so that a machine
+ * without one says so at once; the CPU path refuses the device options. */
+static int device_open_if_asked(const SingleStreamChapter *ch, const CliOptions *o, Run *r, Err *err)
+{
+    r->on_device = strcmp(o->device, "cuda") == 0;
+    if (!r->on_device) {
+        if (strcmp(o->kv_dtype, "f32") != 0 || strcmp(o->weight_dtype, "f32") != 0)
+            return err_set(err, "--kv-dtype and --weight-dtype other than f32 need --device cuda "
+                                "(the CPU path computes and stores in f32)");
+        return 0;
+    }
+    if (!ch->device_kv_open)
+        return err_set(err, "--device cuda: %s has no CUDA path yet", ch->program.name);
+    if (device_run_open(&r->dev, o, err))
+        return err_prefix(err, "--device cuda");
+    return 0;
+}
+
 static int run_open(const SingleStreamChapter *ch, const CliOptions *o, Run *r, Err *err)
 {
+    if (device_open_if_asked(ch, o, r, err))
+        return -1;
     if (assets_open(&r->assets, o, err))
         return -1;
     const Model *m = &r->assets.model;
     if (sampler_init(&r->sampler, m->cfg.vocab_size, o->temperature, o->top_p, o->seed, err) ||
         generation_init(&r->gen, m, &r->assets.tokenizer, o->prompt, err))
         return -1;
+    if (r->on_device)
+        return device_run_start(&r->dev, m, o, ch->device_kv_open, r->gen.n_prompt, &r->kv, err);
     int max_step = 0;
     if (ch->kv_open(m, o, r->gen.n_prompt, &r->kv, &max_step, err))
         return -1;
@@ -158,10 +189,13 @@ int run_single_main(const SingleStreamChapter *ch, int argc, char **argv)
         return fail(name, &err);
     }
 
-    ReportContext rc = {ch, &r.kv, &r.gen};
+    if (r.on_device)
+        device_run_finish(&r.dev);
+    ReportContext rc = {ch, &r.kv, &r.gen, r.on_device ? &r.dev : NULL};
     RunReport report = {
         .chapter = name, .device = o.device, .model_path = r.assets.model_path, .cfg = r.assets.model.cfg,
-        .kv_elem_bytes = sizeof(float), .kv = ch->keeps_kv ? &r.gen.kv : NULL,
+        .kv_elem_bytes = r.on_device ? dtype_bytes(r.dev.kv_type) : sizeof(float),
+        .kv = ch->keeps_kv ? &r.gen.kv : NULL,
         .tokens_generated = r.gen.n_tokens - r.gen.n_prompt, .elapsed_s = r.gen.elapsed_s,
         .extra_table = table_hook, .extra_json = json_hook, .extra = &rc,
     };

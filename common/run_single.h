@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "device_run.h"
 #include "generate.h"
 #include "json.h"
 #include "model.h"
@@ -40,6 +41,11 @@ typedef struct {
     /** Extra keys of the JSON report (may be NULL). */
     void (*extra_json)(JsonWriter *j, const SingleStreamKv *kv, const Generation *g);
     int keeps_kv; /**< 0: the table says no KV cache is kept (chapter 1) */
+    /**
+     * The chapter's K/V store on the device, for --device cuda (NULL: the
+     * chapter has no CUDA path yet). See device_run.h.
+     */
+    DeviceKvOpenFn device_kv_open;
 } SingleStreamChapter;
 
 /**

@@ -1,0 +1,85 @@
+#include "device_run.h"
+
+#include <string.h>
+
+int device_run_open(DeviceRun *r, const CliOptions *opts, Err *err)
+{
+    memset(r, 0, sizeof *r);
+    if (dtype_parse(opts->kv_dtype, &r->kv_type, err))
+        return err_prefix(err, "--kv-dtype");
+    if (dtype_parse(opts->weight_dtype, &r->weight_type, err))
+        return err_prefix(err, "--weight-dtype");
+    return device_open(&r->dev, err);
+}
+
+int device_run_recompute_kv(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
+                            const CliOptions *opts, int n_prompt, int *max_step, Err *err)
+{
+    (void)opts, (void)n_prompt;
+    *max_step = cfg->seq_len; /* the last step feeds the whole sequence */
+    return device_kv_open_recompute(kv, dev, cfg, kv_type, *max_step, err);
+}
+
+int device_run_contiguous_kv(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
+                             const CliOptions *opts, int n_prompt, int *max_step, Err *err)
+{
+    *max_step = n_prompt; /* the prompt in one step, then one token per step */
+    return device_kv_open_contiguous(kv, dev, cfg, kv_type, strcmp(opts->kv_alloc, "grow") == 0, n_prompt,
+                                     *max_step, err);
+}
+
+/* SingleStreamKv.step: one forward step on the device. */
+static int device_step(void *ctx, const BatchEntry *entries, int n, float **logits, Err *err)
+{
+    DeviceRun *r = ctx;
+    if (device_forward(&r->dev, &r->model, &r->fs, &r->kv.seam, entries, n, 0, err))
+        return -1;
+    *logits = r->fs.logits_host;
+    return 0;
+}
+
+int device_run_start(DeviceRun *r, const Model *m, const CliOptions *opts, DeviceKvOpenFn open_kv, int n_prompt,
+                     SingleStreamKv *kv, Err *err)
+{
+    int max_step = 0;
+    if (device_model_upload(&r->model, m, r->weight_type, &r->dev, err) ||
+        open_kv(&r->kv, &r->dev, &m->cfg, r->kv_type, opts, n_prompt, &max_step, err) ||
+        device_forward_state_init(&r->fs, &r->model, max_step, 1, err))
+        return -1;
+    *kv = (SingleStreamKv){
+        .seam = {.ctx = r->kv.seam.ctx}, /* the CPU seam is not used: step runs everything */
+        .prepare = r->kv.prepare,
+        .usage = r->kv.usage,
+        .step = device_step,
+        .step_ctx = r,
+    };
+    return 0;
+}
+
+void device_run_close(DeviceRun *r)
+{
+    device_forward_state_free(&r->fs);
+    device_kv_close(&r->kv);
+    device_model_free(&r->model);
+    device_close(&r->dev);
+    memset(r, 0, sizeof *r);
+}
+
+void device_run_finish(DeviceRun *r)
+{
+    device_mem_refresh(&r->dev, NULL);
+}
+
+void device_run_report_table(FILE *f, const DeviceRun *r)
+{
+    device_report_table(f, &r->dev);
+    fprintf(f, "  element types   weights %s, K/V %s (f32 arithmetic throughout)\n", dtype_name(r->weight_type),
+            dtype_name(r->kv_type));
+}
+
+void device_run_report_json(JsonWriter *j, const DeviceRun *r)
+{
+    device_report_json(j, &r->dev);
+    json_string(j, "kv_dtype", dtype_name(r->kv_type));
+    json_string(j, "weight_dtype", dtype_name(r->weight_type));
+}

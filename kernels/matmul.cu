@@ -1,0 +1,198 @@
+/* Matrix product over a batch of tokens: out[t][o] = sum_i w[o][i] x[t][i],
+ * the projections of the forward pass (matmul() in common/ops.c). This is
+ * where nearly all of a step's arithmetic and, at small batch, nearly all
+ * of its memory traffic (reading the weights once) happen.
+ *
+ * v1 "thread-per-output": one thread computes one output with a plain dot
+ *    product. Teaches: correct and simple, but neighbouring threads read
+ *    different weight rows (no coalescing) and every weight is read once
+ *    per token instead of once per batch: compare its time with v2's.
+ * v2 "cublas": cuBLAS. f32 weights use cublasSgemm; f16/bf16 weights use
+ *    cublasGemmEx with f32 accumulation (CUBLAS_COMPUTE_32F) on the tensor
+ *    cores; the activations are converted to the weights' type first
+ *    (kvk_convert_from_f32) because GemmEx multiplies like types. Teaches:
+ *    how to call a column-major BLAS on row-major data, and that halving
+ *    the weight bytes nearly halves the time of a memory-bound decode step.
+ *
+ * Row-major to column-major: a row-major [rows][cols] matrix is the
+ * column-major [cols][rows] matrix, i.e. its transpose. So the row-major
+ * out [n][out_dim] = x [n][in] . w^T is, column-major,
+ * out' [out_dim][n] = (w' [in][out_dim])^T . x' [in][n]:
+ * gemm(op_A = T, op_B = N, m = out_dim, n = n, k = in, A = w (lda = in),
+ * B = x (ldb = in), C = out (ldc = out_dim)).
+ *
+ * The default math mode is kept (no TF32), so f32 stays f32.
+ *
+ * cuBLAS is loaded with dlopen the first time a handle is created
+ * (kvk_blas_create), not linked: libcublasLt alone is half a gigabyte, and
+ * linking it would make every CPU run of every chapter map it (0.2 s and
+ * 200 MiB of resident memory at start) and fail to start on machines
+ * without the toolkit. Only --device cuda pays for it. */
+#include <dlfcn.h>
+#include <stdio.h>
+
+#include <cublas_v2.h>
+
+#include "kernel_common.cuh"
+
+#ifndef KVLAB_CUDA_LIBDIR
+#define KVLAB_CUDA_LIBDIR "/usr/local/cuda/lib64"
+#endif
+
+/* cublasGemmEx is overloaded in C++; this is the C function's type. */
+typedef cublasStatus_t (*GemmExFn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                                   const void *, cudaDataType, int, const void *, cudaDataType, int, const void *,
+                                   void *, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+
+/* The cuBLAS functions kvlab calls, found in the library at run time. The
+ * types come from the header (decltype does not reference the symbols). */
+static struct {
+    void *library;
+    decltype(&cublasCreate_v2) create;
+    decltype(&cublasDestroy_v2) destroy;
+    decltype(&cublasSetStream_v2) set_stream;
+    decltype(&cublasSetWorkspace_v2) set_workspace;
+    decltype(&cublasSgemm_v2) sgemm;
+    GemmExFn gemm_ex;
+    decltype(&cublasGetStatusString) status_string;
+} blas_api;
+
+static int load_symbol(void **slot, const char *name, Err *err)
+{
+    *slot = dlsym(blas_api.library, name);
+    if (!*slot)
+        return err_set(err, "cuBLAS has no %s: %s", name, dlerror());
+    return 0;
+}
+
+/* Opens libcublas from the toolkit this was built with, else wherever the
+ * dynamic loader finds that major version. */
+static int load_cublas(Err *err)
+{
+    if (blas_api.library)
+        return 0;
+    char paths[2][512];
+    snprintf(paths[0], sizeof paths[0], "%s/libcublas.so.%d", KVLAB_CUDA_LIBDIR, CUBLAS_VER_MAJOR);
+    snprintf(paths[1], sizeof paths[1], "libcublas.so.%d", CUBLAS_VER_MAJOR);
+    for (int i = 0; i < 2 && !blas_api.library; i++)
+        blas_api.library = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
+    if (!blas_api.library)
+        return err_set(err, "cannot load cuBLAS (%s): %s", paths[0], dlerror());
+    if (load_symbol((void **)&blas_api.create, "cublasCreate_v2", err) ||
+        load_symbol((void **)&blas_api.destroy, "cublasDestroy_v2", err) ||
+        load_symbol((void **)&blas_api.set_stream, "cublasSetStream_v2", err) ||
+        load_symbol((void **)&blas_api.set_workspace, "cublasSetWorkspace_v2", err) ||
+        load_symbol((void **)&blas_api.sgemm, "cublasSgemm_v2", err) ||
+        load_symbol((void **)&blas_api.gemm_ex, "cublasGemmEx", err) ||
+        load_symbol((void **)&blas_api.status_string, "cublasGetStatusString", err)) {
+        dlclose(blas_api.library);
+        memset(&blas_api, 0, sizeof blas_api);
+        return -1;
+    }
+    return 0;
+}
+
+#define CUBLAS_FAIL(err, what, st) \
+    err_set((err), "%s:%d: %s: %s", __FILE__, __LINE__, (what), blas_api.status_string(st))
+
+extern "C" int kvk_blas_create(struct cublasContext **blas, cudaStream_t stream, void *workspace,
+                               size_t workspace_bytes, Err *err)
+{
+    *blas = NULL;
+    if (load_cublas(err))
+        return -1;
+    cublasHandle_t handle;
+    cublasStatus_t st = blas_api.create(&handle);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return CUBLAS_FAIL(err, "cublasCreate", st);
+    st = blas_api.set_stream(handle, stream);
+    if (st == CUBLAS_STATUS_SUCCESS && workspace)
+        st = blas_api.set_workspace(handle, workspace, workspace_bytes);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        blas_api.destroy(handle);
+        return CUBLAS_FAIL(err, "cublasSetStream/cublasSetWorkspace", st);
+    }
+    *blas = handle;
+    return 0;
+}
+
+extern "C" void kvk_blas_destroy(struct cublasContext *blas)
+{
+    if (blas && blas_api.destroy)
+        blas_api.destroy(blas);
+}
+
+extern "C" const KvkVersion kvk_matmul_versions[] = {
+    {"thread-per-output", "one thread per output, a plain dot product; weights re-read per token"},
+    {"cublas", "cublasSgemm (f32) or cublasGemmEx (f16/bf16, f32 accumulation)"},
+};
+extern "C" const int kvk_matmul_n_versions = 2;
+
+template <typename T>
+__global__ void matmul_v1(float *out, const T *x, const T *w, int n, int in_dim, int out_dim)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)n * out_dim)
+        return;
+    int t = (int)(idx / out_dim), o = (int)(idx % out_dim);
+    const T *xr = x + (long long)t * in_dim, *wr = w + (long long)o * in_dim;
+    float s = 0.0f;
+    for (int i = 0; i < in_dim; i++)
+        s += kvk_to_f32(wr[i]) * kvk_to_f32(xr[i]);
+    out[idx] = s;
+}
+
+static int matmul_naive(float *out, const void *x, const void *w, Dtype t, int n, int in_dim, int out_dim,
+                        cudaStream_t stream, Err *err)
+{
+    const int threads = 256;
+    unsigned blocks = kvk_blocks((long long)n * out_dim, threads);
+    switch (t) {
+    case DTYPE_F32:
+        matmul_v1<<<blocks, threads, 0, stream>>>(out, (const float *)x, (const float *)w, n, in_dim, out_dim);
+        break;
+    case DTYPE_F16:
+        matmul_v1<<<blocks, threads, 0, stream>>>(out, (const __half *)x, (const __half *)w, n, in_dim, out_dim);
+        break;
+    case DTYPE_BF16:
+        matmul_v1<<<blocks, threads, 0, stream>>>(out, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w, n, in_dim,
+                                                  out_dim);
+        break;
+    default: return err_set(err, "matmul: unknown type %d", (int)t);
+    }
+    return KVK_CHECK_LAUNCH(err, "matmul v1");
+}
+
+static int matmul_cublas(cublasHandle_t blas, float *out, const void *x, const void *w, Dtype t, int n, int in_dim,
+                         int out_dim, cudaStream_t stream, Err *err)
+{
+    if (!blas || !blas_api.library)
+        return err_set(err, "matmul v2: no cuBLAS handle (kvk_blas_create)");
+    cublasStatus_t st = blas_api.set_stream(blas, stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return CUBLAS_FAIL(err, "cublasSetStream", st);
+    const float alpha = 1.0f, beta = 0.0f;
+    if (t == DTYPE_F32) {
+        st = blas_api.sgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, out_dim, n, in_dim, &alpha, (const float *)w, in_dim,
+                         (const float *)x, in_dim, &beta, out, out_dim);
+        return st == CUBLAS_STATUS_SUCCESS ? 0 : CUBLAS_FAIL(err, "cublasSgemm", st);
+    }
+    cudaDataType type = t == DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    st = blas_api.gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, out_dim, n, in_dim, &alpha, w, type, in_dim, x, type, in_dim,
+                      &beta, out, CUDA_R_32F, out_dim, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : CUBLAS_FAIL(err, "cublasGemmEx", st);
+}
+
+extern "C" int kvk_matmul(int version, struct cublasContext *blas, float *out, const void *x, const void *w, Dtype t,
+                          int n, int in_dim, int out_dim, cudaStream_t stream, Err *err)
+{
+    if (kvk_check_version(version, kvk_matmul_n_versions, "matmul", err))
+        return -1;
+    if (n == 0)
+        return 0;
+    if (n < 0 || in_dim <= 0 || out_dim <= 0 || (unsigned)t >= DTYPE_COUNT)
+        return err_set(err, "matmul: bad shape (n %d, in %d, out %d, type %d)", n, in_dim, out_dim, (int)t);
+    if (version == 1)
+        return matmul_naive(out, x, w, t, n, in_dim, out_dim, stream, err);
+    return matmul_cublas(blas, out, x, w, t, n, in_dim, out_dim, stream, err);
+}

@@ -1,0 +1,678 @@
+/* The forward pass on the device against the CPU: logits and greedy tokens
+ * of chapter 1's path (whole sequence recomputed), the chapter 2 store
+ * (contiguous cache, max and grow), the chapter 3 and 4 stores (arena and
+ * block pool, several sequences per step, copy-on-write), the program with
+ * --device cuda, and the device memory ledger. Without a CUDA device each
+ * test prints a SKIP line and passes.
+ *
+ * Tolerances on logits (absolute), and why. They were set from measuring
+ * the CPU path itself with the rounding emulated (stories260K, 200
+ * positions; synthetic models, 64 to 256 positions):
+ * - f32 weights, any K/V type: the CPU reference stores K/V rounded to the
+ *   device's type (a K/V seam that rounds, below), so the two differ only in
+ *   the order of f32 summations. Relative noise of 1e-5 on every matmul and
+ *   attention output (about a hundred times a reordered f32 sum's error)
+ *   moved the logits by at most 6.6e-4: LOGIT_TOL_F32 = 2e-3.
+ * - f16 weights (and matmul inputs, as cublasGemmEx needs): against the
+ *   plain f32 CPU, the emulated rounding moved the logits by at most 1.3e-2
+ *   (synthetic: 9.4e-3): 0.06.
+ * - bf16 weights: at most 0.14 (synthetic: 0.078): 0.5.
+ * Greedy tokens are compared only up to the first near-tie: if every logit
+ * is within tol of the CPU's, the top token can change only where the CPU's
+ * top-1/top-2 gap is below 2 tol, so the comparison stops at the first
+ * position whose gap is below that. */
+#include <check.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_test.h"
+#include "dtype.h"
+#include "forward.h"
+#include "helpers.h"
+#include "mem.h"
+#include "model.h"
+#include "ops.h"
+#include "sampler.h"
+#include "suites.h"
+#include "synth.h"
+
+#ifdef KVLAB_CUDA
+#include "cuda_check.h"
+#include "device_forward.h"
+#include "device_kv.h"
+
+#define LOGIT_TOL_F32 2e-3
+#define LOGIT_TOL_F16_WEIGHTS 0.06
+#define LOGIT_TOL_BF16_WEIGHTS 0.5
+
+/* ------------------------------------------------------------ models */
+
+/* A model for the tests: stories260K when ../shared has it, else synthetic. */
+typedef struct {
+    Model m;
+    void *image;
+    const char *name;
+} TestModel;
+
+static void model_open_synthetic(TestModel *t, ModelConfig cfg, const char *name)
+{
+    SynthSpec spec = {.cfg = cfg, .shared_classifier = 1, .seed = 42};
+    size_t bytes;
+    Err err = {{0}};
+    ck_assert_msg(synth_model_image(&spec, &t->image, &bytes, &err) == 0, "%s", err.msg);
+    ck_assert_msg(model_open_image(&t->m, t->image, bytes, &err) == 0, "%s", err.msg);
+    t->name = name;
+}
+
+static void model_open_default(TestModel *t)
+{
+    memset(t, 0, sizeof *t);
+    const char *path = test_shared_file("stories260K.bin");
+    Err err = {{0}};
+    if (path) {
+        ck_assert_msg(model_load(&t->m, path, &err) == 0, "%s", err.msg);
+        t->name = "stories260K";
+        return;
+    }
+    ModelConfig cfg;
+    synth_preset("stories260K", &cfg);
+    model_open_synthetic(t, cfg, "synthetic stories260K");
+}
+
+/* Head width 48 (not a power of two) with two query heads per K/V head: the
+ * attention kernels' odd group shapes. */
+static const ModelConfig ODD_HEADS = {96, 256, 2, 2, 1, 512, 128};
+
+static void model_close(TestModel *t)
+{
+    model_free(&t->m);
+    mem_free(t->image);
+}
+
+/* --------------------------------------------------- the CPU reference */
+
+/* A chapter-1 style K/V seam that keeps one layer and rounds K/V to the
+ * device's storage type: the CPU sees exactly the values the device keeps. */
+typedef struct {
+    ModelConfig cfg;
+    Dtype type;
+    float *keys, *values; /* [seq_len][kv_dim] */
+} RoundingKv;
+
+static void rounding_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
+{
+    RoundingKv *kv = ctx;
+    (void)layer;
+    int kv_dim = model_kv_dim(&kv->cfg);
+    float *kr = kv->keys + (size_t)e->pos * kv_dim, *vr = kv->values + (size_t)e->pos * kv_dim;
+    memcpy(kr, k, (size_t)kv_dim * sizeof(float));
+    memcpy(vr, v, (size_t)kv_dim * sizeof(float));
+    dtype_round(kr, (size_t)kv_dim, kv->type);
+    dtype_round(vr, (size_t)kv_dim, kv->type);
+}
+
+static void rounding_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out,
+                            float *scores)
+{
+    RoundingKv *kv = ctx;
+    (void)layer;
+    int hd = model_head_dim(&kv->cfg), kv_dim = model_kv_dim(&kv->cfg), col = (head / model_kv_mul(&kv->cfg)) * hd;
+    attention_reference(out, q, kv->keys + col, kv->values + col, e->pos + 1, kv_dim, hd, scores);
+}
+
+/* Logits of every position of tokens[0..n) on the CPU, K/V rounded to t. */
+static float *cpu_logits(const Model *m, const int *tokens, int n, Dtype t)
+{
+    const ModelConfig *c = &m->cfg;
+    RoundingKv kv = {*c, t, calloc((size_t)c->seq_len * model_kv_dim(c), 4), calloc((size_t)c->seq_len * model_kv_dim(c), 4)};
+    KvSeam seam = {&kv, rounding_store, rounding_attend};
+    ForwardState fs;
+    Err err = {{0}};
+    ck_assert_msg(forward_state_init(&fs, c, n, n, &err) == 0, "%s", err.msg);
+    BatchEntry *e = calloc((size_t)n, sizeof *e);
+    for (int i = 0; i < n; i++)
+        e[i] = (BatchEntry){.seq = 0, .pos = i, .token = tokens[i], .logits_row = i};
+    forward(m, &fs, &seam, e, n);
+    float *logits = malloc((size_t)n * c->vocab_size * sizeof(float));
+    memcpy(logits, fs.logits, (size_t)n * c->vocab_size * sizeof(float));
+    forward_state_free(&fs);
+    free(e);
+    free(kv.keys);
+    free(kv.values);
+    return logits;
+}
+
+/* The CPU's greedy continuation of a prompt to n tokens (teacher forcing
+ * then feeds these same tokens to the device). */
+static int *cpu_greedy(const Model *m, const int *prompt, int n_prompt, int n)
+{
+    int *tokens = calloc((size_t)n, sizeof(int));
+    memcpy(tokens, prompt, (size_t)n_prompt * sizeof(int));
+    for (int t = n_prompt; t < n; t++) {
+        float *logits = cpu_logits(m, tokens, t, DTYPE_F32);
+        tokens[t] = sampler_argmax(logits + (size_t)(t - 1) * m->cfg.vocab_size, m->cfg.vocab_size);
+        free(logits);
+    }
+    return tokens;
+}
+
+/* Top-1 minus top-2 of a row of logits. */
+static float top_gap(const float *row, int vocab)
+{
+    int best = sampler_argmax(row, vocab);
+    float second = -INFINITY;
+    for (int j = 0; j < vocab; j++)
+        if (j != best && row[j] > second)
+            second = row[j];
+    return row[best] - second;
+}
+
+/* Rows [0, rows) of device logits against the CPU's: every logit within
+ * tol, and the same top token in every row before the first near-tie.
+ * Returns the rows whose tokens were compared. */
+static int compare_logits(const float *dev, const float *cpu, int rows, int vocab, double tol, const char *what)
+{
+    double worst = 0.0;
+    for (size_t i = 0; i < (size_t)rows * vocab; i++) {
+        double d = fabs((double)dev[i] - (double)cpu[i]);
+        ck_assert_msg(!isnan(d), "%s: NaN logit at %zu", what, i);
+        worst = d > worst ? d : worst;
+    }
+    ck_assert_msg(worst <= tol, "%s: a logit is %.3g from the CPU's (tolerance %.3g)", what, worst, tol);
+    int compared = 0;
+    for (int r = 0; r < rows; r++, compared++) {
+        if (top_gap(cpu + (size_t)r * vocab, vocab) < 2 * tol)
+            break;
+        ck_assert_msg(sampler_argmax(dev + (size_t)r * vocab, vocab) == sampler_argmax(cpu + (size_t)r * vocab, vocab),
+                      "%s: the greedy token differs at row %d", what, r);
+    }
+    return compared;
+}
+
+/* ------------------------------------------------------ the device side */
+
+typedef struct {
+    Device dev;
+    DeviceModel dm;
+    DeviceKv kv;
+    DeviceForwardState fs;
+} DeviceSetup;
+
+static void setup_open(DeviceSetup *s, const Model *m, Dtype wtype)
+{
+    memset(s, 0, sizeof *s);
+    Err err = {{0}};
+    ck_assert_msg(device_open(&s->dev, &err) == 0, "%s", err.msg);
+    ck_assert_msg(device_model_upload(&s->dm, m, wtype, &s->dev, &err) == 0, "%s", err.msg);
+}
+
+static void setup_forward(DeviceSetup *s, int max_tokens, int max_logits)
+{
+    Err err = {{0}};
+    ck_assert_msg(device_forward_state_init(&s->fs, &s->dm, max_tokens, max_logits, &err) == 0, "%s", err.msg);
+}
+
+static void setup_close(DeviceSetup *s)
+{
+    device_forward_state_free(&s->fs);
+    device_kv_close(&s->kv);
+    device_model_free(&s->dm);
+    device_close(&s->dev);
+    ck_assert_int_eq(device_live_buffers(), 0);
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+        ck_assert_uint_eq(mem_current((MemCategory)c, MEM_DEVICE), 0);
+}
+
+static void step(DeviceSetup *s, const BatchEntry *e, int n, int use_graph)
+{
+    Err err = {{0}};
+    ck_assert_msg(device_forward(&s->dev, &s->dm, &s->fs, &s->kv.seam, e, n, use_graph, &err) == 0, "%s", err.msg);
+}
+
+/* A prompt: the README's "Once upon a time" ids for stories260K, else
+ * seeded random ids after BOS. */
+static int make_prompt(const TestModel *t, int *prompt)
+{
+    static const int once[] = {1, 403, 407, 261, 378};
+    if (strcmp(t->name, "stories260K") == 0) {
+        memcpy(prompt, once, sizeof once);
+        return 5;
+    }
+    unsigned long long rng = 9;
+    prompt[0] = 1;
+    for (int i = 1; i < 8; i++)
+        prompt[i] = 3 + (int)(sampler_random_f32(&rng) * (float)(t->m.cfg.vocab_size - 3)) % (t->m.cfg.vocab_size - 3);
+    return 8;
+}
+
+/* ------------------------------------------- chapter 1: whole sequence */
+
+typedef struct {
+    Dtype weights, kv;
+    int emulate_kv; /* 1: the CPU reference rounds K/V like the device */
+    double tol;
+} Precision;
+
+static const Precision PRECISIONS[] = {
+    {DTYPE_F32, DTYPE_F32, 1, LOGIT_TOL_F32},
+    {DTYPE_F32, DTYPE_F16, 1, LOGIT_TOL_F32},
+    {DTYPE_F32, DTYPE_BF16, 1, LOGIT_TOL_F32},
+    {DTYPE_F16, DTYPE_F32, 0, LOGIT_TOL_F16_WEIGHTS},
+    {DTYPE_BF16, DTYPE_F32, 0, LOGIT_TOL_BF16_WEIGHTS},
+};
+
+/* One device step over the whole teacher-forced sequence, logits of every
+ * row, against the CPU, in every precision. */
+static void whole_sequence_matches(const TestModel *t, int n)
+{
+    int prompt[8];
+    int n_prompt = make_prompt(t, prompt);
+    int *tokens = cpu_greedy(&t->m, prompt, n_prompt, n);
+    int vocab = t->m.cfg.vocab_size;
+    BatchEntry *e = calloc((size_t)n, sizeof *e);
+    for (int i = 0; i < n; i++)
+        e[i] = (BatchEntry){.seq = 0, .pos = i, .token = tokens[i], .logits_row = i};
+    for (size_t p = 0; p < sizeof PRECISIONS / sizeof PRECISIONS[0]; p++) {
+        const Precision *pr = &PRECISIONS[p];
+        float *cpu = cpu_logits(&t->m, tokens, n, pr->emulate_kv ? pr->kv : DTYPE_F32);
+        DeviceSetup s;
+        Err err = {{0}};
+        setup_open(&s, &t->m, pr->weights);
+        ck_assert_msg(device_kv_open_recompute(&s.kv, &s.dev, &t->m.cfg, pr->kv, n, &err) == 0, "%s", err.msg);
+        setup_forward(&s, n, n);
+        step(&s, e, n, 0);
+        char what[128];
+        snprintf(what, sizeof what, "%s, %s weights, %s K/V", t->name, dtype_name(pr->weights), dtype_name(pr->kv));
+        int compared = compare_logits(s.fs.logits_host, cpu, n, vocab, pr->tol, what);
+        if (pr->weights == DTYPE_F32)
+            ck_assert_msg(compared > n / 4, "%s: only %d of %d greedy tokens before a near-tie", what, compared, n);
+        setup_close(&s);
+        free(cpu);
+    }
+    free(e);
+    free(tokens);
+}
+
+START_TEST(whole_sequence_matches_cpu)
+{
+    if (!cuda_test_device_present("whole_sequence_matches_cpu"))
+        return;
+    TestModel t;
+    model_open_default(&t);
+    whole_sequence_matches(&t, 160);
+    model_close(&t);
+    model_open_synthetic(&t, ODD_HEADS, "synthetic head 48 GQA");
+    whole_sequence_matches(&t, 64);
+    model_close(&t);
+}
+END_TEST
+
+/* --------------------------------------- chapter 2: a contiguous cache */
+
+/* Prefill the prompt, then one teacher-forced token per step, through
+ * prepare() as the generation loop does. */
+static void contiguous_matches(const TestModel *t, int grow, Dtype kv_type, int n)
+{
+    int prompt[8];
+    int n_prompt = make_prompt(t, prompt), vocab = t->m.cfg.vocab_size;
+    int *tokens = cpu_greedy(&t->m, prompt, n_prompt, n);
+    float *cpu = cpu_logits(&t->m, tokens, n, kv_type);
+    DeviceSetup s;
+    Err err = {{0}};
+    setup_open(&s, &t->m, DTYPE_F32);
+    ck_assert_msg(device_kv_open_contiguous(&s.kv, &s.dev, &t->m.cfg, kv_type, grow, n_prompt, n_prompt, &err) == 0,
+                  "%s", err.msg);
+    setup_forward(&s, n_prompt, n_prompt);
+    BatchEntry e[8];
+    for (int len = n_prompt; len <= n; len++) {
+        int cached = -1;
+        ck_assert_msg(s.kv.prepare(s.kv.seam.ctx, len, &cached, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(cached, len == n_prompt ? 0 : len - 1);
+        int m = len - cached;
+        for (int i = 0; i < m; i++)
+            e[i] = (BatchEntry){.seq = 0, .pos = cached + i, .token = tokens[cached + i], .logits_row = i};
+        step(&s, e, m, 0);
+        char what[96];
+        snprintf(what, sizeof what, "contiguous %s, %s K/V, %d positions", grow ? "grow" : "max", dtype_name(kv_type),
+                 len);
+        compare_logits(s.fs.logits_host, cpu + (size_t)cached * vocab, m, vocab, LOGIT_TOL_F32, what);
+    }
+    size_t reserved, used, per_position = model_kv_bytes_per_token(&t->m.cfg, dtype_bytes(kv_type));
+    s.kv.usage(s.kv.seam.ctx, &reserved, &used);
+    ck_assert_uint_eq(used, (size_t)n * per_position);
+    ck_assert_uint_eq(mem_current(MEM_KV, MEM_DEVICE), reserved);
+    DeviceContiguousStats stats;
+    device_kv_contiguous_stats(&s.kv, &stats);
+    ck_assert_uint_eq(reserved, (size_t)stats.capacity * per_position);
+    if (grow) {
+        ck_assert_msg(stats.reallocations >= 2, "only %d reallocations", stats.reallocations);
+        ck_assert_msg(stats.capacity >= n && stats.capacity < 2 * n, "capacity %d for %d", stats.capacity, n);
+        ck_assert_uint_gt(stats.bytes_copied, 0);
+    } else {
+        ck_assert_int_eq(stats.capacity, t->m.cfg.seq_len);
+        ck_assert_int_eq(stats.reallocations, 0);
+    }
+    setup_close(&s);
+    free(cpu);
+    free(tokens);
+}
+
+START_TEST(contiguous_cache_matches_cpu)
+{
+    if (!cuda_test_device_present("contiguous_cache_matches_cpu"))
+        return;
+    TestModel t;
+    model_open_default(&t);
+    contiguous_matches(&t, 0, DTYPE_F32, 80);
+    contiguous_matches(&t, 1, DTYPE_F32, 80);
+    contiguous_matches(&t, 1, DTYPE_F16, 80);
+    model_close(&t);
+    model_open_synthetic(&t, ODD_HEADS, "synthetic head 48 GQA");
+    contiguous_matches(&t, 1, DTYPE_BF16, 60);
+    model_close(&t);
+}
+END_TEST
+
+/* ------------------------------- chapters 3 and 4: several sequences */
+
+#define SEQS 3
+#define BLOCK 4
+
+/* Hands out blocks of a pool in a scrambled order (so that neighbouring
+ * positions of a sequence are never in neighbouring blocks). */
+static int next_block(int *used)
+{
+    return (*used)++ * 7 % 61; /* 61 blocks, 7 coprime: a permutation */
+}
+
+/* The block tables of the paged store, grown as positions arrive. */
+typedef struct {
+    int table[SEQS + 1][64];
+    int blocks[SEQS + 1];
+    int handed;
+} Tables;
+
+static void ensure_blocks(DeviceKv *kv, Tables *tb, int seq, int positions)
+{
+    Err err = {{0}};
+    while (tb->blocks[seq] * BLOCK < positions)
+        tb->table[seq][tb->blocks[seq]++] = next_block(&tb->handed);
+    ck_assert_msg(device_kv_paged_set_table(kv, seq, tb->table[seq], tb->blocks[seq], &err) == 0, "%s", err.msg);
+}
+
+/* Three sequences of different lengths: all prompts prefilled in one step,
+ * then one token of each per step; each sequence's logits must be its own
+ * CPU logits. paged = 1 uses the block pool, with a fork of sequence 0 into
+ * sequence 3 by copy-on-write after the prefill. */
+static void batch_matches(const TestModel *t, int paged, int use_graph)
+{
+    const ModelConfig *c = &t->m.cfg;
+    int vocab = c->vocab_size, total[SEQS] = {30, 42, 25}, prompt_len[SEQS] = {5, 9, 3};
+    int *tokens[SEQS];
+    float *cpu[SEQS];
+    unsigned long long rng = 4;
+    for (int q = 0; q < SEQS; q++) {
+        int prompt[9] = {1};
+        for (int i = 1; i < prompt_len[q]; i++)
+            prompt[i] = 3 + (int)(sampler_random_f32(&rng) * (float)(vocab - 3)) % (vocab - 3);
+        tokens[q] = cpu_greedy(&t->m, prompt, prompt_len[q], total[q]);
+        cpu[q] = cpu_logits(&t->m, tokens[q], total[q], DTYPE_F32);
+    }
+    DeviceSetup s;
+    Err err = {{0}};
+    setup_open(&s, &t->m, DTYPE_F32);
+    int max_tokens = 5 + 9 + 3, seqs = SEQS + 1;
+    Tables tb;
+    memset(&tb, 0, sizeof tb);
+    if (paged) {
+        ck_assert_msg(device_kv_open_paged(&s.kv, &s.dev, c, DTYPE_F32, 61, BLOCK, seqs, max_tokens, &err) == 0, "%s",
+                      err.msg);
+    } else {
+        ck_assert_msg(device_kv_open_arena(&s.kv, &s.dev, c, DTYPE_F32, (long long)seqs * c->seq_len, seqs,
+                                           max_tokens, &err) == 0, "%s", err.msg);
+        for (int q = 0; q < seqs; q++) /* regions in reverse order: base rows differ from q * seq_len */
+            ck_assert(device_kv_arena_place(&s.kv, q, (long long)(seqs - 1 - q) * c->seq_len, c->seq_len, &err) == 0);
+    }
+    setup_forward(&s, max_tokens, seqs);
+    BatchEntry e[5 + 9 + 3];
+    int n = 0;
+    for (int q = 0; q < SEQS; q++) {
+        if (paged)
+            ensure_blocks(&s.kv, &tb, q, prompt_len[q]);
+        for (int i = 0; i < prompt_len[q]; i++)
+            e[n++] = (BatchEntry){.seq = q, .pos = i, .token = tokens[q][i],
+                                  .logits_row = i == prompt_len[q] - 1 ? q : -1};
+    }
+    step(&s, e, n, 0);
+    for (int q = 0; q < SEQS; q++)
+        compare_logits(s.fs.logits_host + (size_t)q * vocab, cpu[q] + (size_t)(prompt_len[q] - 1) * vocab, 1, vocab,
+                       LOGIT_TOL_F32, "batched prefill");
+    /* Fork: sequence 3 shares sequence 0's blocks; its partly filled last
+     * block is copied before sequence 3 writes into it (copy-on-write). */
+    if (paged) {
+        memcpy(tb.table[3], tb.table[0], sizeof tb.table[0]);
+        tb.blocks[3] = tb.blocks[0];
+        int last = tb.blocks[0] - 1, fresh = next_block(&tb.handed);
+        int pair[2] = {tb.table[0][last], fresh};
+        tb.table[3][last] = fresh;
+        ck_assert_msg(device_kv_paged_copy_blocks(&s.kv, pair, 1, &err) == 0, "%s", err.msg);
+        ck_assert_msg(device_kv_paged_set_table(&s.kv, 3, tb.table[3], tb.blocks[3], &err) == 0, "%s", err.msg);
+    }
+    int longest = 42;
+    for (int pos = 1; pos < longest; pos++) {
+        n = 0;
+        for (int q = 0; q < seqs; q++) {
+            int src = q == 3 ? 0 : q; /* the fork follows sequence 0's tokens */
+            if ((q == 3 && !paged) || pos < prompt_len[src] || pos >= total[src])
+                continue;
+            if (paged)
+                ensure_blocks(&s.kv, &tb, q, pos + 1);
+            e[n] = (BatchEntry){.seq = q, .pos = pos, .token = tokens[src][pos], .logits_row = n};
+            n++;
+        }
+        if (n == 0)
+            continue;
+        step(&s, e, n, use_graph);
+        for (int i = 0; i < n; i++) {
+            int src = e[i].seq == 3 ? 0 : e[i].seq;
+            char what[96];
+            snprintf(what, sizeof what, "%s, sequence %d position %d%s", paged ? "paged" : "arena", e[i].seq, pos,
+                     use_graph ? ", CUDA graph" : "");
+            compare_logits(s.fs.logits_host + (size_t)i * vocab, cpu[src] + (size_t)pos * vocab, 1, vocab,
+                           LOGIT_TOL_F32, what);
+        }
+    }
+    setup_close(&s);
+    for (int q = 0; q < SEQS; q++) {
+        free(tokens[q]);
+        free(cpu[q]);
+    }
+}
+
+START_TEST(arena_and_paged_batches_match_cpu)
+{
+    if (!cuda_test_device_present("arena_and_paged_batches_match_cpu"))
+        return;
+    TestModel t;
+    model_open_synthetic(&t, ODD_HEADS, "synthetic head 48 GQA");
+    batch_matches(&t, 0, 0);
+    batch_matches(&t, 1, 0);
+    batch_matches(&t, 0, 1); /* the same steps replayed from a captured CUDA graph */
+    batch_matches(&t, 1, 1);
+    model_close(&t);
+}
+END_TEST
+
+/* ------------------------------------------------- the device ledger */
+
+START_TEST(device_memory_is_accounted)
+{
+    if (!cuda_test_device_present("device_memory_is_accounted"))
+        return;
+    TestModel t;
+    model_open_synthetic(&t, ODD_HEADS, "synthetic head 48 GQA");
+    const ModelConfig *c = &t.m.cfg;
+    size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, kv = (size_t)model_kv_dim(c), hid = (size_t)c->hidden_dim;
+    size_t matrices = (size_t)c->vocab_size * dim + L * (2 * dim * dim + 2 * kv * dim + 3 * hid * dim);
+    size_t norms = (2 * L + 1) * dim;
+    for (int w = 0; w < DTYPE_COUNT; w++) {
+        DeviceSetup s;
+        setup_open(&s, &t.m, (Dtype)w);
+        size_t want = matrices * dtype_bytes((Dtype)w) + norms * 4; /* norms stay f32; the classifier is shared */
+        ck_assert_uint_eq(s.dm.bytes, want);
+        ck_assert_uint_eq(mem_current(MEM_WEIGHTS, MEM_DEVICE), want);
+        Err err = {{0}};
+        ck_assert_msg(device_mem_refresh(&s.dev, &err) == 0, "%s", err.msg);
+        ck_assert_msg(s.dev.mem_free_at_open - s.dev.mem_free_now >= want,
+                      "cudaMemGetInfo saw %zu bytes taken, the ledger %zu", s.dev.mem_free_at_open - s.dev.mem_free_now,
+                      want);
+        ck_assert_msg(device_kv_open_contiguous(&s.kv, &s.dev, c, DTYPE_F16, 0, 4, 4, &err) == 0, "%s", err.msg);
+        ck_assert_uint_eq(mem_current(MEM_KV, MEM_DEVICE), model_kv_bytes_per_token(c, 2) * (size_t)c->seq_len);
+        setup_close(&s); /* checks that everything came off the ledger */
+    }
+    model_close(&t);
+}
+END_TEST
+
+/* ------------------------------------------------ the program itself */
+
+/* The ids of the "tokens" array of a JSON report. */
+static int json_tokens(const char *json, int *ids, int max)
+{
+    const char *p = strstr(json, "\"tokens\"");
+    ck_assert_ptr_nonnull(p);
+    p = strchr(p, '[');
+    ck_assert_ptr_nonnull(p);
+    int n = 0;
+    for (p++; *p && *p != ']' && n < max;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        ids[n++] = (int)v;
+        p = end;
+    }
+    return n;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *buf = calloc((size_t)n + 1, 1);
+    ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return buf;
+}
+
+/* ch01-naive --device cuda prints the CPU's greedy tokens up to the first
+ * near-tie, and reports device memory in its table and JSON. */
+START_TEST(program_on_device_matches_cpu)
+{
+    if (!cuda_test_device_present("program_on_device_matches_cpu"))
+        return;
+    char model_path[PATH_MAX], tok_path[PATH_MAX];
+    int synthetic = !test_shared_file("stories260K.bin");
+    if (synthetic) {
+        ModelConfig cfg;
+        synth_preset("stories260K", &cfg);
+        test_write_synthetic(&cfg, 3, 0, 1, model_path, tok_path);
+    } else {
+        snprintf(model_path, sizeof model_path, "%s", test_shared_file("stories260K.bin"));
+        snprintf(tok_path, sizeof tok_path, "%s", test_shared_file("tok512.bin"));
+    }
+    char json_cpu[] = "/tmp/kvlab-cpu-XXXXXX", json_dev[] = "/tmp/kvlab-dev-XXXXXX";
+    close(mkstemp(json_cpu));
+    close(mkstemp(json_dev));
+    const char *cpu_argv[] = {"ch01-naive", "--model", model_path, "--tokenizer", tok_path, "--steps", "120",
+                              "--json", json_cpu, "--quiet", NULL};
+    const char *dev_argv[] = {"ch01-naive", "--model", model_path, "--tokenizer", tok_path, "--steps", "120",
+                              "--json", json_dev, "--device", "cuda", NULL};
+    ProgramResult rc, rd;
+    ck_assert_int_eq(test_run_program(cpu_argv, &rc), 0);
+    ck_assert_msg(rc.status == 0, "CPU run: %s", rc.err);
+    ck_assert_int_eq(test_run_program(dev_argv, &rd), 0);
+    ck_assert_msg(rd.status == 0, "device run: %s", rd.err);
+    ck_assert_ptr_nonnull(strstr(rd.err, "cudaMemGetInfo"));
+    ck_assert_ptr_nonnull(strstr(rd.err, "device now"));
+    char *jc = slurp(json_cpu), *jd = slurp(json_dev);
+    ck_assert_ptr_nonnull(strstr(jd, "\"device\": \"cuda\""));
+    ck_assert_ptr_nonnull(strstr(jd, "\"device_name\""));
+    ck_assert_ptr_nonnull(strstr(jd, "\"device_memory_free_at_start_bytes\""));
+    int ids_cpu[1024], ids_dev[1024];
+    int n_cpu = json_tokens(jc, ids_cpu, 1024), n_dev = json_tokens(jd, ids_dev, 1024);
+    const char *pt = strstr(jc, "\"prompt_tokens\": ");
+    ck_assert_ptr_nonnull(pt);
+    int n_prompt = atoi(pt + strlen("\"prompt_tokens\": "));
+    ck_assert_int_gt(n_prompt, 0);
+    ck_assert_mem_eq(ids_dev, ids_cpu, (size_t)n_prompt * sizeof(int));
+    /* The CPU's logits along its own tokens tell where the near-ties are. */
+    TestModel t;
+    memset(&t, 0, sizeof t);
+    Err err = {{0}};
+    ck_assert_msg(model_load(&t.m, model_path, &err) == 0, "%s", err.msg);
+    float *cpu = cpu_logits(&t.m, ids_cpu, n_cpu, DTYPE_F32);
+    int vocab = t.m.cfg.vocab_size, same = 0;
+    /* Row i of the logits predicts token i + 1; the first prediction is at
+     * the last prompt position. */
+    for (int i = n_prompt - 1; i + 1 < n_cpu && i + 1 < n_dev; i++) {
+        if (top_gap(cpu + (size_t)i * vocab, vocab) < 2 * LOGIT_TOL_F32)
+            break;
+        ck_assert_msg(ids_dev[i + 1] == ids_cpu[i + 1], "token %d: device %d, CPU %d", i + 1, ids_dev[i + 1],
+                      ids_cpu[i + 1]);
+        same++;
+    }
+    ck_assert_msg(same >= 20, "only %d tokens compared before a near-tie", same);
+    free(cpu);
+    model_free(&t.m);
+    free(jc);
+    free(jd);
+    unlink(json_cpu);
+    unlink(json_dev);
+    if (synthetic) {
+        unlink(model_path);
+        unlink(tok_path);
+    }
+    test_result_free(&rc);
+    test_result_free(&rd);
+}
+END_TEST
+
+#else /* built without CUDA */
+
+#define SKIP_TEST(name)                                   \
+    START_TEST(name) { test_skip(#name, "built without CUDA support"); } \
+    END_TEST
+
+SKIP_TEST(whole_sequence_matches_cpu)
+SKIP_TEST(contiguous_cache_matches_cpu)
+SKIP_TEST(arena_and_paged_batches_match_cpu)
+SKIP_TEST(device_memory_is_accounted)
+SKIP_TEST(program_on_device_matches_cpu)
+
+#endif
+
+Suite *suite_cuda_forward(void)
+{
+    Suite *s = suite_create("cuda_forward");
+    TCase *tc = tcase_create("device_matches_cpu");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, whole_sequence_matches_cpu);
+    tcase_add_test(tc, contiguous_cache_matches_cpu);
+    tcase_add_test(tc, arena_and_paged_batches_match_cpu);
+    tcase_add_test(tc, device_memory_is_accounted);
+    tcase_add_test(tc, program_on_device_matches_cpu);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+REGISTER_SUITE(cuda_forward)
