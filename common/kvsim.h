@@ -1,0 +1,233 @@
+/**
+ * @file kvsim.h
+ * @brief The capacity simulator's library: GPUs, request-length
+ *        distributions, arrivals, and one serving strategy run without a
+ *        model.
+ *
+ * A laptop cannot run a 13B model, but the allocators of chapters 3 and 4
+ * never look at a weight: they see request lengths, bytes per token and a
+ * budget. kvsim (tools/kvsim.c) therefore drives the chapters' own code,
+ * through their ::ServingChapter hooks in accounting-only mode
+ * (ServingRun.no_kv_storage), with requests that exist only as lengths, and
+ * the serving core's no-model step loop (serving_run_simulated()). What it
+ * prints is what the chapters would do on that GPU, step for step, minus
+ * the arithmetic.
+ *
+ * This module is chapter-agnostic (it is in common/, which every program
+ * links): the caller hands it a chapter. It provides
+ *
+ * - GPU presets, in GB = 10^9 bytes as vendors print them;
+ * - length distributions (fixed, uniform, lognormal) with a seeded
+ *   generator, and named workloads shaped like ShareGPT and Alpaca;
+ * - Poisson arrivals at a rate in requests per simulated step;
+ * - kvsim_run(): one strategy over one workload, and its numbers.
+ */
+#ifndef KVLAB_KVSIM_H
+#define KVLAB_KVSIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cli.h"
+#include "err.h"
+#include "model.h"
+#include "serving.h"
+
+/** A GPU's memory as its vendor names it. */
+typedef struct {
+    const char *name;  /**< e.g. "a100-80gb" */
+    const char *label; /**< e.g. "A100 80 GB" */
+    uint64_t bytes;    /**< the marketed size in GB = 10^9 bytes */
+} KvsimGpu;
+
+/**
+ * Looks up a GPU preset: "a100-40gb" (40 GB), "a100-80gb" (80 GB),
+ * "h100-80gb" (80 GB), "h200-141gb" (141 GB); case does not matter. The
+ * sizes are the marketed ones in GB = 10^9 B (an A100 80GB actually has
+ * 80 GiB of HBM; give --gpu-mem 80GiB for that reading).
+ * @param name  preset name
+ * @param gpu   receives the preset
+ * @return 0 if known, -1 otherwise
+ */
+int kvsim_gpu_preset(const char *name, KvsimGpu *gpu);
+
+/**
+ * Comma-separated GPU preset names, for help texts and errors.
+ * @return a static string
+ */
+const char *kvsim_gpu_names(void);
+
+/** Kinds of length distribution. */
+typedef enum {
+    KVSIM_FIXED,     /**< always the same length */
+    KVSIM_UNIFORM,   /**< every integer in [lo, hi] equally likely */
+    KVSIM_LOGNORMAL  /**< exp(N(mu, sigma^2)), rounded to an integer */
+} KvsimDistKind;
+
+/** A distribution of token counts. */
+typedef struct {
+    KvsimDistKind kind; /**< fixed, uniform or lognormal */
+    double a;           /**< fixed: the length; uniform: lo; lognormal: the mean before truncation */
+    double b;           /**< uniform: hi; lognormal: sigma of ln(length) */
+} KvsimDist;
+
+/**
+ * Parses "fixed:N", "uniform:LO:HI" or "lognormal:MEAN:SIGMA" (MEAN is the
+ * mean of the lognormal before truncation, so mu = ln(MEAN) - SIGMA^2 / 2).
+ * @param text  the description
+ * @param d     receives the distribution
+ * @param err   receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int kvsim_dist_parse(const char *text, KvsimDist *d, Err *err);
+
+/**
+ * Writes a distribution the way kvsim_dist_parse() reads it.
+ * @param buf  output
+ * @param n    its size
+ * @param d    the distribution
+ * @return buf
+ */
+const char *kvsim_dist_format(char *buf, size_t n, const KvsimDist *d);
+
+/** A named workload: input and output length distributions and where they come from. */
+typedef struct {
+    const char *name;   /**< "sharegpt" or "alpaca" */
+    KvsimDist input;    /**< prompt lengths */
+    KvsimDist output;   /**< output lengths */
+    const char *source; /**< one sentence: where the numbers come from */
+} KvsimWorkloadPreset;
+
+/**
+ * Looks up a named workload ("sharegpt", "alpaca"). The means are the
+ * PagedAttention paper's (Kwon et al., SOSP 2023, Fig. 11: ShareGPT input
+ * 161.31 / output 337.99 tokens, Alpaca 19.31 / 58.45); the paper gives no
+ * spread beyond "higher variance" for ShareGPT, so the sigmas (1.0 for
+ * ShareGPT, 0.6 and 0.8 for Alpaca) are this project's assumption.
+ * @param name  preset name
+ * @param w     receives the preset
+ * @return 0 if known, -1 otherwise
+ */
+int kvsim_workload_preset(const char *name, KvsimWorkloadPreset *w);
+
+/** A small seeded generator (splitmix64): the same seed, the same workload. */
+typedef struct {
+    uint64_t state; /**< advances by a constant per draw */
+} KvsimRng;
+
+/**
+ * Seeds a generator.
+ * @param r     the generator
+ * @param seed  any value
+ */
+void kvsim_rng_seed(KvsimRng *r, uint64_t seed);
+
+/**
+ * A uniform draw.
+ * @param r  the generator
+ * @return a double in [0, 1)
+ */
+double kvsim_rng_uniform(KvsimRng *r);
+
+/**
+ * Draws one length from @p d within [lo, hi]: a draw outside is drawn
+ * again (as benchmark scripts filter requests that are too long), and
+ * after 100 misses the last draw is clamped.
+ * @param d   the distribution
+ * @param lo  smallest acceptable length, >= 1
+ * @param hi  largest, >= lo
+ * @param r   the generator
+ * @return a length in [lo, hi]
+ */
+int kvsim_dist_draw(const KvsimDist *d, int lo, int hi, KvsimRng *r);
+
+/** What requests a simulation serves. */
+typedef struct {
+    int n_requests;     /**< how many */
+    KvsimDist input;    /**< prompt lengths */
+    KvsimDist output;   /**< output lengths (tokens produced before EOS) */
+    int max_input;      /**< longest prompt the service accepts */
+    int max_output;     /**< most new tokens the service allows; output is drawn in [1, min(max_output, seq_len - prompt)] */
+    int max_new_tokens; /**< what each request asks for (what `request`/`pow2` reserve): 0 = its true output length (the paper's oracle) */
+    double rate;        /**< arrivals per simulated step (Poisson); 0: all arrive at step 0 */
+    uint64_t seed;      /**< seeds lengths and arrivals */
+} KvsimWorkload;
+
+/**
+ * Checks a workload against the model's seq_len (lengths that can never
+ * be drawn, limits that leave no room).
+ * @param w        the workload
+ * @param seq_len  the model's longest sequence
+ * @param err      receives the reason on failure
+ * @return 0 when it can be generated, -1 otherwise
+ */
+int kvsim_workload_check(const KvsimWorkload *w, int seq_len, Err *err);
+
+/**
+ * Draws the requests: for each, a prompt length, an output length, what it
+ * asks for, and its arrival step (the first at step 0, then exponential
+ * gaps of mean 1/rate steps, rounded down).
+ * @param w        the workload (checked)
+ * @param seq_len  the model's longest sequence
+ * @param out      [w->n_requests] receives the requests in arrival order
+ */
+void kvsim_make_requests(const KvsimWorkload *w, int seq_len, SimRequestSpec *out);
+
+/** What one strategy did with one workload. */
+typedef struct {
+    int max_concurrent;      /**< most requests running after any step */
+    double avg_concurrent;   /**< requests running, averaged over the steps that ran a batch */
+    double util_avg;         /**< KV used / reserved, averaged over steps (the chapters' kv_utilization_avg) */
+    double util_at_peak;     /**< used / reserved at the step of peak reservation */
+    double breakdown[4];     /**< token states, reserved, internal, external fragmentation (fractions) */
+    double held_by_finished; /**< share of the same byte-steps reserved by requests that had already finished
+                                  (static batching keeps them until the batch ends; counted above as what they hold) */
+    double live_token_states; /**< token states of requests still running: breakdown[0] minus what finished ones held */
+    size_t peak_reserved;    /**< most KV bytes reserved at once */
+    long preemptions;        /**< requeues (chapter 3) or preemptions (chapter 4) */
+    int completed;           /**< requests that finished */
+    int rejected;            /**< requests that could never run */
+    long steps;              /**< simulated steps from the first to the last (idle ones included) */
+    long busy_steps;         /**< steps that ran a batch */
+    long tokens_generated;   /**< new tokens of all requests */
+    double served_per_step;  /**< completed / steps */
+    double mean_latency;     /**< steps from arrival to finish, averaged over completed requests */
+} KvsimResult;
+
+/**
+ * Refuses a strategy that can never run on this workload before anything
+ * is printed (the chapter's own check, e.g. a budget that holds no
+ * reservation under --reserve max).
+ * @param ch                  the chapter
+ * @param shape               a model whose cfg alone is filled in
+ * @param o                   the chapter's options
+ * @param kv_bytes_per_token  K and V of one token
+ * @param reqs                [n] the requests
+ * @param n                   how many
+ * @param err                 receives the reason
+ * @return 0 when it can run, -1 otherwise
+ */
+int kvsim_check(const ServingChapter *ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
+                const SimRequestSpec *reqs, int n, Err *err);
+
+/**
+ * Runs one strategy: a simulated run of @p reqs through chapter @p ch with
+ * options @p o (budget, --reserve, --block-size, --max-batch, --watermark)
+ * and collects its numbers. Nothing is printed unless @p log is given.
+ * It watches every step through the chapter's account hook, so it runs one
+ * simulation at a time (not thread-safe).
+ * @param ch                  the chapter (batching_chapter(), paged_chapter())
+ * @param shape               a model whose cfg alone is filled in
+ * @param o                   the chapter's options
+ * @param kv_bytes_per_token  K and V of one token, all layers, in the simulated dtype
+ * @param reqs                [n] requests in arrival order
+ * @param n                   how many
+ * @param log                 the chapter's setup lines go here, or NULL
+ * @param res                 receives the numbers
+ * @param err                 receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int kvsim_run(const ServingChapter *ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
+              const SimRequestSpec *reqs, int n, FILE *log, KvsimResult *res, Err *err);
+
+#endif

@@ -1,0 +1,646 @@
+/* kvsim: the capacity simulator. The allocators and schedulers of chapters 3
+ * and 4, driven through their ServingChapter hooks in accounting-only mode
+ * (no model, no K/V bytes), at the scale of 7B-70B models on real GPUs.
+ *
+ *   build/kvsim --scenario source-13b-a100-80gb
+ *   build/kvsim --scenario paper-13b-a100-40gb
+ *   build/kvsim --preset llama-7b --gpu h100-80gb --workload alpaca --rate 0.5
+ *
+ * For every strategy (chapter 3's four reservation policies, chapter 4's
+ * paged allocator) it prints the maximum and average number of requests
+ * running at once, KV utilization, where the reserved KV memory went (the
+ * PagedAttention paper's four-way split), preemptions, and requests served
+ * per simulated step. See common/kvsim.h for the workload model and
+ * book/ch05-side-by-side.md for the scenarios. */
+#define _GNU_SOURCE /* getopt_long */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batching.h"
+#include "cli.h"
+#include "json.h"
+#include "kvmath.h"
+#include "kvsim.h"
+#include "mem.h"
+#include "paged.h"
+
+#define PROGRAM "kvsim"
+
+/* ------------------------------------------------------------ scenarios */
+
+/* A scenario is a list of options, printed as such: nothing is hidden. */
+typedef struct {
+    const char *name;
+    const char *options;
+    const char *what;
+} Scenario;
+
+static const Scenario SCENARIOS[] = {
+    {"source-13b-a100-80gb",
+     "--preset llama-13b --dtype fp16 --gpu a100-80gb --weights 26GB --activations 4GB --reserve 2GB "
+     "--max-input 1024 --max-output 1024 --max-new 1024 --input lognormal:161.31:1 --output uniform:1:999 "
+     "--requests 1000 --rate 0",
+     "the source material's case: a 13B model on an A100 80 GB, 26 GB of weights, 4 GB of activations, 2 GB "
+     "reserved; requests of at most 1,024 + 1,024 tokens that produce about 500 tokens on average"},
+    {"paper-13b-a100-40gb",
+     "--preset opt-13b --dtype fp16 --gpu a100-40gb --weights 26GB --kv-budget 12GiB --workload sharegpt "
+     "--max-input 1024 --max-output 2047 --max-new oracle --requests 1000 --rate 0",
+     "like the PagedAttention paper's Fig. 2: OPT-13B on an A100 40 GB with 12 GiB for K/V (Table 1: 15.7K "
+     "token slots), ShareGPT-like lengths, and reservations that know each output length (Orca-Oracle)"},
+};
+
+static const Scenario *find_scenario(const char *name)
+{
+    for (size_t i = 0; i < sizeof SCENARIOS / sizeof SCENARIOS[0]; i++)
+        if (strcmp(name, SCENARIOS[i].name) == 0)
+            return &SCENARIOS[i];
+    return NULL;
+}
+
+static void list_scenarios(FILE *f)
+{
+    for (size_t i = 0; i < sizeof SCENARIOS / sizeof SCENARIOS[0]; i++)
+        fprintf(f, "%s\n  %s\n  = %s\n", SCENARIOS[i].name, SCENARIOS[i].what, SCENARIOS[i].options);
+}
+
+/* ------------------------------------------------------------ options */
+
+enum { S_MAX, S_REQUEST, S_POW2, S_GROW, S_PAGED, N_STRATEGIES };
+static const char *const STRATEGY_NAMES[N_STRATEGIES] = {"max", "request", "pow2", "grow", "paged"};
+
+typedef struct {
+    const Scenario *scenario;
+    KvShape shape;
+    KvDtype dtype;
+    int max_len;              /* the model's context length used (0: the preset's) */
+    KvsimGpu gpu;
+    KvBudget budget;          /* gpu, weights, activations, reserve */
+    uint64_t kv_budget;       /* --kv-budget, or 0: what the GPU leaves */
+    int block_size;
+    int watermark;
+    int max_batch;            /* 0: no limit */
+    int use[N_STRATEGIES];
+    const char *workload_name; /* the --workload preset, or NULL */
+    KvsimWorkload w;
+    int max_output_given, max_new_given;
+    const char *json_path;
+    int verbose;
+} Options;
+
+enum {
+    OPT_SCENARIO = 1000, OPT_PRESET, OPT_DTYPE, OPT_MAX_LEN, OPT_GPU, OPT_GPU_MEM, OPT_WEIGHTS, OPT_ACTIVATIONS,
+    OPT_RESERVE, OPT_KV_BUDGET, OPT_BLOCK_SIZE, OPT_WATERMARK, OPT_MAX_BATCH, OPT_STRATEGIES, OPT_WORKLOAD,
+    OPT_INPUT, OPT_OUTPUT, OPT_MAX_INPUT, OPT_MAX_OUTPUT, OPT_MAX_NEW, OPT_REQUESTS, OPT_RATE, OPT_SEED, OPT_JSON,
+    OPT_VERBOSE, OPT_HELP
+};
+
+static const struct option LONGOPTS[] = {
+    {"scenario", required_argument, NULL, OPT_SCENARIO}, {"preset", required_argument, NULL, OPT_PRESET},
+    {"dtype", required_argument, NULL, OPT_DTYPE}, {"max-len", required_argument, NULL, OPT_MAX_LEN},
+    {"gpu", required_argument, NULL, OPT_GPU}, {"gpu-mem", required_argument, NULL, OPT_GPU_MEM},
+    {"weights", required_argument, NULL, OPT_WEIGHTS}, {"activations", required_argument, NULL, OPT_ACTIVATIONS},
+    {"reserve", required_argument, NULL, OPT_RESERVE}, {"kv-budget", required_argument, NULL, OPT_KV_BUDGET},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE}, {"watermark", required_argument, NULL, OPT_WATERMARK},
+    {"max-batch", required_argument, NULL, OPT_MAX_BATCH}, {"strategies", required_argument, NULL, OPT_STRATEGIES},
+    {"workload", required_argument, NULL, OPT_WORKLOAD}, {"input", required_argument, NULL, OPT_INPUT},
+    {"output", required_argument, NULL, OPT_OUTPUT}, {"max-input", required_argument, NULL, OPT_MAX_INPUT},
+    {"max-output", required_argument, NULL, OPT_MAX_OUTPUT}, {"max-new", required_argument, NULL, OPT_MAX_NEW},
+    {"requests", required_argument, NULL, OPT_REQUESTS}, {"rate", required_argument, NULL, OPT_RATE},
+    {"seed", required_argument, NULL, OPT_SEED}, {"json", required_argument, NULL, OPT_JSON},
+    {"verbose", no_argument, NULL, OPT_VERBOSE}, {"help", no_argument, NULL, OPT_HELP}, {NULL, 0, NULL, 0}};
+
+static void usage(void)
+{
+    printf("Usage: %s [options]\n"
+           "Capacity simulator: chapter 3's reservation policies and chapter 4's paged allocator, their real code\n"
+           "in accounting-only mode (no model, no K/V bytes), on real-model shapes and GPU memory sizes.\n\n"
+           "  --scenario NAME      a named setting (its options are printed; later options override them):\n"
+           "                       source-13b-a100-80gb, paper-13b-a100-40gb; --scenario list describes them\n"
+           "model and GPU\n"
+           "  --preset NAME        %s (default llama-13b)\n"
+           "  --dtype T            K/V element type: fp16, bf16, fp32, int8 (default fp16)\n"
+           "  --max-len N          the model's context length (default: the preset's)\n"
+           "  --gpu NAME           %s (default a100-80gb; GB = 10^9 B)\n"
+           "  --gpu-mem SIZE       GPU memory instead, e.g. 80GB or 80GiB\n"
+           "  --weights SIZE       memory of the weights (default: 2 B per parameter of the preset)\n"
+           "  --activations SIZE   kept for activations (default 4GB)\n"
+           "  --reserve SIZE       kept back for the system (default 2GB)\n"
+           "  --kv-budget SIZE     the K/V memory itself, instead of what the GPU leaves\n"
+           "serving\n"
+           "  --strategies LIST    of max,request,pow2,grow,paged (default all)\n"
+           "  --block-size N       chapter 4's block size, a power of two from 1 to 256 (default 16)\n"
+           "  --watermark PCT      chapter 4's free blocks kept back at admission (default 1)\n"
+           "  --max-batch N        chapter 3's most requests per batch (default: no limit)\n"
+           "requests\n"
+           "  --workload NAME      sharegpt or alpaca: sets --input and --output (means from the PagedAttention paper)\n"
+           "  --input DIST         prompt lengths: fixed:N, uniform:LO:HI, lognormal:MEAN:SIGMA (default: sharegpt's)\n"
+           "  --output DIST        output lengths, tokens before EOS (default: sharegpt's)\n"
+           "  --max-input N        longest prompt (default: half the context length)\n"
+           "  --max-output N       most new tokens (default: the rest of the context)\n"
+           "  --max-new N|oracle   what each request asks for, which `request` and `pow2` reserve\n"
+           "                       (default: --max-output; oracle: its true output length)\n"
+           "  --requests N         how many (default 1000)\n"
+           "  --rate R             Poisson arrivals, requests per simulated step (default 0: all at once)\n"
+           "  --seed N             seeds lengths and arrivals (default 1)\n"
+           "output\n"
+           "  --json FILE          the setup and every strategy's numbers as JSON\n"
+           "  --verbose            the chapters' setup lines and progress on stderr\n"
+           "  --help               show this help\n",
+           PROGRAM, kvmath_preset_names(), kvsim_gpu_names());
+}
+
+static int parse_int(const char *name, const char *text, long lo, long hi, int *out, Err *err)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi)
+        return err_set(err, "--%s: '%s' is not a whole number from %ld to %ld", name, text, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_bytes(const char *name, const char *text, uint64_t *out, Err *err)
+{
+    size_t bytes;
+    if (cli_parse_size(text, &bytes, err))
+        return err_prefix(err, "--%s", name);
+    *out = bytes;
+    return 0;
+}
+
+static int parse_strategies(const char *text, int use[N_STRATEGIES], Err *err)
+{
+    memset(use, 0, N_STRATEGIES * sizeof use[0]);
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", text);
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int k = 0;
+        while (k < N_STRATEGIES && strcmp(tok, STRATEGY_NAMES[k]) != 0)
+            k++;
+        if (k == N_STRATEGIES)
+            return err_set(err, "--strategies: '%s' is not one of max, request, pow2, grow, paged", tok);
+        use[k] = 1;
+        n++;
+    }
+    return n ? 0 : err_set(err, "--strategies: give at least one of max, request, pow2, grow, paged");
+}
+
+/* Weights in fp16 when not given: 2 bytes per parameter, as the source
+ * material counts (7B: about 14 GB; 13B: 26 GB). */
+static uint64_t default_weights(const KvShape *s)
+{
+    static const struct {
+        const char *name;
+        double params;
+    } sizes[] = {{"llama-7b", 7e9}, {"llama-13b", 13e9}, {"opt-13b", 13e9}, {"llama-2-70b", 70e9}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (strcmp(s->name, sizes[i].name) == 0)
+            return (uint64_t)(2.0 * sizes[i].params);
+    return 0;
+}
+
+static int apply_workload(Options *o, const char *name, Err *err)
+{
+    KvsimWorkloadPreset p;
+    if (kvsim_workload_preset(name, &p))
+        return err_set(err, "--workload: '%s' is not one of sharegpt, alpaca", name);
+    o->workload_name = p.name;
+    o->w.input = p.input;
+    o->w.output = p.output;
+    return 0;
+}
+
+static int apply(Options *o, int id, const char *name, const char *arg, Err *err)
+{
+    switch (id) {
+    case OPT_PRESET:
+        return kvmath_preset(arg, &o->shape) ? err_set(err, "--preset: '%s' is not one of %s", arg,
+                                                       kvmath_preset_names()) : 0;
+    case OPT_DTYPE: return kvmath_dtype_parse(arg, &o->dtype, err) ? err_prefix(err, "--dtype") : 0;
+    case OPT_MAX_LEN: return parse_int(name, arg, 2, 1 << 20, &o->max_len, err);
+    case OPT_GPU:
+        if (kvsim_gpu_preset(arg, &o->gpu))
+            return err_set(err, "--gpu: '%s' is not one of %s", arg, kvsim_gpu_names());
+        o->budget.gpu_bytes = o->gpu.bytes;
+        return 0;
+    case OPT_GPU_MEM:
+        o->gpu = (KvsimGpu){"custom", arg, 0};
+        if (parse_bytes(name, arg, &o->budget.gpu_bytes, err))
+            return -1;
+        o->gpu.bytes = o->budget.gpu_bytes;
+        return 0;
+    case OPT_WEIGHTS: return parse_bytes(name, arg, &o->budget.weights_bytes, err);
+    case OPT_ACTIVATIONS: return parse_bytes(name, arg, &o->budget.activations_bytes, err);
+    case OPT_RESERVE: return parse_bytes(name, arg, &o->budget.reserve_bytes, err);
+    case OPT_KV_BUDGET:
+        if (parse_bytes(name, arg, &o->kv_budget, err))
+            return -1;
+        return o->kv_budget ? 0 : err_set(err, "--kv-budget: the budget must be more than 0 bytes");
+    case OPT_BLOCK_SIZE:
+        if (parse_int(name, arg, 1, BLOCK_SIZE_MAX, &o->block_size, err))
+            return -1;
+        return (o->block_size & (o->block_size - 1)) == 0
+                   ? 0 : err_set(err, "--block-size: %d is not a power of two from 1 to %d", o->block_size,
+                                 BLOCK_SIZE_MAX);
+    case OPT_WATERMARK: return parse_int(name, arg, 0, 50, &o->watermark, err);
+    case OPT_MAX_BATCH: return parse_int(name, arg, 1, 1000000, &o->max_batch, err);
+    case OPT_STRATEGIES: return parse_strategies(arg, o->use, err);
+    case OPT_WORKLOAD: return apply_workload(o, arg, err);
+    case OPT_INPUT: return kvsim_dist_parse(arg, &o->w.input, err) ? err_prefix(err, "--input") : 0;
+    case OPT_OUTPUT: return kvsim_dist_parse(arg, &o->w.output, err) ? err_prefix(err, "--output") : 0;
+    case OPT_MAX_INPUT: return parse_int(name, arg, 1, 1 << 20, &o->w.max_input, err);
+    case OPT_MAX_OUTPUT:
+        o->max_output_given = 1;
+        return parse_int(name, arg, 1, 1 << 20, &o->w.max_output, err);
+    case OPT_MAX_NEW:
+        o->max_new_given = 1;
+        if (strcmp(arg, "oracle") == 0) {
+            o->w.max_new_tokens = 0;
+            return 0;
+        }
+        return parse_int(name, arg, 1, REQUEST_MAX_NEW_TOKENS, &o->w.max_new_tokens, err);
+    case OPT_REQUESTS: return parse_int(name, arg, 1, 1000000, &o->w.n_requests, err);
+    case OPT_RATE: {
+        char *end;
+        errno = 0;
+        o->w.rate = strtod(arg, &end);
+        if (errno || end == arg || *end || !(o->w.rate >= 0) || o->w.rate > 1e6)
+            return err_set(err, "--rate: '%s' is not a number of requests per step from 0 to 1e6", arg);
+        return 0;
+    }
+    case OPT_SEED: {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(arg, &end, 10);
+        if (errno || end == arg || *end || arg[0] == '-')
+            return err_set(err, "--seed: '%s' is not a whole number >= 0", arg);
+        o->w.seed = v;
+        return 0;
+    }
+    case OPT_JSON: o->json_path = arg; return 0;
+    case OPT_VERBOSE: o->verbose = 1; return 0;
+    case OPT_SCENARIO: return 0; /* applied first, see parse_options() */
+    }
+    return err_set(err, "--%s: not handled", name);
+}
+
+/* One pass of getopt over argv. Returns 0, 1 (help printed) or -1. */
+static int parse_argv(Options *o, int argc, char **argv, int scenario_only, Err *err)
+{
+    opterr = 0;
+    optind = 1;
+    for (;;) {
+        int index = -1, c = getopt_long(argc, argv, ":h", LONGOPTS, &index);
+        if (c == -1)
+            break;
+        if (c == 'h' || c == OPT_HELP) {
+            usage();
+            return 1;
+        }
+        if (c == ':')
+            return err_set(err, "option '%s' needs a value (see --help)", argv[optind - 1]);
+        if (c == '?')
+            return err_set(err, "unknown option '%s' (see --help)", argv[optind - 1]);
+        if (scenario_only != (c == OPT_SCENARIO))
+            continue;
+        if (c == OPT_SCENARIO) {
+            if (strcmp(optarg, "list") == 0) {
+                list_scenarios(stdout);
+                return 1;
+            }
+            if (!(o->scenario = find_scenario(optarg)))
+                return err_set(err, "--scenario: '%s' is not one of source-13b-a100-80gb, paper-13b-a100-40gb "
+                               "(--scenario list describes them)", optarg);
+            continue;
+        }
+        if (apply(o, c, LONGOPTS[index].name, optarg, err))
+            return -1;
+    }
+    if (optind < argc)
+        return err_set(err, "unexpected argument '%s' (options start with --; see --help)", argv[optind]);
+    return 0;
+}
+
+/* The scenario's options, as if typed before the others. */
+static int apply_scenario(Options *o, Err *err)
+{
+    char text[1024], *words[64];
+    snprintf(text, sizeof text, "%s", o->scenario->options);
+    int n = 0;
+    words[n++] = (char *)PROGRAM;
+    for (char *save = NULL, *tok = strtok_r(text, " ", &save); tok && n < 63; tok = strtok_r(NULL, " ", &save))
+        words[n++] = tok;
+    words[n] = NULL;
+    if (parse_argv(o, n, words, 0, err) != 0)
+        return err_prefix(err, "scenario %s", o->scenario->name);
+    return 0;
+}
+
+static void set_defaults(Options *o)
+{
+    memset(o, 0, sizeof *o);
+    kvmath_preset("llama-13b", &o->shape);
+    o->dtype = KV_DTYPE_FP16;
+    kvsim_gpu_preset("a100-80gb", &o->gpu);
+    o->budget.gpu_bytes = o->gpu.bytes;
+    o->budget.activations_bytes = 4 * KVMATH_GB;
+    o->budget.reserve_bytes = 2 * KVMATH_GB;
+    o->block_size = 16;
+    o->watermark = 1;
+    for (int k = 0; k < N_STRATEGIES; k++)
+        o->use[k] = 1;
+    apply_workload(o, "sharegpt", NULL);
+    o->workload_name = NULL; /* the default, not chosen */
+    o->w.n_requests = 1000;
+    o->w.seed = 1;
+}
+
+/* Fills in what depends on other options, and refuses what cannot run. */
+static int finish_options(Options *o, Err *err)
+{
+    if (o->max_len)
+        o->shape.seq_len = o->max_len;
+    int seq_len = o->shape.seq_len;
+    if (o->budget.weights_bytes == 0)
+        o->budget.weights_bytes = default_weights(&o->shape);
+    if (o->w.max_input == 0)
+        o->w.max_input = seq_len / 2;
+    if (o->w.max_input >= seq_len)
+        return err_set(err, "--max-input %d: a prompt must leave room under the context length %d", o->w.max_input,
+                       seq_len);
+    if (!o->max_output_given)
+        o->w.max_output = seq_len - o->w.max_input;
+    if (!o->max_new_given)
+        o->w.max_new_tokens = o->w.max_output;
+    if (kvsim_workload_check(&o->w, seq_len, err))
+        return -1;
+    if (o->kv_budget == 0 && kvmath_kv_bytes_left(&o->budget, &o->kv_budget, err))
+        return -1;
+    uint64_t per_token = kvmath_bytes_per_token(&o->shape, o->dtype);
+    if (o->kv_budget < per_token * (uint64_t)o->block_size)
+        return err_set(err, "a KV budget of %" PRIu64 " B holds no block of %d tokens (%" PRIu64 " B per token)",
+                       o->kv_budget, o->block_size, per_token);
+    return 0;
+}
+
+static int parse_options(Options *o, int argc, char **argv, Err *err)
+{
+    set_defaults(o);
+    int rc = parse_argv(o, argc, argv, 1, err);
+    if (rc != 0)
+        return rc;
+    if (o->scenario && apply_scenario(o, err))
+        return -1;
+    rc = parse_argv(o, argc, argv, 0, err);
+    if (rc != 0)
+        return rc;
+    return finish_options(o, err);
+}
+
+/* ------------------------------------------------------------ the setup */
+
+static const char *gb(char *buf, size_t n, uint64_t bytes)
+{
+    snprintf(buf, n, "%.2f GB = %.2f GiB", (double)bytes / KVMATH_GB, (double)bytes / KVMATH_GIB);
+    return buf;
+}
+
+static void print_setup(const Options *o, const SimRequestSpec *reqs)
+{
+    char a[64], b[64];
+    const KvShape *s = &o->shape;
+    uint64_t per_token = kvmath_bytes_per_token(s, o->dtype), full = per_token * (uint64_t)s->seq_len;
+    if (o->scenario)
+        printf("scenario %s: %s\n  = %s\n\n", o->scenario->name, o->scenario->what, o->scenario->options);
+    printf("model     %s: %d layers x %d KV heads x %d head_dim, K/V in %s: %" PRIu64 " B per token, %" PRIu64
+           " B (%s) per %d-token request\n", s->name, s->n_layers, s->n_kv_heads, s->head_dim,
+           kvmath_dtype_name(o->dtype), per_token, full, gb(a, sizeof a, full), s->seq_len);
+    if (o->budget.gpu_bytes)
+        printf("GPU       %s: %s; weights %.2f GB, activations %.2f GB, reserve %.2f GB\n", o->gpu.label,
+               gb(a, sizeof a, o->budget.gpu_bytes), (double)o->budget.weights_bytes / KVMATH_GB,
+               (double)o->budget.activations_bytes / KVMATH_GB, (double)o->budget.reserve_bytes / KVMATH_GB);
+    printf("KV budget %" PRIu64 " B (%s): %" PRIu64 " token slots, %" PRIu64 " full-length requests\n", o->kv_budget,
+           gb(b, sizeof b, o->kv_budget), o->kv_budget / per_token, o->kv_budget / full);
+    double in = 0, out = 0, asks = 0;
+    for (int i = 0; i < o->w.n_requests; i++) {
+        in += reqs[i].prompt_tokens;
+        out += reqs[i].output_tokens;
+        asks += reqs[i].max_new_tokens;
+    }
+    int n = o->w.n_requests;
+    printf("requests  %d, %s; seed %" PRIu64 "\n", n, o->w.rate > 0 ? "Poisson arrivals" : "all at step 0",
+           o->w.seed);
+    if (o->w.rate > 0)
+        printf("          %.4g per step: the last arrives at step %ld\n", o->w.rate, reqs[n - 1].arrival_step);
+    printf("          prompts %s in [1, %d]: mean %.1f drawn\n", kvsim_dist_format(a, sizeof a, &o->w.input),
+           o->w.max_input, in / n);
+    printf("          outputs %s in [1, min(%d, context - prompt)]: mean %.1f drawn\n",
+           kvsim_dist_format(b, sizeof b, &o->w.output), o->w.max_output, out / n);
+    if (o->w.max_new_tokens > 0)
+        printf("          each asks for %d new tokens (what `request` and `pow2` reserve)\n", o->w.max_new_tokens);
+    else
+        printf("          each asks for exactly its output length (oracle: `request` reserves prompt + output)\n");
+    if (o->workload_name) {
+        KvsimWorkloadPreset p;
+        kvsim_workload_preset(o->workload_name, &p);
+        printf("          %s\n", p.source);
+    }
+    printf("\n");
+}
+
+/* ------------------------------------------------------------ the runs */
+
+static const ServingChapter *strategy_chapter(int k, const Options *o, CliOptions *co)
+{
+    cli_defaults(co);
+    co->kv_budget = (size_t)o->kv_budget;
+    co->block_size = o->block_size;
+    co->watermark = o->watermark;
+    co->max_batch = o->max_batch ? o->max_batch : o->w.n_requests;
+    if (k == S_PAGED)
+        return paged_chapter();
+    co->reserve = STRATEGY_NAMES[k];
+    return batching_chapter();
+}
+
+static void strategy_label(int k, const Options *o, char *buf, size_t n)
+{
+    if (k == S_PAGED)
+        snprintf(buf, n, "ch04 paged/%d", o->block_size);
+    else
+        snprintf(buf, n, "ch03 %s", STRATEGY_NAMES[k]);
+}
+
+static void print_header(void)
+{
+    printf("%-14s %5s %6s %6s | %6s %6s %6s %6s | %6s %6s | %7s %7s %6s %7s\n", "strategy", "max", "avg", "KV",
+           "token", "reserv", "intern", "extern", "held", "live", "preempt", "served", "steps", "latency");
+    printf("%-14s %5s %6s %6s | %6s %6s %6s %6s | %6s %6s | %7s %7s %6s %7s\n", "", "conc.", "conc.", "util.",
+           "states", "-ed", "frag.", "frag.", "by fin", "tokens", "", "/step", "", "(steps)");
+}
+
+static void print_row(const char *label, const KvsimResult *r)
+{
+    printf("%-14s %5d %6.1f %5.1f%% | %5.1f%% %5.1f%% %5.1f%% %5.1f%% | %5.1f%% %5.1f%% | %7ld %7.4f %6ld %7.0f\n",
+           label, r->max_concurrent, r->avg_concurrent, 100 * r->util_avg, 100 * r->breakdown[0],
+           100 * r->breakdown[1], 100 * r->breakdown[2], 100 * r->breakdown[3], 100 * r->held_by_finished,
+           100 * r->live_token_states, r->preemptions, r->served_per_step, r->steps, r->mean_latency);
+    if (r->rejected)
+        printf("%-15s %d requests rejected (they can never fit)\n", "", r->rejected);
+}
+
+static void json_result(JsonWriter *j, const char *label, const KvsimResult *r)
+{
+    json_begin_object(j, NULL);
+    json_string(j, "strategy", label);
+    json_int(j, "max_concurrent", r->max_concurrent);
+    json_double(j, "avg_concurrent", r->avg_concurrent);
+    json_double(j, "kv_utilization_avg", r->util_avg);
+    json_double(j, "kv_utilization_at_peak", r->util_at_peak);
+    json_begin_object(j, "kv_breakdown");
+    json_double(j, "token_states", r->breakdown[0]);
+    json_double(j, "reserved", r->breakdown[1]);
+    json_double(j, "internal_fragmentation", r->breakdown[2]);
+    json_double(j, "external_fragmentation", r->breakdown[3]);
+    json_end_object(j);
+    json_double(j, "kv_held_by_finished", r->held_by_finished);
+    json_double(j, "live_token_states", r->live_token_states);
+    json_int(j, "kv_peak_reserved_bytes", (long long)r->peak_reserved);
+    json_int(j, "preemptions", r->preemptions);
+    json_int(j, "requests_completed", r->completed);
+    json_int(j, "requests_rejected", r->rejected);
+    json_int(j, "steps", r->steps);
+    json_int(j, "busy_steps", r->busy_steps);
+    json_int(j, "tokens_generated", r->tokens_generated);
+    json_double(j, "requests_per_step", r->served_per_step);
+    json_double(j, "mean_latency_steps", r->mean_latency);
+    json_end_object(j);
+}
+
+static void json_setup(JsonWriter *j, const Options *o)
+{
+    char a[64];
+    json_string(j, "scenario", o->scenario ? o->scenario->name : "");
+    json_string(j, "model", o->shape.name);
+    json_string(j, "dtype", kvmath_dtype_name(o->dtype));
+    json_int(j, "seq_len", o->shape.seq_len);
+    json_int(j, "kv_bytes_per_token", (long long)kvmath_bytes_per_token(&o->shape, o->dtype));
+    json_string(j, "gpu", o->gpu.label);
+    json_int(j, "gpu_bytes", (long long)o->budget.gpu_bytes);
+    json_int(j, "kv_budget_bytes", (long long)o->kv_budget);
+    json_int(j, "block_size", o->block_size);
+    json_int(j, "requests", o->w.n_requests);
+    json_string(j, "input", kvsim_dist_format(a, sizeof a, &o->w.input));
+    json_string(j, "output", kvsim_dist_format(a, sizeof a, &o->w.output));
+    json_int(j, "max_new_tokens", o->w.max_new_tokens);
+    json_double(j, "rate", o->w.rate);
+    json_int(j, "seed", (long long)o->w.seed);
+}
+
+static Model shape_of(const KvShape *s)
+{
+    Model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = (ModelConfig){.dim = s->n_heads * s->head_dim, .n_layers = s->n_layers, .n_heads = s->n_heads,
+                          .n_kv_heads = s->n_kv_heads, .vocab_size = 1, .seq_len = s->seq_len};
+    return m;
+}
+
+/* Every chosen strategy's own check, before anything is printed. */
+static int check_all(const Options *o, const SimRequestSpec *reqs, Err *err)
+{
+    Model shape = shape_of(&o->shape);
+    size_t per_token = (size_t)kvmath_bytes_per_token(&o->shape, o->dtype);
+    for (int k = 0; k < N_STRATEGIES; k++) {
+        CliOptions co;
+        const ServingChapter *ch = strategy_chapter(k, o, &co);
+        if (o->use[k] && kvsim_check(ch, &shape, &co, per_token, reqs, o->w.n_requests, err))
+            return err_prefix(err, "--strategies %s", STRATEGY_NAMES[k]);
+    }
+    return 0;
+}
+
+static int run_all(const Options *o, const SimRequestSpec *reqs, FILE *jf, Err *err)
+{
+    Model shape = shape_of(&o->shape);
+    size_t per_token = (size_t)kvmath_bytes_per_token(&o->shape, o->dtype);
+    JsonWriter j;
+    if (jf) {
+        json_init(&j, jf, 1);
+        json_begin_object(&j, NULL);
+        json_setup(&j, o);
+        json_begin_array(&j, "strategies");
+    }
+    print_header();
+    for (int k = 0; k < N_STRATEGIES; k++) {
+        if (!o->use[k])
+            continue;
+        CliOptions co;
+        const ServingChapter *ch = strategy_chapter(k, o, &co);
+        char label[32];
+        strategy_label(k, o, label, sizeof label);
+        KvsimResult r;
+        if (o->verbose)
+            fprintf(stderr, "%s: running %s\n", PROGRAM, label);
+        if (kvsim_run(ch, &shape, &co, per_token, reqs, o->w.n_requests, o->verbose ? stderr : NULL, &r, err))
+            return err_prefix(err, "%s", label);
+        print_row(label, &r);
+        fflush(stdout);
+        if (jf)
+            json_result(&j, label, &r);
+    }
+    if (jf) {
+        json_end_array(&j);
+        json_end_object(&j);
+        fputc('\n', jf);
+    }
+    return 0;
+}
+
+static int fail(const char *msg)
+{
+    fprintf(stderr, "%s: error: %s\n", PROGRAM, msg);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    Options o;
+    Err err = {{0}};
+    int rc = parse_options(&o, argc, argv, &err);
+    if (rc == 1)
+        return 0;
+    if (rc < 0)
+        return fail(err.msg);
+    SimRequestSpec *reqs = mem_alloc_array(MEM_ACTIVATIONS, (size_t)o.w.n_requests, sizeof *reqs);
+    if (!reqs)
+        return fail("out of memory for the requests");
+    kvsim_make_requests(&o.w, o.shape.seq_len, reqs);
+    FILE *jf = NULL;
+    if (check_all(&o, reqs, &err) == 0 && o.json_path && !(jf = fopen(o.json_path, "w")))
+        err_set(&err, "--json %s: cannot create: %s", o.json_path, strerror(errno));
+    if (err.msg[0]) {
+        mem_free(reqs);
+        return fail(err.msg);
+    }
+    print_setup(&o, reqs);
+    rc = run_all(&o, reqs, jf, &err);
+    mem_free(reqs);
+    if (jf && fclose(jf) != 0 && rc == 0)
+        rc = err_set(&err, "--json %s: write failed", o.json_path);
+    if (rc)
+        return fail(err.msg);
+    printf("\nconc.: requests running at once. KV util.: used / reserved, averaged over steps. token states ..\n"
+           "extern frag.: the PagedAttention paper's split of reserved KV byte-steps (they add up to 100%%).\n"
+           "held by fin: the share reserved by requests that had already finished (chapter 3 frees a batch's\n"
+           "regions when the whole batch is done, and counts what they hold as token states); live tokens: token\n"
+           "states of requests still running. served/step: requests completed per simulated step, idle steps\n"
+           "included; latency: mean steps from arrival to finish.\n");
+    return 0;
+}
