@@ -103,6 +103,11 @@ test-sanitize: deps
 	@$(MAKE) --no-print-directory test BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"
 
+# Benchmarks are not tests: sections of scripts/bench.sh write build/bench/.
+# LLAMA2C_RUN=/path/to/run adds the comparison with llama2.c's run.c.
+bench: all
+	BUILD=$(BUILD) scripts/bench.sh
+
 clean:
 	rm -rf build html
 
