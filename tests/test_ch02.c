@@ -7,10 +7,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "generate.h"
 #include "helpers.h"
 #include "kvcache.h"
 #include "mem.h"
+#include "naive.h"
 #include "suites.h"
+#include "synth.h"
 
 /* ------------------------------------------------------------ JSON reading */
 
@@ -224,6 +227,116 @@ START_TEST(same_bytes_as_ch01_on_synthetic_models)
         expect_same_as_ch01(&mf, prompts[p], 1000, "seq_len");
     unlink(model);
     unlink(tok);
+}
+END_TEST
+
+/* ------------------------------------------------------------ same logits, bit for bit */
+
+/* Greedy tokens can hide a difference: on a random-weight model, attention
+ * may barely move the argmax. So the runs below record the logits of every
+ * step (they are still in the forward state when the next step is
+ * prepared) and compare them bit for bit. */
+typedef struct {
+    SingleStreamKv inner;   /* the chapter's strategy */
+    const ForwardState *fs; /* whose logits row 0 holds the last step's prediction */
+    int vocab, steps, cap;
+    int prepared;           /* prepare() calls so far */
+    float *log;             /* [cap][vocab] logits of each step */
+} Recorder;
+
+static Recorder *recording; /* prepare() gets only the seam's context, so the recorder is global */
+
+static void record_logits(Recorder *r)
+{
+    ck_assert_int_lt(r->steps, r->cap);
+    memcpy(r->log + (size_t)r->steps * (size_t)r->vocab, r->fs->logits, sizeof(float) * (size_t)r->vocab);
+    r->steps++;
+}
+
+static int recording_prepare(void *ctx, int n_tokens, int *cached, Err *err)
+{
+    if (recording->prepared++ > 0) /* a step has run since the last call */
+        record_logits(recording);
+    return recording->inner.prepare(ctx, n_tokens, cached, err);
+}
+
+/* Runs one generation and returns every step's logits ([steps][vocab], malloc'd). */
+static float *logits_of_every_step(const Model *m, const Tokenizer *t, const char *prompt, int steps, int chapter,
+                                   KvAllocPolicy policy, int *n_steps)
+{
+    Err err = {{0}};
+    Generation g;
+    ck_assert_msg(generation_init(&g, m, t, prompt, &err) == 0, "%s", err.msg);
+    NaiveKv naive;
+    KvCache cache;
+    Recorder r = {.vocab = m->cfg.vocab_size, .cap = m->cfg.seq_len + 1};
+    int max_step;
+    if (chapter == 1) {
+        ck_assert_int_eq(naive_kv_init(&naive, &m->cfg, &err), 0);
+        r.inner = naive_strategy(&naive);
+        max_step = m->cfg.seq_len;
+    } else {
+        ck_assert_int_eq(kv_cache_init(&cache, &m->cfg, policy, g.n_prompt, &err), 0);
+        r.inner = kv_cache_strategy(&cache);
+        max_step = g.n_prompt;
+    }
+    ForwardState fs;
+    Sampler s;
+    ck_assert_int_eq(forward_state_init(&fs, &m->cfg, max_step, 1, &err), 0);
+    ck_assert_int_eq(sampler_init(&s, m->cfg.vocab_size, 0.0f, 0.9f, 42, &err), 0);
+    r.fs = &fs;
+    r.log = malloc(sizeof(float) * (size_t)r.cap * (size_t)r.vocab);
+    SingleStreamKv kv = r.inner;
+    kv.prepare = recording_prepare;
+    recording = &r;
+    ck_assert_msg(generate(&g, m, t, &s, &fs, &kv, steps, NULL, &err) == 0, "%s", err.msg);
+    record_logits(&r); /* the last step's */
+    recording = NULL;
+    *n_steps = r.steps;
+    sampler_free(&s);
+    forward_state_free(&fs);
+    if (chapter == 1)
+        naive_kv_free(&naive);
+    else
+        kv_cache_free(&cache);
+    generation_free(&g);
+    return r.log;
+}
+
+START_TEST(logits_are_bit_identical_to_ch01_at_every_step)
+{
+    int i = _i;
+    SynthSpec spec = {.cfg = SHAPES[i].cfg, .shared_classifier = SHAPES[i].shared, .ak42 = SHAPES[i].ak42,
+                      .seed = SHAPES[i].seed};
+    void *model_image, *tok_image;
+    size_t model_bytes, tok_bytes;
+    Err err = {{0}};
+    ck_assert_int_eq(synth_model_image(&spec, &model_image, &model_bytes, &err), 0);
+    ck_assert_int_eq(synth_tokenizer_image(spec.cfg.vocab_size, &tok_image, &tok_bytes, &err), 0);
+    Model m;
+    Tokenizer t;
+    ck_assert_msg(model_open_image(&m, model_image, model_bytes, &err) == 0, "%s", err.msg);
+    ck_assert_msg(tokenizer_open_image(&t, tok_image, tok_bytes, spec.cfg.vocab_size, &err) == 0, "%s", err.msg);
+    int n_ref, n;
+    float *ref = logits_of_every_step(&m, &t, "hello world", 1000, 1, KV_ALLOC_MAX, &n_ref);
+    ck_assert_int_gt(n_ref, 30);
+    const KvAllocPolicy policies[] = {KV_ALLOC_MAX, KV_ALLOC_GROW};
+    for (int p = 0; p < 2; p++) {
+        float *got = logits_of_every_step(&m, &t, "hello world", 1000, 2, policies[p], &n);
+        ck_assert_int_eq(n, n_ref);
+        for (int step = 0; step < n; step++)
+            ck_assert_msg(memcmp(got + (size_t)step * (size_t)m.cfg.vocab_size,
+                                 ref + (size_t)step * (size_t)m.cfg.vocab_size,
+                                 sizeof(float) * (size_t)m.cfg.vocab_size) == 0,
+                          "shape %d, --kv-alloc %s: the logits of step %d differ from chapter 1's", i,
+                          kv_alloc_policy_name(policies[p]), step);
+        free(got);
+    }
+    free(ref);
+    tokenizer_free(&t);
+    model_free(&m);
+    mem_free(model_image);
+    mem_free(tok_image);
 }
 END_TEST
 
@@ -505,6 +618,8 @@ Suite *suite_ch02(void)
     tcase_add_test(same, same_bytes_as_ch01_on_stories260k);
     tcase_add_test(same, same_bytes_as_ch01_to_seq_len_on_stories260k);
     tcase_add_loop_test(same, same_bytes_as_ch01_on_synthetic_models, 0, (int)(sizeof SHAPES / sizeof SHAPES[0]));
+    tcase_add_loop_test(same, logits_are_bit_identical_to_ch01_at_every_step, 0,
+                        (int)(sizeof SHAPES / sizeof SHAPES[0]));
     suite_add_tcase(s, same);
 
     TCase *report = tcase_create("report");
