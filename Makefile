@@ -77,6 +77,9 @@ $(BUILD)/ch04-paged: $(BUILD)/obj/chapters/ch04-paged/main.o $(CH_OBJS_4) $(COMM
 # Tools link everything but the chapters' main() files.
 $(BUILD)/%: $(BUILD)/obj/tools/%.o $(ALL_CH_OBJS) $(COMMON_OBJS)
 	$(CC) $^ -o $@ $(LDLIBS_ALL)
+# Made through a pattern rule, a tool's object would count as intermediate
+# and be deleted (and rebuilt by every make); keep it.
+.SECONDARY: $(TOOLS:$(BUILD)/%=$(BUILD)/obj/tools/%.o)
 
 # ---------------------------------------------------------------- tests
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
