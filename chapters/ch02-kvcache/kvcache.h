@@ -56,8 +56,8 @@ typedef enum {
 
 /** One request's K/V cache and what keeping it has cost. */
 typedef struct {
-    ModelConfig cfg;
-    KvAllocPolicy policy;
+    ModelConfig cfg;       /**< the model's shape */
+    KvAllocPolicy policy;  /**< max or grow */
     int kv_dim;            /**< floats per row: n_kv_heads * head_dim */
     int capacity;          /**< positions reserved per layer */
     int length;            /**< positions 0..length-1 hold K/V (after the current step) */
