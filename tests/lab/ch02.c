@@ -13,6 +13,7 @@
 #include "assets.h"
 #include "generate.h"
 #include "kvcache.h"
+#include "lab/grading.h"
 #include "mem.h"
 #include "ops.h"
 #include "sampler.h"
@@ -427,18 +428,13 @@ END_TEST
 Suite *lab_suite(void)
 {
     Suite *s = suite_create("lab-ch02");
-    TCase *unit = tcase_create("by-hand");
-    tcase_add_test(unit, prepare_reports_what_is_already_cached);
-    tcase_add_test(unit, store_writes_row_layer_pos);
-    tcase_add_test(unit, attend_averages_values_under_equal_scores);
-    tcase_add_test(unit, attend_weights_by_the_scores);
-    tcase_add_test(unit, grow_moves_rows_and_counts_the_move);
-    tcase_add_test(unit, prepare_grows_by_doubling);
-    suite_add_tcase(s, unit);
-    TCase *whole = tcase_create("end-to-end");
-    tcase_set_timeout(whole, 120);
-    tcase_add_test(whole, logits_equal_the_reference_on_a_synthetic_gqa_model);
-    tcase_add_test(whole, golden_output_on_stories260k);
-    suite_add_tcase(s, whole);
+    lab_add_test(s, prepare_reports_what_is_already_cached, 10);
+    lab_add_test(s, store_writes_row_layer_pos, 10);
+    lab_add_test(s, attend_averages_values_under_equal_scores, 10);
+    lab_add_test(s, attend_weights_by_the_scores, 10);
+    lab_add_test(s, grow_moves_rows_and_counts_the_move, 10);
+    lab_add_test(s, prepare_grows_by_doubling, 10);
+    lab_add_test(s, logits_equal_the_reference_on_a_synthetic_gqa_model, 120);
+    lab_add_test(s, golden_output_on_stories260k, 120);
     return s;
 }
