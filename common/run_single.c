@@ -164,6 +164,8 @@ static int run_open(const SingleStreamChapter *ch, const CliOptions *o, Run *r, 
     if (assets_open(&r->assets, o, err))
         return -1;
     const Model *m = &r->assets.model;
+    if (o->threads == 0)
+        ops_set_threads(forward_default_threads(&m->cfg));
     if (sampler_init(&r->sampler, m->cfg.vocab_size, o->temperature, o->top_p, o->seed, err) ||
         generation_init(&r->gen, m, &r->assets.tokenizer, o->prompt, err))
         return -1;
