@@ -166,6 +166,9 @@ endif
 # Tools link everything but the chapters' main() files.
 $(BUILD)/%: $(BUILD)/obj/tools/%.o $(ALL_CH_OBJS) $(COMMON_OBJS)
 	$(CC) $^ -o $@ $(LDLIBS_ALL)
+# Made through a pattern rule, a tool's object would count as intermediate
+# and be deleted (and rebuilt by every make); keep it.
+.SECONDARY: $(TOOLS:$(BUILD)/%=$(BUILD)/obj/tools/%.o)
 
 # ---------------------------------------------------------------- tests
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
@@ -284,6 +287,11 @@ docs:
 	rm -rf html
 	doxygen Doxyfile
 	@echo "docs: open html/index.html"
+
+# Benchmarks are not tests: sections of scripts/bench.sh write build/bench/.
+# LLAMA2C_RUN=/path/to/run adds the comparison with llama2.c's run.c.
+bench: all
+	BUILD=$(BUILD) scripts/bench.sh
 
 clean:
 	rm -rf build html

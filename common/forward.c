@@ -91,6 +91,11 @@ static void attend_all(const ModelConfig *c, ForwardState *s, const KvSeam *kv, 
     }
 }
 
+int forward_default_threads(const ModelConfig *cfg)
+{
+    return cfg->dim < 256 ? 1 : 0;
+}
+
 void forward(const Model *m, ForwardState *s, const KvSeam *kv, const BatchEntry *e, int n)
 {
     const ModelConfig *c = &m->cfg;

@@ -108,6 +108,17 @@ void forward_state_free(ForwardState *s);
 size_t forward_state_bytes(const ModelConfig *cfg, int max_tokens, int max_logits, int threads);
 
 /**
+ * How many threads are worth using for a model when the user did not say:
+ * 1 for models narrower than 256 (stories260K), whose matrices are so small
+ * that starting and joining threads costs more than it saves (and, on a
+ * busy machine, threads that spin-wait for each other cost far more); 0,
+ * meaning "all cores" (OpenMP's default), for wider ones.
+ * @param cfg  model shape
+ * @return a thread count for ops_set_threads()
+ */
+int forward_default_threads(const ModelConfig *cfg);
+
+/**
  * Runs the model on a batch of tokens. For every entry with logits_row >= 0,
  * fills s->logits[logits_row]. Allocates nothing.
  * @param m        the model

@@ -19,13 +19,36 @@ static inline float combine_lanes(const float acc[LANES])
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+#if defined(__GNUC__)
+/* Eight lanes as one value. GCC and Clang map it onto vector registers
+ * (one AVX register, or two SSE ones) and do each lane's multiply and add
+ * exactly as the scalar loop below would: lane l still sums a[j + l] * b[j + l]
+ * over j in order, so the bits are the same. Written with plain arrays the
+ * compiler vectorises the loops in a roundabout way that runs about six times
+ * slower. Vectors are loaded with memcpy (no alignment assumed) and never
+ * passed to or returned from a function, which would change the ABI. */
+typedef float Lanes __attribute__((vector_size(LANES * sizeof(float))));
+#define LANES_LOAD(dst, src) memcpy(&(dst), (src), sizeof(Lanes))
+#define LANES_STORE(dst, src) memcpy((dst), &(src), sizeof(Lanes))
+#endif
+
 float dot(const float *a, const float *b, int n)
 {
     float acc[LANES] = {0};
     int j = 0;
+#if defined(__GNUC__)
+    Lanes sum_v = {0}, av, bv;
+    for (; j + LANES <= n; j += LANES) {
+        LANES_LOAD(av, a + j);
+        LANES_LOAD(bv, b + j);
+        sum_v += av * bv;
+    }
+    LANES_STORE(acc, sum_v);
+#else
     for (; j + LANES <= n; j += LANES)
         for (int l = 0; l < LANES; l++)
             acc[l] += a[j + l] * b[j + l];
+#endif
     float sum = combine_lanes(acc);
     for (; j < n; j++)
         sum += a[j] * b[j];
@@ -39,6 +62,24 @@ static void dot4(const float *w, int n, const float *x, float out[4])
     float acc[4][LANES] = {{0}};
     const float *w0 = w, *w1 = w + n, *w2 = w + 2 * (long)n, *w3 = w + 3 * (long)n;
     int j = 0;
+#if defined(__GNUC__)
+    Lanes a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, xv, wv;
+    for (; j + LANES <= n; j += LANES) {
+        LANES_LOAD(xv, x + j);
+        LANES_LOAD(wv, w0 + j);
+        a0 += wv * xv;
+        LANES_LOAD(wv, w1 + j);
+        a1 += wv * xv;
+        LANES_LOAD(wv, w2 + j);
+        a2 += wv * xv;
+        LANES_LOAD(wv, w3 + j);
+        a3 += wv * xv;
+    }
+    LANES_STORE(acc[0], a0);
+    LANES_STORE(acc[1], a1);
+    LANES_STORE(acc[2], a2);
+    LANES_STORE(acc[3], a3);
+#else
     for (; j + LANES <= n; j += LANES)
         for (int l = 0; l < LANES; l++) {
             float xv = x[j + l];
@@ -47,6 +88,7 @@ static void dot4(const float *w, int n, const float *x, float out[4])
             acc[2][l] += w2[j + l] * xv;
             acc[3][l] += w3[j + l] * xv;
         }
+#endif
     for (int r = 0; r < 4; r++)
         out[r] = combine_lanes(acc[r]);
     for (; j < n; j++) {
@@ -144,18 +186,30 @@ void add_inplace(float *out, const float *other, int n)
         out[i] += other[i];
 }
 
-float attention_score(const float *q, const float *k, int head_dim)
+/* out[i] = sum over t, in order, of a[t] * v[t][i]: the same sums as
+ * attention_accumulate() called for t = 0, 1, ... on a zeroed out, but each
+ * running sum stays in a register across all positions instead of going
+ * through memory once per position. */
+static void attention_weighted_sum(float *out, const float *a, const float *values, int n_pos, int stride,
+                                   int head_dim)
 {
-    float s = 0.0f;
-    for (int i = 0; i < head_dim; i++)
-        s += q[i] * k[i];
-    return s / sqrtf((float)head_dim);
-}
-
-void attention_accumulate(float *out, float a, const float *v, int head_dim)
-{
-    for (int i = 0; i < head_dim; i++)
-        out[i] += a * v[i];
+    int i = 0;
+#if defined(__GNUC__)
+    for (; i + LANES <= head_dim; i += LANES) {
+        Lanes acc = {0}, v;
+        for (int t = 0; t < n_pos; t++) {
+            LANES_LOAD(v, values + (long)t * stride + i);
+            acc += a[t] * v;
+        }
+        LANES_STORE(out + i, acc);
+    }
+#endif
+    for (; i < head_dim; i++) {
+        float acc = 0.0f;
+        for (int t = 0; t < n_pos; t++)
+            acc += a[t] * values[(long)t * stride + i];
+        out[i] = acc;
+    }
 }
 
 void attention_reference(float *out, const float *q, const float *keys, const float *values, int n_pos, int stride,
@@ -164,9 +218,7 @@ void attention_reference(float *out, const float *q, const float *keys, const fl
     for (int t = 0; t < n_pos; t++)
         scores[t] = attention_score(q, keys + (long)t * stride, head_dim);
     softmax(scores, n_pos);
-    memset(out, 0, (size_t)head_dim * sizeof(float));
-    for (int t = 0; t < n_pos; t++)
-        attention_accumulate(out, scores[t], values + (long)t * stride, head_dim);
+    attention_weighted_sum(out, scores, values, n_pos, stride, head_dim);
 }
 
 void ops_set_threads(int n)

@@ -12,6 +12,8 @@
 #ifndef KVLAB_OPS_H
 #define KVLAB_OPS_H
 
+#include <math.h>
+
 /**
  * Dot product in kvlab's fixed order: eight interleaved partial sums over
  * the first n - n%8 elements, combined pairwise, then the tail in order.
@@ -91,6 +93,10 @@ void swiglu(float *gate, const float *up, int n);
  */
 void add_inplace(float *out, const float *other, int n);
 
+/* The two attention helpers below are called once per cached position from
+ * every chapter's attend; they are defined here, inline, so that the call
+ * does not cost more than the handful of multiply-adds it performs. */
+
 /**
  * Scaled attention score of one query head against one key head:
  * (q . k) / sqrt(head_dim), summed in order.
@@ -99,7 +105,13 @@ void add_inplace(float *out, const float *other, int n);
  * @param head_dim  width
  * @return the score
  */
-float attention_score(const float *q, const float *k, int head_dim);
+static inline float attention_score(const float *q, const float *k, int head_dim)
+{
+    float s = 0.0f;
+    for (int i = 0; i < head_dim; i++)
+        s += q[i] * k[i];
+    return s / sqrtf((float)head_dim);
+}
 
 /**
  * out += a * v (one term of the attention-weighted sum of values).
@@ -108,7 +120,11 @@ float attention_score(const float *q, const float *k, int head_dim);
  * @param v         [head_dim]
  * @param head_dim  width
  */
-void attention_accumulate(float *out, float a, const float *v, int head_dim);
+static inline void attention_accumulate(float *out, float a, const float *v, int head_dim)
+{
+    for (int i = 0; i < head_dim; i++)
+        out[i] += a * v[i];
+}
 
 /**
  * Plain causal attention of one query head over @p n_pos contiguous keys and

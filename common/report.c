@@ -18,12 +18,13 @@ void kv_timeline_record(KvTimeline *t, long step, size_t reserved, size_t used)
 {
     t->reserved = reserved;
     t->used = used;
-    if (reserved > t->peak_reserved) {
+    if (reserved > t->peak_reserved)
         t->peak_reserved = reserved;
+    if (used > t->peak_used || t->steps == 0) {
+        /* How well memory is used when it is needed most: at peak use. */
+        t->peak_used = used;
         t->util_at_peak = reserved ? (double)used / (double)reserved : 0.0;
     }
-    if (used > t->peak_used)
-        t->peak_used = used;
     if (reserved > 0) {
         t->util_sum += (double)used / (double)reserved;
         t->util_steps++;
@@ -98,7 +99,7 @@ static void print_kv(FILE *f, const RunReport *r)
             cli_format_bytes(b, sizeof b, (double)t->peak_reserved));
     fprintf(f, "  used           now %s (%zu tokens), peak %s\n", cli_format_bytes(a, sizeof a, (double)t->used),
             per_token ? t->used / per_token : 0, cli_format_bytes(b, sizeof b, (double)t->peak_used));
-    fprintf(f, "  utilization    %.1f%% averaged over %ld steps, %.1f%% at peak reservation\n",
+    fprintf(f, "  utilization    %.1f%% averaged over %ld steps, %.1f%% at peak use\n",
             100.0 * kv_timeline_avg_utilization(t), t->util_steps, 100.0 * t->util_at_peak);
 }
 

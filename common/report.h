@@ -40,7 +40,7 @@ typedef struct {
     size_t used;                     /**< KV bytes holding tokens now */
     size_t peak_reserved;            /**< largest reserved seen */
     size_t peak_used;                /**< largest used seen */
-    double util_at_peak;             /**< used / reserved at the step of peak reserved */
+    double util_at_peak;             /**< used / reserved at the step of peak use */
     double util_sum;                 /**< sum over steps with reserved > 0 of used / reserved */
     long util_steps;                 /**< number of such steps */
     long steps;                      /**< samples offered */

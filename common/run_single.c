@@ -11,18 +11,31 @@
 #include "report.h"
 
 /* Context lengths at which the step-time table reports: the powers of two
- * from 16, which make linear and quadratic growth easy to tell apart. */
-static int is_reported_length(int t)
+ * from 16, which make linear and quadratic growth easy to tell apart, and
+ * the last step run (a model's seq_len is often a power of two that the
+ * last step, which must leave room for the token it predicts, falls one
+ * short of). */
+static int last_step_length(const Generation *g)
 {
-    return t >= 16 && (t & (t - 1)) == 0;
+    int last = 0;
+    for (int t = 1; t <= g->n_tokens; t++)
+        if (g->step_seconds[t] > 0)
+            last = t;
+    return last;
+}
+
+static int is_reported_length(int t, int last)
+{
+    return (t >= 16 && (t & (t - 1)) == 0) || t == last;
 }
 
 static void step_time_table(FILE *f, const Generation *g)
 {
     fprintf(f, "step time by context length t (one step = one new token)\n");
     fprintf(f, "  %8s %12s %12s\n", "t", "ms/step", "tokens/s");
+    int last = last_step_length(g);
     for (int t = 1; t <= g->n_tokens; t++)
-        if (is_reported_length(t) && g->step_seconds[t] > 0)
+        if (is_reported_length(t, last) && g->step_seconds[t] > 0)
             fprintf(f, "  %8d %12.4f %12.1f\n", t, 1e3 * g->step_seconds[t], 1.0 / g->step_seconds[t]);
 }
 
@@ -59,8 +72,9 @@ static void json_hook(JsonWriter *j, const void *p)
     json_string(j, "finish", finish_name(g->finish));
     json_int(j, "positions_run", g->positions_run);
     json_begin_object(j, "step_seconds");
+    int last = last_step_length(g);
     for (int t = 1; t <= g->n_tokens; t++)
-        if (is_reported_length(t) && g->step_seconds[t] > 0) {
+        if (is_reported_length(t, last) && g->step_seconds[t] > 0) {
             char key[16];
             snprintf(key, sizeof key, "%d", t);
             json_double(j, key, g->step_seconds[t]);
@@ -150,6 +164,8 @@ static int run_open(const SingleStreamChapter *ch, const CliOptions *o, Run *r, 
     if (assets_open(&r->assets, o, err))
         return -1;
     const Model *m = &r->assets.model;
+    if (o->threads == 0)
+        ops_set_threads(forward_default_threads(&m->cfg));
     if (sampler_init(&r->sampler, m->cfg.vocab_size, o->temperature, o->top_p, o->seed, err) ||
         generation_init(&r->gen, m, &r->assets.tokenizer, o->prompt, err))
         return -1;

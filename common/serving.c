@@ -667,6 +667,8 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
         request_file_free(&rf);
         return fail(name, &err);
     }
+    if (o.threads == 0)
+        ops_set_threads(forward_default_threads(&a.model.cfg));
     ServingRun run;
     memset(&run, 0, sizeof run);
     int status = 0;

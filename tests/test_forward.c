@@ -446,6 +446,19 @@ START_TEST(state_refuses_zero_capacity)
 }
 END_TEST
 
+/* Small models run on one thread unless asked; wide ones use every core. */
+START_TEST(default_threads_by_width)
+{
+    ModelConfig c;
+    ck_assert_int_eq(synth_preset("stories260K", &c), 0);
+    ck_assert_int_eq(forward_default_threads(&c), 1);
+    ck_assert_int_eq(synth_preset("stories15M", &c), 0);
+    ck_assert_int_eq(forward_default_threads(&c), 0);
+    ck_assert_int_eq(synth_preset("stories110M", &c), 0);
+    ck_assert_int_eq(forward_default_threads(&c), 0);
+}
+END_TEST
+
 Suite *suite_forward(void)
 {
     Suite *s = suite_create("forward");
@@ -457,6 +470,7 @@ Suite *suite_forward(void)
     tcase_add_test(tc, thread_count_does_not_change_logits);
     tcase_add_test(tc, state_bytes_match_the_ledger);
     tcase_add_test(tc, state_refuses_zero_capacity);
+    tcase_add_test(tc, default_threads_by_width);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,103 @@
+#include "kvmath.h"
+
+#include <strings.h>
+
+unsigned kvmath_dtype_bytes(KvDtype dtype)
+{
+    switch (dtype) {
+    case KV_DTYPE_FP32: return 4;
+    case KV_DTYPE_FP16: return 2;
+    case KV_DTYPE_BF16: return 2;
+    case KV_DTYPE_INT8: return 1;
+    }
+    return 0;
+}
+
+const char *kvmath_dtype_name(KvDtype dtype)
+{
+    switch (dtype) {
+    case KV_DTYPE_FP32: return "fp32";
+    case KV_DTYPE_FP16: return "fp16";
+    case KV_DTYPE_BF16: return "bf16";
+    case KV_DTYPE_INT8: return "int8";
+    }
+    return "?";
+}
+
+int kvmath_dtype_parse(const char *name, KvDtype *dtype, Err *err)
+{
+    static const struct {
+        const char *name;
+        KvDtype dtype;
+    } names[] = {{"fp32", KV_DTYPE_FP32}, {"f32", KV_DTYPE_FP32}, {"fp16", KV_DTYPE_FP16}, {"f16", KV_DTYPE_FP16},
+                 {"bf16", KV_DTYPE_BF16}, {"int8", KV_DTYPE_INT8}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcasecmp(name, names[i].name) == 0) {
+            *dtype = names[i].dtype;
+            return 0;
+        }
+    return err_set(err, "'%s' is not a dtype (use fp32, fp16, bf16 or int8)", name);
+}
+
+/* Published shapes. OPT-13B and LLaMA-13B differ in their feed-forward
+ * layers and vocabularies, not in what their caches hold. */
+static const KvShape PRESETS[] = {
+    {"llama-7b", 32, 32, 32, 128, 2048},
+    {"llama-13b", 40, 40, 40, 128, 2048},
+    {"opt-13b", 40, 40, 40, 128, 2048},
+    {"llama-2-70b", 80, 64, 8, 128, 4096},
+};
+
+int kvmath_preset(const char *name, KvShape *shape)
+{
+    for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
+        if (strcasecmp(name, PRESETS[i].name) == 0) {
+            *shape = PRESETS[i];
+            return 0;
+        }
+    return -1;
+}
+
+const char *kvmath_preset_names(void)
+{
+    return "llama-7b, llama-13b, opt-13b, llama-2-70b";
+}
+
+KvShape kvmath_shape_from_config(const ModelConfig *cfg, const char *name)
+{
+    return (KvShape){name, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, model_head_dim(cfg), cfg->seq_len};
+}
+
+uint64_t kvmath_bytes_per_token(const KvShape *s, KvDtype dtype)
+{
+    return 2ULL * (uint64_t)s->n_layers * (uint64_t)s->n_kv_heads * (uint64_t)s->head_dim * kvmath_dtype_bytes(dtype);
+}
+
+uint64_t kvmath_bytes_per_request(const KvShape *s, KvDtype dtype, uint64_t tokens)
+{
+    return kvmath_bytes_per_token(s, dtype) * tokens;
+}
+
+int kvmath_kv_bytes_left(const KvBudget *b, uint64_t *left, Err *err)
+{
+    uint64_t spent = b->weights_bytes + b->activations_bytes + b->reserve_bytes;
+    if (spent >= b->gpu_bytes)
+        return err_set(err,
+                       "weights, activations and reserve take %llu bytes, which leaves nothing of the GPU's %llu "
+                       "bytes for the KV cache",
+                       (unsigned long long)spent, (unsigned long long)b->gpu_bytes);
+    *left = b->gpu_bytes - spent;
+    return 0;
+}
+
+uint64_t kvmath_requests_that_fit(uint64_t left, uint64_t request_bytes)
+{
+    return request_bytes ? left / request_bytes : 0;
+}
+
+double kvmath_unused_fraction(uint64_t used, uint64_t reserved)
+{
+    if (reserved == 0 || used >= reserved)
+        return 0.0;
+    return (double)(reserved - used) / (double)reserved;
+}
