@@ -6,14 +6,28 @@
 #   scripts/bench.sh                  every section
 #   scripts/bench.sh ch01_vs_ch02     only the sections named
 #
+# Sections: ch01_vs_ch02 (time per step as t grows), llama2c (against
+# llama2.c's run), ch03_vs_ch04 (each reservation policy against paging:
+# throughput and concurrency at one budget, three request files, three
+# model sizes), ch03_policies (scripts/bench-ch03.sh: chapter 3's memory
+# table at a tight budget), ch04_paged (scripts/bench-ch04.sh: chapter 4's
+# targets, block sizes, preemption, forks), attention (PagedAttention
+# against contiguous attention, three head widths).
+#
 # Each section writes build/bench/SECTION.md (a Markdown table with the
 # command that produced it) and build/bench/SECTION.json; report.md joins
-# the Markdown of the sections that ran. To add a section, write a function
-# section_NAME that does the same and add NAME to SECTIONS.
+# the Markdown of the sections that ran and report.json their JSON. To add
+# a section, write a function section_NAME that does the same and add NAME
+# to SECTIONS.
+#
+# Timings run on one thread (THREADS=1): on a small shared machine OpenMP's
+# waiting threads spin and turn other work's noise into ours.
 #
 # Variables:
 #   BUILD=build        where the programs are (and bench/ goes)
-#   RUNS=5             repetitions of every measurement
+#   RUNS=5             repetitions of every measurement (stories260K)
+#   RUNS_15M=3         repetitions on the synthetic stories15M shape
+#   RUNS_110M=2        repetitions on the synthetic stories110M shape (short requests only)
 #   THREADS=1          --threads for kvlab programs (1: stable, comparable with llama2.c's run)
 #   MODEL, TOKENIZER   the checkpoint (default: stories260K.bin + tok512.bin from models/ or ../shared/models/)
 #   LLAMA2C_RUN=PATH   llama2.c's `run` built with gcc -O3, to compare single-stream decode speed with
@@ -21,10 +35,12 @@ set -eu
 
 BUILD=${BUILD:-build}
 RUNS=${RUNS:-5}
+RUNS_15M=${RUNS_15M:-3}
+RUNS_110M=${RUNS_110M:-2}
 THREADS=${THREADS:-1}
 OUT=$BUILD/bench
 TMP=$OUT/tmp
-SECTIONS="ch01_vs_ch02 llama2c"
+SECTIONS="ch01_vs_ch02 llama2c ch03_vs_ch04 ch03_policies ch04_paged attention"
 
 mkdir -p "$OUT" "$TMP"
 
@@ -216,6 +232,232 @@ section_llama2c() {
     } >> "$md"
 }
 
+# ------------------------------------------------------------ chapter 3 vs chapter 4
+
+# A synthetic checkpoint of a TinyStories shape, written once into
+# $OUT/models (deterministic: the same bytes every time). Prints
+# "--model FILE --tokenizer FILE".
+synth_model_args() {
+    preset=$1
+    dir=$OUT/models
+    mkdir -p "$dir"
+    if [ ! -r "$dir/$preset.bin" ] || [ ! -r "$dir/$preset-tok.bin" ]; then
+        say "bench: writing a synthetic $preset into $dir"
+        "$BUILD/synth-model" --preset "$preset" --out "$dir/$preset.bin" --tokenizer-out "$dir/$preset-tok.bin" >&2
+    fi
+    echo "--model $dir/$preset.bin --tokenizer $dir/$preset-tok.bin"
+}
+
+# The strategies compared, as "label|program and options".
+STRATEGIES="ch03 max|ch03-batching --reserve max
+ch03 request|ch03-batching --reserve request
+ch03 pow2|ch03-batching --reserve pow2
+ch03 grow|ch03-batching --reserve grow
+ch04 paged/16|ch04-paged --block-size 16"
+
+# One model: every request file, RUNS rounds; in each round every strategy
+# runs once, back to back, so that a slow moment of the machine hits them
+# alike, and each one's tokens/s is divided by chapter 3 max's of the same
+# round. Appends rows to $md and objects to $json.
+ch03_vs_ch04_model() {
+    label=$1 model_args=$2 files=$3 runs=$4
+    for file in $files; do
+        fname=$(basename "$file")
+        i=1
+        while [ "$i" -le "$runs" ]; do
+            say "bench: ch03_vs_ch04: $label, $fname, round $i of $runs"
+            echo "$STRATEGIES" | while IFS='|' read -r name prog; do
+                tag=$(echo "$name" | tr ' /' '__')
+                # shellcheck disable=SC2086
+                "$BUILD"/$prog $model_args --requests "$file" --threads "$THREADS" --quiet \
+                    --json "$TMP/s-$tag-$i.json" > /dev/null 2> "$TMP/s-$tag.err" ||
+                    { say "bench: $prog failed: $(tail -n 1 "$TMP/s-$tag.err")"; exit 1; }
+            done
+            i=$((i + 1))
+        done
+        echo "$STRATEGIES" | while IFS='|' read -r name prog; do
+            tag=$(echo "$name" | tr ' /' '__')
+            j=$TMP/s-$tag-1.json
+            tps=$(i=1; while [ "$i" -le "$runs" ]; do json_number "$TMP/s-$tag-$i.json" tokens_per_s; i=$((i + 1)); done | stats)
+            ratio=$(i=1; while [ "$i" -le "$runs" ]; do
+                        awk -v a="$(json_number "$TMP/s-$tag-$i.json" tokens_per_s)" \
+                            -v b="$(json_number "$TMP/s-ch03_max-$i.json" tokens_per_s)" 'BEGIN { printf "%.4f\n", a / b }'
+                        i=$((i + 1))
+                    done | stats)
+            # shellcheck disable=SC2086 # "median min max" twice: split on purpose
+            set -- $tps $ratio
+            conc=$(json_number "$j" max_concurrent)
+            util=$(json_number "$j" kv_utilization_avg)
+            steps=$(json_number "$j" steps)
+            toks=$(json_number "$j" tokens_generated)
+            pre=$(json_number "$j" preemptions)
+            req=$(json_number "$j" requeues)
+            moved=${pre:-$req}
+            printf '| %s | %s | %s | %s | %.1f%% | %s | %s | %.0f (%.0f - %.0f) | %.2f (%.2f - %.2f) |\n' \
+                "$label" "$fname" "$name" "$conc" "$(awk -v x="$util" 'BEGIN { print 100 * x }')" "$steps" \
+                "${moved:-0}" "$1" "$2" "$3" "$4" "$5" "$6" >> "$md"
+            printf '%s\n    {"model": "%s", "requests": "%s", "strategy": "%s", "max_concurrent": %s, "kv_utilization_avg": %s, "steps": %s, "tokens_generated": %s, "preemptions": %s, "tokens_per_s": [%s, %s, %s], "vs_ch03_max": [%s, %s, %s]}' \
+                "$(cat "$TMP/sep")" "$label" "$fname" "$name" "$conc" "$util" "$steps" "$toks" "${moved:-0}" \
+                "$1" "$2" "$3" "$4" "$5" "$6" >> "$json"
+            echo "," > "$TMP/sep"
+        done
+    done
+}
+
+section_ch03_vs_ch04() {
+    name=ch03-vs-ch04
+    md=$OUT/$name.md
+    json=$OUT/$name.json
+    for p in ch03-batching ch04-paged synth-model; do
+        [ -x "$BUILD/$p" ] || { say "bench: $BUILD/$p is missing; run make first"; return 1; }
+    done
+    files="data/requests-short.tsv data/requests-long.tsv data/requests-mixed.tsv"
+    {
+        echo "## Chapter 3 (each reservation policy) vs chapter 4 (paged): throughput and concurrency"
+        echo
+        echo "Every strategy at the same KV budget, the chapters' default: room for 8 requests of the model's full"
+        echo "length (8 x seq_len x bytes per token). --threads $THREADS. tokens/s: generated tokens over the serving"
+        echo "loop's wall time, median (min - max) over the rounds; x ch03 max: tokens/s over chapter 3 --reserve max's"
+        echo "in the same round (all strategies run back to back in a round), median (min - max). KV util.: used /"
+        echo "reserved averaged over steps. requeues/preempt.: chapter 3 grow's requeues, chapter 4's preemptions."
+        echo
+        echo "| model | requests | strategy | max concurrent | KV util. | steps | requeues/preempt. | tokens/s | x ch03 max |"
+        echo "|---|---|---|---:|---:|---:|---:|---|---|"
+    } > "$md"
+    printf '{\n  "threads": %s,\n  "budget": "8 x seq_len x bytes per token (the chapters default)",\n  "note": "triples are [median, min, max]",\n  "rows": [' "$THREADS" > "$json"
+    : > "$TMP/sep"
+    if find_model; then
+        ch03_vs_ch04_model "stories260K" "--model $MODEL --tokenizer $TOKENIZER" "$files" "$RUNS"
+    else
+        say "bench: stories260K not found; the chapters' synthetic default stands in for it"
+        ch03_vs_ch04_model "stories260K (synthetic)" "" "$files" "$RUNS"
+    fi
+    ch03_vs_ch04_model "stories15M (synthetic)" "$(synth_model_args stories15M)" "$files" "$RUNS_15M"
+    ch03_vs_ch04_model "stories110M (synthetic)" "$(synth_model_args stories110M)" "data/requests-short.tsv" "$RUNS_110M"
+    printf '\n  ]\n}\n' >> "$json"
+    {
+        echo
+        echo "Synthetic models: \`build/synth-model --preset stories15M|stories110M\` (random weights of the real shapes;"
+        echo "their requests stop at max_new_tokens or seq_len, rarely at EOS). stories110M runs only the short file."
+        echo "Produced by: \`RUNS=$RUNS RUNS_15M=$RUNS_15M RUNS_110M=$RUNS_110M THREADS=$THREADS scripts/bench.sh ch03_vs_ch04\`."
+        echo
+    } >> "$md"
+}
+
+# ------------------------------------------------------------ the chapters' own scripts
+
+# Chapter 3's memory table at a tight budget (the book's table).
+section_ch03_policies() {
+    OUT=$OUT BUILD=$BUILD scripts/bench-ch03.sh --threads "$THREADS" > /dev/null
+    mv "$OUT/ch03-policies.md" "$TMP/ch03-policies.md"
+    {
+        cat "$TMP/ch03-policies.md"
+        echo
+        echo "Produced by: \`OUT=$OUT scripts/bench-ch03.sh --threads $THREADS\` (via \`scripts/bench.sh ch03_policies\`)."
+        echo
+    } > "$OUT/ch03-policies.md"
+    # The table's rows as JSON: one object per row, the cells as strings.
+    awk -F'|' 'BEGIN { printf "{\n  \"rows\": [" }
+        /^\| [a-z]/ && !/requests \| reserve/ {
+            printf "%s\n    [", n++ ? "," : ""
+            for (i = 2; i < NF; i++) { v = $i; gsub(/^ +| +$/, "", v); printf "%s\"%s\"", i > 2 ? ", " : "", v }
+            printf "]"
+        }
+        END { printf "\n  ],\n  \"columns\": [\"requests\", \"reserve\", \"max concurrent\", \"batches\", \"steps\", \"utilization (avg)\", \"token states\", \"reserved\", \"internal frag.\", \"external frag.\", \"held by finished\", \"requeues\", \"tokens/s\"]\n}\n" }' \
+        "$OUT/ch03-policies.md" > "$OUT/ch03-policies.json"
+}
+
+# Chapter 4's targets, the block-size trade-off, running out of blocks and
+# forks (the book's tables).
+section_ch04_paged() {
+    mkdir -p "$TMP/ch04"
+    OUT=$TMP/ch04 BUILD=$BUILD THREADS=$THREADS REPEATS=$RUNS scripts/bench-ch04.sh > /dev/null
+    {
+        sed -e 's/^## /### /' -e 's/^# Chapter 4 measurements/## Chapter 4: paged KV, block sizes, preemption, forks/' \
+            "$TMP/ch04/ch04.md"
+        echo
+        echo "Produced by: \`REPEATS=$RUNS THREADS=$THREADS scripts/bench-ch04.sh\` (via \`scripts/bench.sh ch04_paged\`)."
+        echo
+    } > "$OUT/ch04-paged.md"
+    {
+        printf '{\n  "block_sizes": ['
+        sep=""
+        for bs in 1 2 4 8 16 32 64 128 256; do
+            j=$TMP/ch04/bs$bs.json
+            printf '%s\n    {"block_size": %s, "blocks_total": %s, "kv_utilization_avg": %s, "max_concurrent": %s, "preemptions": %s, "block_table_bytes": %s}' \
+                "$sep" "$bs" "$(json_number "$j" blocks_total)" "$(json_number "$j" kv_utilization_avg)" \
+                "$(json_number "$j" max_concurrent)" "$(json_number "$j" preemptions)" "$(json_number "$j" block_table_bytes)"
+            sep=","
+        done
+        printf '\n  ],\n  "ch03_max": {"max_concurrent": %s, "kv_utilization_avg": %s},\n' \
+            "$(json_number "$TMP/ch04/ch03-max.json" max_concurrent)" "$(json_number "$TMP/ch04/ch03-max.json" kv_utilization_avg)"
+        printf '  "tight": {"max_concurrent": %s, "preemptions": %s},\n' \
+            "$(json_number "$TMP/ch04/tight.json" max_concurrent)" "$(json_number "$TMP/ch04/tight.json" preemptions)"
+        printf '  "forks": {"blocks_saved_by_sharing": %s, "cow_copies": %s}\n}\n' \
+            "$(json_number "$TMP/ch04/forks.json" blocks_saved_by_sharing)" "$(json_number "$TMP/ch04/forks.json" cow_copies)"
+    } > "$OUT/ch04-paged.json"
+}
+
+# ------------------------------------------------------------ attention alone
+
+# PagedAttention against contiguous attention on the CPU, for the head
+# widths of the three model shapes (stories260K: 8, stories15M: 48,
+# stories110M: 64). Each run of build/paged_attention_bench keeps the best
+# of 3 rounds per cell and states the ratio paged / contiguous measured in
+# that run; the table gives the median (min - max) of those ratios over
+# RUNS runs.
+section_attention() {
+    name=attention
+    md=$OUT/$name.md
+    json=$OUT/$name.json
+    [ -x "$BUILD/paged_attention_bench" ] || { say "bench: $BUILD/paged_attention_bench is missing; run make first"; return 1; }
+    {
+        echo "## PagedAttention vs contiguous attention on the CPU"
+        echo
+        echo "One query head over n positions whose blocks are scattered in random order (4 KV heads); time per call"
+        echo "through the block table / time of contiguous attention_reference over the same data, each measured in the"
+        echo "same run (best of 3 rounds of thread CPU time); median (min - max) over $RUNS runs. Contiguous us/call:"
+        echo "median. Every paged result is checked to be bitwise equal to the contiguous one."
+        echo
+        echo "| head_dim (model) | positions | contiguous us/call | bs 1 | bs 4 | bs 16 | bs 64 | bs 256 |"
+        echo "|---|---:|---:|---|---|---|---|---|"
+    } > "$md"
+    printf '{\n  "runs": %s,\n  "note": "ratios paged/contiguous, [median, min, max]",\n  "rows": [' "$RUNS" > "$json"
+    sep=""
+    for hd_model in "8|stories260K" "48|stories15M" "64|stories110M"; do
+        hd=${hd_model%%|*}
+        model=${hd_model#*|}
+        i=1
+        while [ "$i" -le "$RUNS" ]; do
+            say "bench: attention: head_dim $hd, run $i of $RUNS"
+            "$BUILD/paged_attention_bench" "$hd" 3 > "$TMP/att-$hd-$i.txt"
+            i=$((i + 1))
+        done
+        for n in 128 512 2048; do
+            # "| n | block | us | ratio |" rows of every run: column 3 is the block size or "contiguous".
+            cont=$(cat "$TMP"/att-"$hd"-*.txt | awk -F'|' -v n="$n" '$2 + 0 == n && $3 ~ /contiguous/ { print $4 + 0 }' | stats)
+            row="| $hd ($model) | $n | $(printf '%.2f' "${cont%% *}") |"
+            obj="{\"head_dim\": $hd, \"model\": \"$model\", \"positions\": $n, \"contiguous_us\": ${cont%% *}"
+            for bs in 1 4 16 64 256; do
+                r=$(cat "$TMP"/att-"$hd"-*.txt | awk -F'|' -v n="$n" -v b="$bs" '$2 + 0 == n && $3 + 0 == b && $3 !~ /contiguous/ { print $5 + 0 }' | stats)
+                # shellcheck disable=SC2086
+                set -- $r
+                row="$row $(printf '%.2f (%.2f - %.2f)' "$1" "$2" "$3") |"
+                obj="$obj, \"bs$bs\": [$1, $2, $3]"
+            done
+            echo "$row" >> "$md"
+            printf '%s\n    %s}' "$sep" "$obj" >> "$json"
+            sep=","
+        done
+    done
+    printf '\n  ]\n}\n' >> "$json"
+    {
+        echo
+        echo "Produced by: \`RUNS=$RUNS scripts/bench.sh attention\` (each run: \`$BUILD/paged_attention_bench HEAD_DIM 3\`)."
+        echo
+    } >> "$md"
+}
+
 # ------------------------------------------------------------ main
 
 wanted=${*:-$SECTIONS}
@@ -230,12 +472,28 @@ done
     echo "# kvlab benchmarks"
     echo
     echo "$(uname -m), $(nproc) CPUs, $(date -u +%Y-%m-%d). Timings are noisy: compare medians, read the spread."
+    echo "Every kvlab program ran with --threads $THREADS: on a small shared machine OpenMP's idle threads spin"
+    echo "and make every other measurement noisier."
     echo
     for s in $SECTIONS; do
         f=$OUT/$(echo "$s" | tr _ -).md
         if [ -r "$f" ]; then cat "$f"; fi
     done
 } > "$OUT/report.md"
+{
+    printf '{\n  "machine": "%s, %s CPUs",\n  "date": "%s",\n  "threads": %s,\n  "sections": {' \
+        "$(uname -m)" "$(nproc)" "$(date -u +%Y-%m-%d)" "$THREADS"
+    sep=""
+    for s in $SECTIONS; do
+        f=$OUT/$(echo "$s" | tr _ -).json
+        if [ -r "$f" ]; then
+            printf '%s\n    "%s": ' "$sep" "$s"
+            awk 'NR > 1 { printf "\n    " } { printf "%s", $0 }' "$f"
+            sep=","
+        fi
+    done
+    printf '\n  }\n}\n'
+} > "$OUT/report.json"
 rm -rf "$TMP"
 say "bench: wrote $OUT/report.md"
 cat "$OUT/report.md"
