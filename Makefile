@@ -288,6 +288,13 @@ docs:
 	doxygen Doxyfile
 	@echo "docs: open html/index.html"
 
+# Every chapter on the same requests (default model, data/requests-mixed.tsv):
+# one side-by-side table, and a plot of KV memory over the steps drawn with
+# gnuplot into $(BUILD)/demo-out/. DEMO_ARGS="--requests FILE ..." passes options.
+demo: all
+	@scripts/deps.sh gnuplot-nox
+	@BUILD=$(BUILD) scripts/demo.sh $(DEMO_ARGS)
+
 # Benchmarks are not tests: sections of scripts/bench.sh write build/bench/.
 # LLAMA2C_RUN=/path/to/run adds the comparison with llama2.c's run.c.
 bench: all

@@ -1,0 +1,102 @@
+/* The demo driver (build/demo, `make demo`): every chapter on the same
+ * requests, one table, the same tokens everywhere, the plot's data. */
+#define _GNU_SOURCE /* mkdtemp */
+#include <check.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "suites.h"
+
+/* GQA, seq_len 64: 2 layers x 2 KV heads x 8 x 4 B x 2 = 256 B per token. */
+static const ModelConfig GQA = {32, 64, 2, 4, 2, 400, 64};
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s was not written", path);
+    static char text[1 << 18];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+static int count_of(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+START_TEST(demo_runs_every_chapter_side_by_side)
+{
+    char model[PATH_MAX], tok[PATH_MAX], reqs[PATH_MAX], dir[] = "/tmp/kvlab-demo-XXXXXX";
+    test_write_synthetic(&GQA, 7, 0, 0, model, tok);
+    /* Three requests; the default budget holds 8 x 64 positions, so
+     * chapters 3 and 4 run all three at once. */
+    const char *text = "10\ta\n20\tthe end\n5\tonce upon\n";
+    test_write_temp(text, strlen(text), reqs);
+    ck_assert(mkdtemp(dir) != NULL);
+    ProgramResult r;
+    const char *argv[] = {"demo", "--model", model, "--tokenizer", tok, "--requests", reqs, "--out", dir,
+                          "--threads", "1", NULL};
+    ck_assert_int_eq(test_run_program(argv, &r), 0);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    static const char *const rows[] = {"| 1 naive (recompute) |", "| 2 KV cache (--kv-alloc max) |",
+                                       "| 3 batching (--reserve max) |", "| 4 paged (--block-size 16) |"};
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(strstr(r.out, rows[i]), "no row %s in:\n%s", rows[i], r.out);
+    ck_assert_msg(strstr(r.out, "same tokens in every chapter: yes (0 of 3 requests differ"), "%s", r.out);
+    ck_assert_msg(strstr(r.err, "demo: chapter 1 (recompute): 3 of 3 requests"), "no progress on stderr: %s", r.err);
+    test_result_free(&r);
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/kv-timeline.tsv", dir);
+    const char *tsv = read_all(path);
+    ck_assert_int_eq(count_of(tsv, "# chapter "), 4);
+    /* Chapter 3 reserves the whole default budget at its first step:
+     * 3 regions of 64 positions x 256 B = 49,152 B. */
+    ck_assert_msg(strstr(tsv, "\n0\t49152\t"), "%s", tsv);
+    snprintf(path, sizeof path, "%s/demo.json", dir);
+    const char *json = read_all(path);
+    ck_assert_msg(strstr(json, "\"requests_with_different_tokens\": 0"), "%s", json);
+    ck_assert_int_eq(count_of(json, "\"max_concurrent\": 3"), 2);
+    ck_assert_int_eq(count_of(json, "\"max_concurrent\": 1"), 2);
+}
+END_TEST
+
+START_TEST(demo_refuses_bad_options)
+{
+    static const char *const cases[][3] = {{"--out", "/nonexistent/folder", "not a folder"},
+                                           {"--kv-budget", "lots", "not a size"},
+                                           {"--threads", "0", "--threads"},
+                                           {"--requests", "/nonexistent/requests.tsv", "cannot open"},
+                                           {"--frobnicate", NULL, "unknown option"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *argv[] = {"demo", cases[i][0], cases[i][1], NULL};
+        ProgramResult r;
+        ck_assert_int_eq(test_run_program(argv, &r), 0);
+        ck_assert_msg(r.status == 1 && test_count_lines(r.err) == 1 && strstr(r.err, "demo: error: ") == r.err &&
+                          strstr(r.err, cases[i][2]) && r.out_len == 0,
+                      "%s: expected one line with '%s' and exit 1, got %d:\n%s", cases[i][0], cases[i][2], r.status,
+                      r.err);
+        test_result_free(&r);
+    }
+}
+END_TEST
+
+Suite *suite_demo(void)
+{
+    Suite *s = suite_create("demo");
+    TCase *tc = tcase_create("demo");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, demo_runs_every_chapter_side_by_side);
+    tcase_add_test(tc, demo_refuses_bad_options);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+REGISTER_SUITE(demo)

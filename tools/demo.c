@@ -1,0 +1,464 @@
+/* demo: every chapter on the same requests, side by side (`make demo`).
+ *
+ *   build/demo [--requests FILE] [--model FILE --tokenizer FILE] [--kv-budget SIZE] [--out DIR]
+ *
+ * One process, one model: chapters 1 and 2 serve the request file one
+ * request at a time (they are single-request programs), chapters 3 and 4
+ * serve it as a batch, all through the chapters' own code (the same calls
+ * their programs make). It prints one table (wall time, tokens/s, KV
+ * reserved and used, utilization, where the reserved memory went, how many
+ * requests ran at once, preemptions), checks that every chapter produced
+ * the same tokens for every request, and writes DIR/kv-timeline.tsv (KV
+ * reserved and used after every step, one block per chapter) for
+ * scripts/demo.sh to plot, and DIR/demo.json. Progress goes to stderr. */
+#define _GNU_SOURCE /* getopt_long */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "assets.h"
+#include "batching.h"
+#include "cli.h"
+#include "generate.h"
+#include "json.h"
+#include "kvcache.h"
+#include "mem.h"
+#include "naive.h"
+#include "ops.h"
+#include "paged.h"
+#include "report.h"
+#include "serving.h"
+
+#define PROGRAM "demo"
+
+enum { CH_NAIVE, CH_KVCACHE, CH_BATCHING, CH_PAGED, N_CHAPTERS };
+
+/* One row of the table: what one chapter did with the whole file. */
+typedef struct {
+    const char *name;        /* e.g. "3 batching (--reserve max)" */
+    int keeps_kv;            /* 0: chapter 1, which recomputes instead */
+    double wall_s;           /* generation loops only (model loading excluded) */
+    long tokens;             /* generated, all requests */
+    long steps;              /* forward steps, all requests */
+    KvTimeline kv;           /* reserved/used after every step (chapters 1-2: per request, steps offset) */
+    KvBreakdown breakdown;   /* byte-steps by category */
+    int max_concurrent;      /* requests running at once */
+    long preemptions;        /* requeues (3) or preemptions (4) */
+    int *tokens_of;          /* [n_reqs][seq_len] generated ids, to compare chapters */
+    int *n_tokens_of;        /* [n_reqs] how many */
+} ChapterRun;
+
+typedef struct {
+    CliOptions o;            /* model, tokenizer, threads, kv_budget, requests */
+    const char *out_dir;
+} DemoOptions;
+
+/* ------------------------------------------------------------ options */
+
+static void usage(void)
+{
+    printf("Usage: %s [options]\n"
+           "Every chapter on the same requests: one side-by-side table, the data of a plot of KV memory over the\n"
+           "steps (scripts/demo.sh draws it; `make demo` does both).\n\n"
+           "  --requests FILE   request file (default data/requests-mixed.tsv)\n"
+           "  --model FILE      checkpoint (default: stories260K from models/ or ../shared/models/, else synthetic)\n"
+           "  --tokenizer FILE  its tokenizer (default: found next to the model)\n"
+           "  --kv-budget SIZE  KV memory of chapters 3 and 4 (default: 8 requests of the model's full length)\n"
+           "  --threads N       CPU threads (default: the programs' default)\n"
+           "  --out DIR         where kv-timeline.tsv and demo.json go (default .)\n"
+           "  --help            show this help\n", PROGRAM);
+}
+
+/* 0: run, 1: help printed, -1: error. */
+static int parse_options(int argc, char **argv, DemoOptions *d, Err *err)
+{
+    enum { O_REQ = 1000, O_MODEL, O_TOK, O_BUDGET, O_THREADS, O_OUT, O_HELP };
+    static const struct option longopts[] = {
+        {"requests", required_argument, NULL, O_REQ}, {"model", required_argument, NULL, O_MODEL},
+        {"tokenizer", required_argument, NULL, O_TOK}, {"kv-budget", required_argument, NULL, O_BUDGET},
+        {"threads", required_argument, NULL, O_THREADS}, {"out", required_argument, NULL, O_OUT},
+        {"help", no_argument, NULL, O_HELP}, {NULL, 0, NULL, 0}};
+    cli_defaults(&d->o);
+    d->out_dir = ".";
+    opterr = 0;
+    for (;;) {
+        int c = getopt_long(argc, argv, ":h", longopts, NULL);
+        if (c == -1)
+            break;
+        char *end;
+        switch (c) {
+        case 'h': case O_HELP: usage(); return 1;
+        case ':': return err_set(err, "option '%s' needs a value (see --help)", argv[optind - 1]);
+        case '?': return err_set(err, "unknown option '%s' (see --help)", argv[optind - 1]);
+        case O_REQ: d->o.requests_path = optarg; break;
+        case O_MODEL: d->o.model_path = optarg; break;
+        case O_TOK: d->o.tokenizer_path = optarg; break;
+        case O_OUT: d->out_dir = optarg; break;
+        case O_BUDGET:
+            if (cli_parse_size(optarg, &d->o.kv_budget, err))
+                return err_prefix(err, "--kv-budget");
+            if (d->o.kv_budget == 0)
+                return err_set(err, "--kv-budget: the budget must be more than 0 bytes");
+            break;
+        case O_THREADS:
+            errno = 0;
+            d->o.threads = (int)strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || d->o.threads < 1 || d->o.threads > 1024)
+                return err_set(err, "--threads: '%s' is not a number from 1 to 1024", optarg);
+            break;
+        }
+    }
+    if (optind < argc)
+        return err_set(err, "unexpected argument '%s' (options start with --; see --help)", argv[optind]);
+    struct stat st;
+    if (stat(d->out_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return err_set(err, "--out %s: not a folder", d->out_dir);
+    return 0;
+}
+
+/* ------------------------------------------------------------ progress */
+
+static void progress(const char *chapter, int done, int total)
+{
+    static double last;
+    int tty = isatty(STDERR_FILENO);
+    double now = now_seconds();
+    if (done < total && now - last < (tty ? 0.2 : 5.0))
+        return;
+    last = now;
+    fprintf(stderr, "%sdemo: chapter %s: %d of %d requests%s", tty ? "\r" : "", chapter, done, total,
+            tty && done < total ? "" : "\n");
+    fflush(stderr);
+}
+
+/* ------------------------------------------------------------ chapters 1 and 2 */
+
+/* Adds one request's steps to the chapter's timeline (offset by the steps
+ * of the requests before it) and its reservation to the breakdown. */
+static void add_request_kv(ChapterRun *cr, const Generation *g)
+{
+    const KvTimeline *t = &g->kv;
+    KvReservationTrack track;
+    memset(&track, 0, sizeof track);
+    size_t last_used = 0;
+    for (int i = 0; i < t->n_samples; i++) {
+        const KvSample *s = &t->samples[i];
+        kv_timeline_record(&cr->kv, cr->steps + s->step, s->reserved, s->used);
+        kv_track_set_reserved(&track, s->reserved);
+        kv_track_step(&track, s->used);
+        last_used = s->used;
+    }
+    kv_track_close(&track, last_used, &cr->breakdown);
+}
+
+/* One request, alone, as chapter 1 or 2's program runs it. */
+static int single_request(ChapterRun *cr, int which, const Assets *a, const RequestSpec *spec, ForwardState *fs,
+                          int index, Err *err)
+{
+    const Model *m = &a->model;
+    Generation g;
+    Sampler s;
+    NaiveKv naive;
+    KvCache cache;
+    SingleStreamKv kv;
+    memset(&kv, 0, sizeof kv);
+    memset(&g, 0, sizeof g);
+    memset(&s, 0, sizeof s);
+    memset(&naive, 0, sizeof naive);
+    memset(&cache, 0, sizeof cache);
+    int rc = generation_init(&g, m, &a->tokenizer, spec->prompt, err);
+    if (rc == 0)
+        rc = sampler_init(&s, m->cfg.vocab_size, 0.0f, 0.9f, 42, err);
+    if (rc == 0 && which == CH_NAIVE && (rc = naive_kv_init(&naive, &m->cfg, err)) == 0)
+        kv = naive_strategy(&naive);
+    if (rc == 0 && which == CH_KVCACHE && (rc = kv_cache_init(&cache, &m->cfg, KV_ALLOC_MAX, g.n_prompt, err)) == 0)
+        kv = kv_cache_strategy(&cache);
+    if (rc == 0)
+        rc = generate(&g, m, &a->tokenizer, &s, fs, &kv, spec->max_new_tokens, NULL, err);
+    if (rc == 0) {
+        int n = g.n_tokens - g.n_prompt;
+        memcpy(cr->tokens_of + (size_t)index * (size_t)m->cfg.seq_len, g.tokens + g.n_prompt, (size_t)n * sizeof(int));
+        cr->n_tokens_of[index] = n;
+        cr->wall_s += g.elapsed_s;
+        cr->tokens += n;
+        if (which == CH_KVCACHE)
+            add_request_kv(cr, &g);
+        cr->steps += g.kv.steps ? g.kv.steps : n + (g.finish == FINISH_STOP);
+    }
+    if (which == CH_NAIVE)
+        naive_kv_free(&naive);
+    else
+        kv_cache_free(&cache);
+    sampler_free(&s);
+    generation_free(&g);
+    return rc;
+}
+
+static int run_single_chapter(ChapterRun *cr, int which, const Assets *a, const RequestFile *rf, Err *err)
+{
+    ForwardState fs;
+    memset(&fs, 0, sizeof fs);
+    if (forward_state_init(&fs, &a->model.cfg, a->model.cfg.seq_len, 1, err))
+        return -1;
+    const char *label = which == CH_NAIVE ? "1 (recompute)" : "2 (KV cache)";
+    int rc = 0;
+    for (int i = 0; i < rf->count && rc == 0; i++) {
+        rc = single_request(cr, which, a, &rf->items[i], &fs, i, err);
+        progress(label, i + 1, rf->count);
+    }
+    cr->max_concurrent = 1;
+    forward_state_free(&fs);
+    return rc ? err_prefix(err, "chapter %s", label) : 0;
+}
+
+/* ------------------------------------------------------------ chapters 3 and 4 */
+
+static int run_serving_chapter(ChapterRun *cr, int which, const Assets *a, const CliOptions *o, const RequestFile *rf,
+                               Err *err)
+{
+    const ServingChapter *ch = which == CH_BATCHING ? batching_chapter() : paged_chapter();
+    const char *label = which == CH_BATCHING ? "3 (batching)" : "4 (paged)";
+    ServingRun run;
+    int rc = serving_run_init(&run, &a->model, &a->tokenizer, o, rf, err);
+    if (rc == 0 && ch->check)
+        rc = ch->check(&run, err);
+    if (rc == 0) {
+        fprintf(stderr, "demo: chapter %s: %d requests\n", label, rf->count);
+        rc = serving_run(ch, &run, NULL, err);
+    }
+    if (rc == 0) {
+        int seq_len = a->model.cfg.seq_len;
+        for (int i = 0; i < run.n_reqs; i++) {
+            const Request *r = &run.reqs[i];
+            int n = r->n_tokens - r->n_prompt;
+            memcpy(cr->tokens_of + (size_t)i * (size_t)seq_len, r->tokens + r->n_prompt, (size_t)n * sizeof(int));
+            cr->n_tokens_of[i] = n;
+        }
+        cr->wall_s = run.elapsed_s;
+        cr->tokens = run.tokens_generated;
+        cr->steps = run.step;
+        cr->kv = run.timeline;
+        cr->breakdown = run.breakdown;
+        cr->max_concurrent = run.max_concurrent;
+        cr->preemptions = serving_preemptions(&run);
+    }
+    serving_run_close(ch, &run);
+    serving_run_free(&run);
+    return rc ? err_prefix(err, "chapter %s", label) : 0;
+}
+
+/* ------------------------------------------------------------ output */
+
+static const char *mib(char *buf, size_t n, size_t bytes)
+{
+    snprintf(buf, n, "%.2f MiB", (double)bytes / 1048576.0);
+    return buf;
+}
+
+static void print_table(const ChapterRun *cr, FILE *f)
+{
+    fprintf(f, "| chapter | wall s | tokens/s | steps | KV reserved (peak) | KV used (peak) | KV util. (avg) "
+               "| token states | reserved | internal frag. | external frag. | max concurrent | preemptions |\n");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int c = 0; c < N_CHAPTERS; c++) {
+        const ChapterRun *r = &cr[c];
+        char a[32], b[32];
+        fprintf(f, "| %s | %.2f | %.0f | %ld | ", r->name, r->wall_s, r->wall_s > 0 ? r->tokens / r->wall_s : 0.0,
+                r->steps);
+        if (!r->keeps_kv) {
+            fprintf(f, "0 (recomputed) | 0 | - | - | - | - | - | %d | - |\n", r->max_concurrent);
+            continue;
+        }
+        double fr[4];
+        kv_breakdown_fractions(&r->breakdown, fr);
+        fprintf(f, "%s | %s | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %d | %ld |\n",
+                mib(a, sizeof a, r->kv.peak_reserved), mib(b, sizeof b, r->kv.peak_used),
+                100 * kv_timeline_avg_utilization(&r->kv), 100 * fr[0], 100 * fr[1], 100 * fr[2], 100 * fr[3],
+                r->max_concurrent, r->preemptions);
+    }
+}
+
+/* Requests whose tokens differ from chapter 1's (the reference). */
+static int count_differences(const ChapterRun *cr, int n_reqs, int seq_len)
+{
+    int differ = 0;
+    for (int i = 0; i < n_reqs; i++)
+        for (int c = 1; c < N_CHAPTERS; c++) {
+            size_t at = (size_t)i * (size_t)seq_len;
+            if (cr[c].n_tokens_of[i] != cr[0].n_tokens_of[i] ||
+                memcmp(cr[c].tokens_of + at, cr[0].tokens_of + at, (size_t)cr[0].n_tokens_of[i] * sizeof(int))) {
+                differ++;
+                break;
+            }
+        }
+    return differ;
+}
+
+/* One block per chapter (gnuplot's `index`): step, reserved, used bytes. */
+static int write_timeline(const ChapterRun *cr, const char *dir, Err *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/kv-timeline.tsv", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return err_set(err, "%s: cannot create: %s", path, strerror(errno));
+    for (int c = 0; c < N_CHAPTERS; c++) {
+        fprintf(f, "# chapter %s: step\treserved_bytes\tused_bytes\n", cr[c].name);
+        if (!cr[c].keeps_kv) /* nothing kept: a flat line over its steps */
+            fprintf(f, "0\t0\t0\n%ld\t0\t0\n", cr[c].steps);
+        for (int i = 0; i < cr[c].kv.n_samples; i++) {
+            const KvSample *s = &cr[c].kv.samples[i];
+            fprintf(f, "%ld\t%zu\t%zu\n", s->step, s->reserved, s->used);
+        }
+        fprintf(f, "\n\n");
+    }
+    return fclose(f) == 0 ? 0 : err_set(err, "%s: write failed", path);
+}
+
+static int write_json(const ChapterRun *cr, const char *dir, const char *model, const char *requests, size_t budget,
+                      int differ, Err *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/demo.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return err_set(err, "%s: cannot create: %s", path, strerror(errno));
+    JsonWriter j;
+    json_init(&j, f, 1);
+    json_begin_object(&j, NULL);
+    json_string(&j, "model", model);
+    json_string(&j, "requests", requests);
+    json_int(&j, "kv_budget_bytes", (long long)budget);
+    json_int(&j, "requests_with_different_tokens", differ);
+    json_begin_array(&j, "chapters");
+    for (int c = 0; c < N_CHAPTERS; c++) {
+        const ChapterRun *r = &cr[c];
+        double fr[4];
+        kv_breakdown_fractions(&r->breakdown, fr);
+        json_begin_object(&j, NULL);
+        json_string(&j, "chapter", r->name);
+        json_double(&j, "wall_s", r->wall_s);
+        json_int(&j, "tokens_generated", r->tokens);
+        json_double(&j, "tokens_per_s", r->wall_s > 0 ? r->tokens / r->wall_s : 0.0);
+        json_int(&j, "steps", r->steps);
+        json_int(&j, "kv_peak_reserved_bytes", (long long)r->kv.peak_reserved);
+        json_int(&j, "kv_peak_used_bytes", (long long)r->kv.peak_used);
+        json_double(&j, "kv_utilization_avg", kv_timeline_avg_utilization(&r->kv));
+        json_begin_object(&j, "kv_breakdown");
+        json_double(&j, "token_states", fr[0]);
+        json_double(&j, "reserved", fr[1]);
+        json_double(&j, "internal_fragmentation", fr[2]);
+        json_double(&j, "external_fragmentation", fr[3]);
+        json_end_object(&j);
+        json_int(&j, "max_concurrent", r->max_concurrent);
+        json_int(&j, "preemptions", r->preemptions);
+        json_end_object(&j);
+    }
+    json_end_array(&j);
+    json_end_object(&j);
+    fputc('\n', f);
+    return fclose(f) == 0 ? 0 : err_set(err, "%s: write failed", path);
+}
+
+/* ------------------------------------------------------------ main */
+
+static int fail(const Err *err)
+{
+    fprintf(stderr, "%s: error: %s\n", PROGRAM, err->msg);
+    return 1;
+}
+
+static int open_requests(const CliOptions *o, RequestFile *rf, char *shown, size_t n, Err *err)
+{
+    char path[PATH_MAX];
+    if (o->requests_path)
+        snprintf(path, sizeof path, "%s", o->requests_path);
+    else if (assets_find_project_file("data/requests-mixed.tsv", path, sizeof path))
+        return err_set(err, "no --requests file given and data/requests-mixed.tsv not found");
+    snprintf(shown, n, "%s", path);
+    return request_file_load(rf, path, err);
+}
+
+static int run_all(ChapterRun *cr, const Assets *a, const CliOptions *o, const RequestFile *rf, Err *err)
+{
+    CliOptions serving = *o;
+    serving.reserve = "max";
+    serving.block_size = 16;
+    int rc = run_single_chapter(&cr[CH_NAIVE], CH_NAIVE, a, rf, err);
+    if (rc == 0)
+        rc = run_single_chapter(&cr[CH_KVCACHE], CH_KVCACHE, a, rf, err);
+    if (rc == 0)
+        rc = run_serving_chapter(&cr[CH_BATCHING], CH_BATCHING, a, &serving, rf, err);
+    if (rc == 0)
+        rc = run_serving_chapter(&cr[CH_PAGED], CH_PAGED, a, &serving, rf, err);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    DemoOptions d;
+    Err err = {{0}};
+    int parsed = parse_options(argc, argv, &d, &err);
+    if (parsed)
+        return parsed > 0 ? 0 : fail(&err);
+    ops_set_threads(d.o.threads);
+    RequestFile rf;
+    char requests[PATH_MAX];
+    if (open_requests(&d.o, &rf, requests, sizeof requests, &err))
+        return fail(&err);
+    Assets a;
+    if (assets_open(&a, &d.o, &err)) {
+        request_file_free(&rf);
+        return fail(&err);
+    }
+    if (d.o.threads == 0) /* the programs' default */
+        ops_set_threads(forward_default_threads(&a.model.cfg));
+    static const char *const names[N_CHAPTERS] = {"1 naive (recompute)", "2 KV cache (--kv-alloc max)",
+                                                  "3 batching (--reserve max)", "4 paged (--block-size 16)"};
+    ChapterRun cr[N_CHAPTERS];
+    int seq_len = a.model.cfg.seq_len, status = 0;
+    memset(cr, 0, sizeof cr);
+    for (int c = 0; c < N_CHAPTERS; c++) {
+        cr[c].name = names[c];
+        cr[c].keeps_kv = c != CH_NAIVE;
+        cr[c].tokens_of = mem_alloc_array(MEM_ACTIVATIONS, (size_t)rf.count * (size_t)seq_len, sizeof(int));
+        cr[c].n_tokens_of = mem_alloc_array(MEM_ACTIVATIONS, (size_t)rf.count, sizeof(int));
+        if (!cr[c].tokens_of || !cr[c].n_tokens_of)
+            status = err_set(&err, "out of memory for the tokens of %d requests", rf.count);
+    }
+    char line[PATH_MAX * 2 + 256];
+    size_t budget = d.o.kv_budget ? d.o.kv_budget
+                                  : 8u * (size_t)seq_len * model_kv_bytes_per_token(&a.model.cfg, sizeof(float));
+    if (status == 0) {
+        fprintf(stderr, "demo: %s\n", assets_describe(&a, line, sizeof line));
+        status = run_all(cr, &a, &d.o, &rf, &err);
+    }
+    int differ = status == 0 ? count_differences(cr, rf.count, seq_len) : 0;
+    if (status == 0 && (write_timeline(cr, d.out_dir, &err) ||
+                        write_json(cr, d.out_dir, a.model_path, requests, budget, differ, &err)))
+        status = -1;
+    if (status == 0) {
+        char b[32];
+        printf("kvlab demo: %d requests from %s, greedy, on %s (seq_len %d, %zu B of K/V per token);\n"
+               "chapters 3 and 4 share a KV budget of %s (8 requests of full length unless --kv-budget)\n\n",
+               rf.count, requests, a.model_path, seq_len, model_kv_bytes_per_token(&a.model.cfg, sizeof(float)),
+               cli_format_bytes(b, sizeof b, (double)budget));
+        print_table(cr, stdout);
+        printf("\nsame tokens in every chapter: %s (%d of %d requests differ from chapter 1)\n",
+               differ ? "NO" : "yes", differ, rf.count);
+    }
+    for (int c = 0; c < N_CHAPTERS; c++) {
+        mem_free(cr[c].tokens_of);
+        mem_free(cr[c].n_tokens_of);
+    }
+    assets_close(&a);
+    request_file_free(&rf);
+    if (status)
+        return fail(&err);
+    return differ ? 1 : 0;
+}
