@@ -5,6 +5,7 @@
 if (!exists("data")) data = 'build/demo-out/kv-timeline.tsv'
 if (!exists("out")) out = 'build/demo-out/kv-timeline.svg'
 if (!exists("fmt")) fmt = 'svg'
+if (!exists("thin")) thin = 1   # plot every thin-th sample (a lighter SVG for the book)
 
 if (fmt eq 'svg') {
     set terminal svg size 1000,640 dynamic font 'sans,11' background rgb 'white'
@@ -24,14 +25,14 @@ set ylabel "MiB"
 set xlabel "step"
 set grid ytics lc rgb '#dddddd'
 set key top right horizontal
-set style fill transparent solid 0.35 noborder
+set style fill solid 1.0 noborder
 titles = "'1 naive: keeps no K/V, recomputes them every step' \
           '2 KV cache: one request at a time, seq\\_len reserved' \
           '3 batching: a seq\\_len region per request, per batch' \
           '4 paged: blocks of 16 tokens, on demand'"
 do for [k = 0:3] {
     set title word(titles, k + 1)
-    plot data index k using 1:($2 / MiB) with filledcurves y1=0 lc rgb '#e07b39' title 'reserved', \
-         data index k using 1:($3 / MiB) with lines lw 2 lc rgb '#1f5fa8' title 'used (token states)'
+    plot data index k every (k == 0 ? 1 : thin) using 1:($2 / MiB) with filledcurves y1=0 lc rgb '#f4c9a4' title 'reserved', \
+         data index k every (k == 0 ? 1 : thin) using 1:($3 / MiB) with lines lw 2 lc rgb '#1f5fa8' title 'used (token states)'
 }
 unset multiplot
