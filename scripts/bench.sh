@@ -359,8 +359,8 @@ section_ch03_policies() {
     # The table's rows as JSON: one object per row, the cells as strings.
     awk -F'|' 'BEGIN { printf "{\n  \"rows\": [" }
         /^\| [a-z]/ && !/requests \| reserve/ {
-            printf "%s\n    [", n++ ? "," : ""
-            for (i = 2; i < NF; i++) { v = $i; gsub(/^ +| +$/, "", v); printf "%s\"%s\"", i > 2 ? ", " : "", v }
+            printf "%s\n    [", (n++ ? "," : "")
+            for (i = 2; i < NF; i++) { v = $i; gsub(/^ +| +$/, "", v); printf "%s\"%s\"", (i > 2 ? ", " : ""), v }
             printf "]"
         }
         END { printf "\n  ],\n  \"columns\": [\"requests\", \"reserve\", \"max concurrent\", \"batches\", \"steps\", \"utilization (avg)\", \"token states\", \"reserved\", \"internal frag.\", \"external frag.\", \"held by finished\", \"requeues\", \"tokens/s\"]\n}\n" }' \
