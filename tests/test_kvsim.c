@@ -528,6 +528,7 @@ START_TEST(program_refuses_bad_options)
     expect_one_line_error((const char *[]){"--strategies", "max,buddy", NULL}, "buddy");
     expect_one_line_error((const char *[]){"--weights", "79GB", NULL}, "leaves nothing");
     expect_one_line_error((const char *[]){"--kv-budget", "1MiB", NULL}, "holds no block");
+    expect_one_line_error((const char *[]){"--kv-budget", "60GB", NULL}, "do not fit");
     expect_one_line_error((const char *[]){"--kv-budget", "1GiB", "--strategies", "max", NULL}, "holds no request");
     expect_one_line_error((const char *[]){"--input", "fixed:2000", "--max-input", "1024", NULL}, "--input");
     expect_one_line_error((const char *[]){"--json", "/nonexistent/dir/x.json", "--requests", "5", NULL}, "cannot create");

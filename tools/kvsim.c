@@ -79,7 +79,8 @@ typedef struct {
     int max_len;              /* the model's context length used (0: the preset's) */
     KvsimGpu gpu;
     KvBudget budget;          /* gpu, weights, activations, reserve */
-    uint64_t kv_budget;       /* --kv-budget, or 0: what the GPU leaves */
+    uint64_t kv_budget;       /* --kv-budget, or what the GPU leaves */
+    int kv_budget_given;      /* 1: --kv-budget, the GPU arithmetic only checks that it fits */
     int block_size;
     int watermark;
     int max_batch;            /* 0: no limit */
@@ -380,8 +381,13 @@ static int finish_options(Options *o, Err *err)
         o->w.max_new_tokens = o->w.max_output;
     if (kvsim_workload_check(&o->w, seq_len, err))
         return -1;
-    if (o->kv_budget == 0 && kvmath_kv_bytes_left(&o->budget, &o->kv_budget, err))
+    o->kv_budget_given = o->kv_budget > 0;
+    if (!o->kv_budget_given && kvmath_kv_bytes_left(&o->budget, &o->kv_budget, err))
         return -1;
+    if (o->kv_budget_given && o->budget.gpu_bytes < o->budget.weights_bytes + o->kv_budget)
+        return err_set(err, "--kv-budget %.2f GB and the weights' %.2f GB do not fit in the GPU's %.2f GB",
+                       (double)o->kv_budget / KVMATH_GB, (double)o->budget.weights_bytes / KVMATH_GB,
+                       (double)o->budget.gpu_bytes / KVMATH_GB);
     uint64_t per_token = kvmath_bytes_per_token(&o->shape, o->dtype);
     if (o->kv_budget < per_token * (uint64_t)o->block_size)
         return err_set(err, "a KV budget of %" PRIu64 " B holds no block of %d tokens (%" PRIu64 " B per token)",
@@ -421,7 +427,12 @@ static void print_setup(const Options *o, const SimRequestSpec *reqs)
     printf("model     %s: %d layers x %d KV heads x %d head_dim, K/V in %s: %" PRIu64 " B per token, %" PRIu64
            " B (%s) per %d-token request\n", s->name, s->n_layers, s->n_kv_heads, s->head_dim,
            kvmath_dtype_name(o->dtype), per_token, full, gb(a, sizeof a, full), s->seq_len);
-    if (o->budget.gpu_bytes)
+    if (o->kv_budget_given)
+        printf("GPU       %s: %s; weights %.2f GB; K/V as given (--kv-budget), which leaves %.2f GB for "
+               "activations and the rest\n", o->gpu.label, gb(a, sizeof a, o->budget.gpu_bytes),
+               (double)o->budget.weights_bytes / KVMATH_GB,
+               (double)(o->budget.gpu_bytes - o->budget.weights_bytes - o->kv_budget) / KVMATH_GB);
+    else
         printf("GPU       %s: %s; weights %.2f GB, activations %.2f GB, reserve %.2f GB\n", o->gpu.label,
                gb(a, sizeof a, o->budget.gpu_bytes), (double)o->budget.weights_bytes / KVMATH_GB,
                (double)o->budget.activations_bytes / KVMATH_GB, (double)o->budget.reserve_bytes / KVMATH_GB);
