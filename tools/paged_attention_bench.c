@@ -1,7 +1,8 @@
 /* paged_attention_bench: what reading K/V through a block table costs on
  * the CPU, for every block size, against contiguous attention
  * (attention_reference over a [n_pos][kv_dim] cache). A benchmark, never a
- * test: `scripts/bench-ch04.sh` runs it.
+ * test: `make bench` runs it (sections ch04_paged, through scripts/bench-ch04.sh,
+ * and attention).
  *
  *   build/paged_attention_bench [HEAD_DIM [REPEATS]]
  *
