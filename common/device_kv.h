@@ -84,9 +84,12 @@ int device_kv_open_contiguous(DeviceKv *kv, const Device *dev, const ModelConfig
 
 /** What growing a contiguous cache cost (chapter 2's table). */
 typedef struct {
-    int capacity;          /**< positions reserved now */
-    int reallocations;     /**< times the cache moved to a larger one */
-    size_t bytes_copied;   /**< K/V bytes copied by those moves */
+    int capacity;           /**< positions reserved now */
+    int initial_capacity;   /**< positions reserved when the store was opened */
+    int length;             /**< positions 0..length-1 hold K/V */
+    int reallocations;      /**< times the cache moved to a larger one */
+    size_t bytes_copied;    /**< K/V bytes copied by those moves */
+    size_t peak_held_bytes; /**< most K/V bytes allocated at one moment (old + new during a move) */
 } DeviceContiguousStats;
 
 /**
