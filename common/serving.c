@@ -10,6 +10,7 @@
 #include "generate.h"
 #include "mem.h"
 #include "ops.h"
+#include "serving_device.h"
 
 /* ------------------------------------------------------------ breakdown */
 
@@ -218,7 +219,7 @@ static void finish(ServingRun *run, Request *r, RequestFinish why)
 
 /* Samples the next token of every request that got logits this step.
  * Returns how many finished; their indexes go to done[]. */
-static int take_tokens(ServingRun *run, int *done)
+static int take_tokens(ServingRun *run, const float *logits, int *done)
 {
     int n_done = 0;
     size_t vocab = (size_t)run->model->cfg.vocab_size;
@@ -226,7 +227,7 @@ static int take_tokens(ServingRun *run, int *done)
         Request *r = &run->reqs[run->taker_req[i]];
         /* Sampling scales the logits in place; a shared row must reach every
          * taker intact, so each samples from its own copy. */
-        memcpy(run->logits_scratch, run->fs.logits + (size_t)run->taker_row[i] * vocab, vocab * sizeof(float));
+        memcpy(run->logits_scratch, logits + (size_t)run->taker_row[i] * vocab, vocab * sizeof(float));
         int next = sampler_sample(&r->sampler, run->logits_scratch);
         if (next == TOKEN_BOS || next == TOKEN_EOS) {
             finish(run, r, REQ_FINISH_STOP);
@@ -273,7 +274,20 @@ static int alloc_step_buffers(ServingRun *run, int max_tokens, int max_logits, E
     run->logits_scratch = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->model->cfg.vocab_size, sizeof(float));
     if (!run->entries || !run->taker_row || !run->taker_req || !run->logits_scratch)
         return err_set(err, "out of memory for a step of %d tokens", max_tokens);
+    if (run->device)
+        return 0; /* the activations are on the device (serving_device_start()) */
     return forward_state_init(&run->fs, &run->model->cfg, max_tokens, max_logits, err);
+}
+
+/* The step's batch through the model: on the CPU through the chapter's
+ * seam, or on the device. Either way the logits come back to the host. */
+static int step_forward(ServingRun *run, const KvSeam *seam, const float **logits, Err *err)
+{
+    if (run->device)
+        return serving_device_forward(run->device, run, logits, err);
+    forward(run->model, &run->fs, seam, run->entries, run->n_entries);
+    *logits = run->fs.logits;
+    return 0;
 }
 
 /* One step: plan, run the batch, take the tokens, account, retire. */
@@ -290,13 +304,15 @@ static int run_step(const ServingChapter *ch, void *ctx, ServingRun *run, const 
     int running = count_phase(run, REQ_RUNNING);
     if (running > run->max_concurrent)
         run->max_concurrent = running;
-    forward(run->model, &run->fs, seam, run->entries, run->n_entries);
+    const float *logits;
+    if (step_forward(run, seam, &logits, err))
+        return -1;
     for (int i = 0; i < run->n_entries; i++) {
         Request *r = &run->reqs[run->entries[i].seq];
         if (run->entries[i].pos + 1 > r->n_cached)
             r->n_cached = run->entries[i].pos + 1;
     }
-    int n_done = take_tokens(run, done);
+    int n_done = take_tokens(run, logits, done);
     ch->account(ctx, run);
     for (int i = 0; i < n_done; i++)
         if (ch->finished)
@@ -314,6 +330,8 @@ int serving_run(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err)
     run->chapter_ctx = ctx;
     int *done = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
     int rc = done ? alloc_step_buffers(run, max_tokens, max_logits, err) : err_set(err, "out of memory");
+    if (rc == 0 && run->device)
+        rc = serving_device_start(run->device, ch, run, max_tokens, max_logits, err);
     KvSeam seam = ch->seam(ctx);
     double start = now_seconds(), last_progress = start;
     while (rc == 0 && run->n_done < run->n_reqs) {
@@ -322,6 +340,8 @@ int serving_run(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err)
             show_progress(run, log, &last_progress);
     }
     run->elapsed_s = now_seconds() - start;
+    if (run->device)
+        serving_device_finish(run->device);
     if (log && isatty(fileno(log)) && run->step > 0)
         fputc('\n', log);
     mem_free(done);
@@ -330,6 +350,8 @@ int serving_run(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err)
 
 void serving_run_close(const ServingChapter *ch, ServingRun *run)
 {
+    if (run->device)
+        serving_device_close_store(run->device); /* it may be hooked to the chapter's books */
     if (run->chapter_ctx)
         ch->close(run->chapter_ctx);
     run->chapter_ctx = NULL;
@@ -426,6 +448,8 @@ static void serving_table(FILE *f, const void *p)
     for (int i = 0; i < run->n_reqs; i++)
         if (run->reqs[i].finish == REQ_FINISH_REJECTED)
             fprintf(f, "  request %d rejected: %s\n", run->reqs[i].spec->id, run->reqs[i].note);
+    if (run->device)
+        serving_device_report_table(f, run->device);
     if (sr->ch->extra_table)
         sr->ch->extra_table(f, run->chapter_ctx, run);
 }
@@ -447,6 +471,8 @@ static void serving_json(JsonWriter *j, const void *p)
     json_int(j, "requests_completed", run->n_reqs - rejected);
     json_int(j, "requests_rejected", rejected);
     json_int(j, "steps", run->step);
+    if (run->device)
+        serving_device_report_json(j, run->device);
     if (sr->ch->extra_json)
         sr->ch->extra_json(j, run->chapter_ctx, run);
 }
@@ -479,13 +505,21 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
         return fail(name, &err);
     ops_set_threads(o.threads);
     /* Everything that can be refused is refused before the first line is
-     * printed, so that bad input gives exactly one line on stderr. */
-    RequestFile rf;
-    if (open_requests(&o, &rf, &err))
+     * printed, so that bad input gives exactly one line on stderr. A
+     * --device cuda without a device is refused first of all. */
+    ServingDevice device;
+    int on_device = 0;
+    if (serving_device_open(&device, ch, &o, &on_device, &err))
         return fail(name, &err);
+    RequestFile rf;
+    if (open_requests(&o, &rf, &err)) {
+        serving_device_close(&device);
+        return fail(name, &err);
+    }
     Assets a;
     if (assets_open(&a, &o, &err)) {
         request_file_free(&rf);
+        serving_device_close(&device);
         return fail(name, &err);
     }
     if (o.threads == 0)
@@ -493,11 +527,15 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
     ServingRun run;
     memset(&run, 0, sizeof run);
     int status = 0;
-    if (serving_run_init(&run, &a.model, &a.tokenizer, &o, &rf, &err) || (ch->check && ch->check(&run, &err))) {
+    int init_failed = serving_run_init(&run, &a.model, &a.tokenizer, &o, &rf, &err);
+    if (!init_failed && on_device)
+        serving_device_attach(&device, &run);
+    if (init_failed || (ch->check && ch->check(&run, &err))) {
         status = fail(name, &err);
         serving_run_free(&run);
         request_file_free(&rf);
         assets_close(&a);
+        serving_device_close(&device);
         return status;
     }
     char line[PATH_MAX * 2 + 256];
@@ -509,8 +547,9 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
         ServingReport sr = {ch, &run};
         RunReport report = {
             .chapter = name, .device = o.device, .model_path = a.model_path, .cfg = a.model.cfg,
-            .kv_elem_bytes = sizeof(float), .kv = &run.timeline, .tokens_generated = run.tokens_generated,
-            .elapsed_s = run.elapsed_s, .extra_table = serving_table, .extra_json = serving_json, .extra = &sr,
+            .kv_elem_bytes = on_device ? dtype_bytes(device.run.kv_type) : sizeof(float), .kv = &run.timeline,
+            .tokens_generated = run.tokens_generated, .elapsed_s = run.elapsed_s, .extra_table = serving_table,
+            .extra_json = serving_json, .extra = &sr,
         };
         if (!o.quiet)
             report_print(stderr, &report);
@@ -521,5 +560,6 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
     serving_run_free(&run);
     request_file_free(&rf);
     assets_close(&a);
+    serving_device_close(&device);
     return status;
 }
