@@ -73,8 +73,10 @@ typedef struct {
     /* chapter 2 */
     int grow;
     int stored;               /* positions 0..stored-1 hold K/V */
+    int initial_rows;         /* capacity when opened */
     int reallocations;
     size_t bytes_copied;
+    size_t peak_held_bytes;   /* most K/V bytes allocated at once (old + new while growing) */
     /* chapter 3 */
     int max_seqs;
     long long *region_first;  /* [max_seqs] first row of each sequence's region */
@@ -158,6 +160,9 @@ static int contiguous_regrow(ContiguousStore *s, int n_tokens, Err *err)
     bigger.rows = capacity;
     bigger.k = bigger.v = NULL;
     TRY(cache_alloc(&bigger, err));
+    size_t held = (size_t)bigger.layers * 2 * (layer_bytes(&bigger) + layer_bytes(&s->cache));
+    if (held > s->peak_held_bytes)
+        s->peak_held_bytes = held;
     size_t used = (size_t)s->stored * row_bytes(&s->cache);
     if (used > 0) {
         cudaError_t rk = cudaMemcpy2DAsync(bigger.k, layer_bytes(&bigger), s->cache.k, layer_bytes(&s->cache), used,
@@ -277,6 +282,8 @@ int device_kv_open_contiguous(DeviceKv *kv, const Device *dev, const ModelConfig
     TRY(contiguous_open(kv, KV_CONTIGUOUS, dev, cfg, t, cfg->n_layers, rows, MEM_KV, max_tokens, 0, err));
     ContiguousStore *s = kv->seam.ctx;
     s->grow = grow;
+    s->initial_rows = (int)rows;
+    s->peak_held_bytes = (size_t)s->cache.layers * 2 * layer_bytes(&s->cache);
     kv->prepare = contiguous_prepare;
     kv->usage = contiguous_usage;
     /* A grown cache moves: kernel arguments captured in a graph would point
@@ -292,8 +299,11 @@ void device_kv_contiguous_stats(const DeviceKv *kv, DeviceContiguousStats *stats
         return;
     const ContiguousStore *s = kv->seam.ctx;
     stats->capacity = (int)s->cache.rows;
+    stats->initial_capacity = s->initial_rows;
+    stats->length = s->stored;
     stats->reallocations = s->reallocations;
     stats->bytes_copied = s->bytes_copied;
+    stats->peak_held_bytes = s->peak_held_bytes;
 }
 
 int device_kv_open_arena(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype t, long long arena_rows,

@@ -16,11 +16,13 @@
  * | 4       | device_kv_open_paged()       | n_blocks x block_size        | table[seq][pos / bs] x bs + pos % bs      | kv (tables: kv_metadata) |
  *
  * Chapters 1 and 2 use these through run_single (the ::DeviceKvOpenFn hook
- * of a single-stream chapter). Chapters 3 and 4 drive their own loop: they
- * keep their allocator on the host (regions, block pool, refcounts) exactly
- * as on the CPU and tell the device store where a sequence lives
- * (device_kv_arena_place(), device_kv_paged_set_table()) before a step;
- * copy-on-write copies go through device_kv_paged_copy_blocks().
+ * of a single-stream chapter). Chapters 3 and 4 use them through the
+ * serving loop (serving_device.h): they keep their allocator on the host
+ * (regions, block pool, refcounts) exactly as on the CPU and tell the
+ * device store where a sequence lives (device_kv_arena_place(),
+ * device_kv_paged_set_table()) before a step; the copies their allocator
+ * decides go through device_kv_arena_copy_rows() and
+ * device_kv_paged_copy_blocks().
  */
 #ifndef KVLAB_DEVICE_KV_H
 #define KVLAB_DEVICE_KV_H
@@ -84,9 +86,12 @@ int device_kv_open_contiguous(DeviceKv *kv, const Device *dev, const ModelConfig
 
 /** What growing a contiguous cache cost (chapter 2's table). */
 typedef struct {
-    int capacity;          /**< positions reserved now */
-    int reallocations;     /**< times the cache moved to a larger one */
-    size_t bytes_copied;   /**< K/V bytes copied by those moves */
+    int capacity;           /**< positions reserved now */
+    int initial_capacity;   /**< positions reserved when the store was opened */
+    int length;             /**< positions 0..length-1 hold K/V */
+    int reallocations;      /**< times the cache moved to a larger one */
+    size_t bytes_copied;    /**< K/V bytes copied by those moves */
+    size_t peak_held_bytes; /**< most K/V bytes allocated at one moment (old + new during a move) */
 } DeviceContiguousStats;
 
 /**

@@ -12,6 +12,24 @@ int device_run_open(DeviceRun *r, const CliOptions *opts, Err *err)
     return device_open(&r->dev, err);
 }
 
+int device_run_open_if_asked(DeviceRun *r, const CliOptions *opts, const char *program, int has_cuda_path,
+                             int *on_device, Err *err)
+{
+    memset(r, 0, sizeof *r);
+    *on_device = strcmp(opts->device, "cuda") == 0;
+    if (!*on_device) {
+        if (strcmp(opts->kv_dtype, "f32") != 0 || strcmp(opts->weight_dtype, "f32") != 0)
+            return err_set(err, "--kv-dtype and --weight-dtype other than f32 need --device cuda "
+                                "(the CPU path computes and stores in f32)");
+        return 0;
+    }
+    if (!has_cuda_path)
+        return err_set(err, "--device cuda: %s has no CUDA path yet", program);
+    if (device_run_open(r, opts, err))
+        return err_prefix(err, "--device cuda");
+    return 0;
+}
+
 int device_run_recompute_kv(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
                             const CliOptions *opts, int n_prompt, int *max_step, Err *err)
 {

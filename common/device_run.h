@@ -96,6 +96,24 @@ typedef struct {
 int device_run_open(DeviceRun *r, const CliOptions *opts, Err *err);
 
 /**
+ * `--device` as every program reads it. With `--device cuda` it opens the
+ * device at once (device_run_open()), before any file is read, so that a
+ * machine without one, or a build without CUDA, answers in one line; a
+ * program without a CUDA path says so. On the CPU it refuses
+ * `--kv-dtype` and `--weight-dtype` other than f32 (the CPU path computes
+ * and stores in f32).
+ * @param r              receives the run (zeroed when on the CPU)
+ * @param opts           the options
+ * @param program        the program's name, for the message
+ * @param has_cuda_path  0 when the program has no CUDA path
+ * @param on_device      receives 1 for --device cuda, 0 for the CPU
+ * @param err            receives one line
+ * @return 0 on success, -1 on failure (nothing to close then)
+ */
+int device_run_open_if_asked(DeviceRun *r, const CliOptions *opts, const char *program, int has_cuda_path,
+                             int *on_device, Err *err);
+
+/**
  * Uploads the weights, opens the chapter's device K/V store and the device
  * activations, and fills @p kv with a strategy whose step runs on the device.
  * @param r         an open run

@@ -143,18 +143,7 @@ static void run_close(const SingleStreamChapter *ch, Run *r)
  * without one says so at once; the CPU path refuses the device options. */
 static int device_open_if_asked(const SingleStreamChapter *ch, const CliOptions *o, Run *r, Err *err)
 {
-    r->on_device = strcmp(o->device, "cuda") == 0;
-    if (!r->on_device) {
-        if (strcmp(o->kv_dtype, "f32") != 0 || strcmp(o->weight_dtype, "f32") != 0)
-            return err_set(err, "--kv-dtype and --weight-dtype other than f32 need --device cuda "
-                                "(the CPU path computes and stores in f32)");
-        return 0;
-    }
-    if (!ch->device_kv_open)
-        return err_set(err, "--device cuda: %s has no CUDA path yet", ch->program.name);
-    if (device_run_open(&r->dev, o, err))
-        return err_prefix(err, "--device cuda");
-    return 0;
+    return device_run_open_if_asked(&r->dev, o, ch->program.name, ch->device_kv_open != NULL, &r->on_device, err);
 }
 
 static int run_open(const SingleStreamChapter *ch, const CliOptions *o, Run *r, Err *err)

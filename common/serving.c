@@ -10,6 +10,7 @@
 #include "generate.h"
 #include "mem.h"
 #include "ops.h"
+#include "serving_device.h"
 
 /* ------------------------------------------------------------ breakdown */
 
@@ -235,9 +236,10 @@ static int take_token(ServingRun *run, Request *r, int next)
     return 0;
 }
 
-/* Samples the next token of every request that got logits this step.
- * Returns how many finished; their indexes go to run->finished_now. */
-static int take_sampled_tokens(ServingRun *run)
+/* Samples the next token of every request that got logits this step
+ * (@p logits: [n_logits][vocab_size]). Returns how many finished; their
+ * indexes go to run->finished_now. */
+static int take_sampled_tokens(ServingRun *run, const float *logits)
 {
     int n_done = 0;
     size_t vocab = (size_t)run->model->cfg.vocab_size;
@@ -245,7 +247,7 @@ static int take_sampled_tokens(ServingRun *run)
         Request *r = &run->reqs[run->taker_req[i]];
         /* Sampling scales the logits in place; a shared row must reach every
          * taker intact, so each samples from its own copy. */
-        memcpy(run->logits_scratch, run->fs.logits + (size_t)run->taker_row[i] * vocab, vocab * sizeof(float));
+        memcpy(run->logits_scratch, logits + (size_t)run->taker_row[i] * vocab, vocab * sizeof(float));
         if (take_token(run, r, sampler_sample(&r->sampler, run->logits_scratch)))
             run->finished_now[n_done++] = r->index;
     }
@@ -355,7 +357,20 @@ static int alloc_step_buffers(ServingRun *run, int max_tokens, int max_logits, i
     run->logits_scratch = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->model->cfg.vocab_size, sizeof(float));
     if (!run->logits_scratch)
         return err_set(err, "out of memory for the logits");
+    if (run->device)
+        return 0; /* the activations are on the device (serving_device_start()) */
     return forward_state_init(&run->fs, &run->model->cfg, max_tokens, max_logits, err);
+}
+
+/* The step's batch through the model: on the CPU through the chapter's
+ * seam, or on the device. Either way the logits come back to the host. */
+static int step_forward(ServingRun *run, const KvSeam *seam, const float **logits, Err *err)
+{
+    if (run->device)
+        return serving_device_forward(run->device, run, logits, err);
+    forward(run->model, &run->fs, seam, run->entries, run->n_entries);
+    *logits = run->fs.logits;
+    return 0;
 }
 
 /* Opens the chapter and sizes everything a step needs (the forward pass's
@@ -370,6 +385,8 @@ static int open_chapter(const ServingChapter *ch, ServingRun *run, FILE *log, in
     if (alloc_step_buffers(run, max_tokens, max_logits, with_forward, err))
         return -1;
     hold_until_arrival(run);
+    if (with_forward && run->device)
+        return serving_device_start(run->device, ch, run, max_tokens, max_logits, err);
     return 0;
 }
 
@@ -394,14 +411,15 @@ static int run_step(const ServingChapter *ch, ServingRun *run, const KvSeam *sea
         run->max_concurrent = running;
     run->running_sum += running;
     run->busy_steps++;
-    if (seam)
-        forward(run->model, &run->fs, seam, run->entries, run->n_entries);
+    const float *logits = NULL;
+    if (seam && step_forward(run, seam, &logits, err))
+        return -1;
     for (int i = 0; i < run->n_entries; i++) {
         Request *r = &run->reqs[run->entries[i].seq];
         if (run->entries[i].pos + 1 > r->n_cached)
             r->n_cached = run->entries[i].pos + 1;
     }
-    int n_done = seam ? take_sampled_tokens(run) : take_simulated_tokens(run);
+    int n_done = seam ? take_sampled_tokens(run, logits) : take_simulated_tokens(run);
     ch->account(ctx, run);
     for (int i = 0; i < n_done; i++)
         if (ch->finished)
@@ -421,6 +439,8 @@ int serving_run(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err)
             show_progress(run, log, &last_progress);
     }
     run->elapsed_s = now_seconds() - start;
+    if (run->device)
+        serving_device_finish(run->device);
     if (log && isatty(fileno(log)) && run->step > 0)
         fputc('\n', log);
     return rc;
@@ -509,6 +529,8 @@ long serving_preemptions(const ServingRun *run)
 
 void serving_run_close(const ServingChapter *ch, ServingRun *run)
 {
+    if (run->device)
+        serving_device_close_store(run->device); /* it may be hooked to the chapter's books */
     if (run->chapter_ctx)
         ch->close(run->chapter_ctx);
     run->chapter_ctx = NULL;
@@ -605,6 +627,8 @@ static void serving_table(FILE *f, const void *p)
     for (int i = 0; i < run->n_reqs; i++)
         if (run->reqs[i].finish == REQ_FINISH_REJECTED)
             fprintf(f, "  request %d rejected: %s\n", run->reqs[i].spec->id, run->reqs[i].note);
+    if (run->device)
+        serving_device_report_table(f, run->device);
     if (sr->ch->extra_table)
         sr->ch->extra_table(f, run->chapter_ctx, run);
 }
@@ -626,6 +650,8 @@ static void serving_json(JsonWriter *j, const void *p)
     json_int(j, "requests_completed", run->n_reqs - rejected);
     json_int(j, "requests_rejected", rejected);
     json_int(j, "steps", run->step);
+    if (run->device)
+        serving_device_report_json(j, run->device);
     if (sr->ch->extra_json)
         sr->ch->extra_json(j, run->chapter_ctx, run);
 }
@@ -658,13 +684,21 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
         return fail(name, &err);
     ops_set_threads(o.threads);
     /* Everything that can be refused is refused before the first line is
-     * printed, so that bad input gives exactly one line on stderr. */
-    RequestFile rf;
-    if (open_requests(&o, &rf, &err))
+     * printed, so that bad input gives exactly one line on stderr. A
+     * --device cuda without a device is refused first of all. */
+    ServingDevice device;
+    int on_device = 0;
+    if (serving_device_open(&device, ch, &o, &on_device, &err))
         return fail(name, &err);
+    RequestFile rf;
+    if (open_requests(&o, &rf, &err)) {
+        serving_device_close(&device);
+        return fail(name, &err);
+    }
     Assets a;
     if (assets_open(&a, &o, &err)) {
         request_file_free(&rf);
+        serving_device_close(&device);
         return fail(name, &err);
     }
     if (o.threads == 0)
@@ -672,11 +706,15 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
     ServingRun run;
     memset(&run, 0, sizeof run);
     int status = 0;
-    if (serving_run_init(&run, &a.model, &a.tokenizer, &o, &rf, &err) || (ch->check && ch->check(&run, &err))) {
+    int init_failed = serving_run_init(&run, &a.model, &a.tokenizer, &o, &rf, &err);
+    if (!init_failed && on_device)
+        serving_device_attach(&device, &run);
+    if (init_failed || (ch->check && ch->check(&run, &err))) {
         status = fail(name, &err);
         serving_run_free(&run);
         request_file_free(&rf);
         assets_close(&a);
+        serving_device_close(&device);
         return status;
     }
     char line[PATH_MAX * 2 + 256];
@@ -688,8 +726,9 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
         ServingReport sr = {ch, &run};
         RunReport report = {
             .chapter = name, .device = o.device, .model_path = a.model_path, .cfg = a.model.cfg,
-            .kv_elem_bytes = sizeof(float), .kv = &run.timeline, .tokens_generated = run.tokens_generated,
-            .elapsed_s = run.elapsed_s, .extra_table = serving_table, .extra_json = serving_json, .extra = &sr,
+            .kv_elem_bytes = on_device ? dtype_bytes(device.run.kv_type) : sizeof(float), .kv = &run.timeline,
+            .tokens_generated = run.tokens_generated, .elapsed_s = run.elapsed_s, .extra_table = serving_table,
+            .extra_json = serving_json, .extra = &sr,
         };
         if (!o.quiet)
             report_print(stderr, &report);
@@ -700,5 +739,6 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
     serving_run_free(&run);
     request_file_free(&rf);
     assets_close(&a);
+    serving_device_close(&device);
     return status;
 }

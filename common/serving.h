@@ -29,6 +29,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "device_kv.h"
 #include "err.h"
 #include "forward.h"
 #include "json.h"
@@ -164,7 +165,30 @@ typedef struct {
     void *chapter_ctx;         /**< the chapter's state while open (see serving_run()) */
     int *finished_now;         /**< [n_reqs] indexes of the requests that finished in the current step */
     RequestSpec *sim_specs;    /**< [n_reqs] the specs serving_sim_init() made (NULL otherwise) */
+    struct ServingDevice *device; /**< --device cuda: where the steps run (serving_device.h); NULL: the CPU */
 } ServingRun;
+
+/**
+ * A chapter's K/V store on the device (`--device cuda`), kept in step with
+ * the chapter's allocator on the host. The host keeps every book exactly as
+ * on the CPU (run->no_kv_storage = 1: no K/V bytes on the host); the device
+ * store holds the K/V bytes where those books say they are, and repeats
+ * every copy the books decided (a region moved, a block copied on write).
+ */
+typedef struct ServingDeviceKv {
+    DeviceKv *kv;  /**< the store: ServingChapter.device_open opens it */
+    void *chapter; /**< the chapter's state (what its open() made) */
+    Err fault;     /**< the first failure of a copy repeated from a hook that cannot return one (empty: none) */
+    /**
+     * Called after every schedule(), before the step's forward pass: tells
+     * the store where the K/V of every running request are now.
+     * @param d    this
+     * @param run  the run
+     * @param err  receives the reason on failure
+     * @return 0 on success, -1 on failure
+     */
+    int (*sync)(struct ServingDeviceKv *d, ServingRun *run, Err *err);
+} ServingDeviceKv;
 
 /** A serving chapter: its K/V memory and its scheduling policy. */
 typedef struct {
@@ -208,6 +232,23 @@ typedef struct {
     void (*extra_table)(FILE *f, void *ctx, const ServingRun *run);
     /** Extra keys of the JSON report (may be NULL); the chapter is still open. */
     void (*extra_json)(JsonWriter *j, void *ctx, const ServingRun *run);
+    /**
+     * `--device cuda` (NULL: the chapter has no CUDA path). Called once,
+     * right after open(): opens the chapter's device K/V store in d->kv,
+     * sized from the books open() set up, hooks it to the chapter's
+     * allocator (so that every copy the allocator decides is repeated on
+     * the device) and sets d->sync.
+     * @param ctx              the chapter's state
+     * @param run              the run (run->no_kv_storage is 1)
+     * @param dev              the open device
+     * @param kv_type          element type of the stored K/V (--kv-dtype)
+     * @param max_step_tokens  most entries of a step (what open() said)
+     * @param d                d->kv and d->chapter are set; the hook fills the rest
+     * @param err              receives the reason on failure
+     * @return 0 on success, -1 on failure
+     */
+    int (*device_open)(void *ctx, ServingRun *run, const Device *dev, Dtype kv_type, int max_step_tokens,
+                       ServingDeviceKv *d, Err *err);
 } ServingChapter;
 
 /**

@@ -7,13 +7,19 @@
 #   3. build/kernel-check: every kernel version validated, then timed
 #   4. build/decode-bench: batch-64 decode of a stories110M-shaped model
 #      against the device's copy bandwidth, in several precisions
-#   5. compute-sanitizer (memcheck, racecheck) on short runs of the programs
+#   5. compute-sanitizer (memcheck, racecheck) on short runs of the programs:
+#      chapter 1, chapter 2 growing its cache, chapter 3 moving regions and
+#      requeueing, chapter 4 preempting and copying forked blocks on write
 #   6. chapter 1 on the CPU and on the GPU: stories260K (or its synthetic
-#      twin when no model files are around) and a stories110M-shaped model
+#      twin when no model files are around)
+#   7. chapters 2 to 4 on the GPU, short; then chapters 3 and 4 on the GPU on
+#      the same mixed requests (data/requests-mixed.tsv) and budget, side by
+#      side (RESULTS_DIR/chapters.md)
+#   8. chapter 1 on a stories110M-shaped model, CPU and GPU
 #
 # It writes RESULTS_DIR/summary.md (a Markdown table: each step, its status,
-# time and key numbers), RESULTS_DIR/kernels.md, RESULTS_DIR/decode.md and
-# RESULTS_DIR/logs/*.log. Every step has its own time limit and the whole
+# time and key numbers), RESULTS_DIR/kernels.md, RESULTS_DIR/decode.md,
+# RESULTS_DIR/chapters.md and RESULTS_DIR/logs/*.log. Every step has its own time limit and the whole
 # run a deadline (GPU_CHECK_SECONDS, default 460): steps that would start
 # too late are marked skipped. Exit status: 0 when every step passed, 1 when
 # one failed, 2 when there is no GPU (after writing what it could).
@@ -118,6 +124,7 @@ tests_note() {
 sanitizer_note() { grep -m 2 -E 'ERROR SUMMARY|not supported|Device not supported|error' "$1"; }
 bench_note() { grep -E 'decode step|reaches' "$1"; }
 chapter_note() { grep -E 'tokens generated|model ' "$1" | sed 's/^ *//'; }
+serving_note() { grep -E 'completed,|tokens generated|moves copied|preemptions  |copy-on-write' "$1" | sed 's/^ *//'; }
 
 # ------------------------------------------------------------- is there a GPU?
 
@@ -206,9 +213,24 @@ run_step decode-no-graph 60 bench_note -- $BUILD/decode-bench --preset stories11
 
 SYNTH=$ROOT/$BUILD/models
 mkdir -p "$SYNTH"
+# Six short requests. With stories260K (or its synthetic twin) and the
+# budgets below, chapter 3 moves regions and requeues requests, and
+# chapter 4 preempts and copies forked blocks on write (checked on the CPU
+# when this was written).
+SHORT_REQS=$ROOT/$BUILD/gpu-check-requests.tsv
+printf '%s\t%s\n' 24 'Once upon a time' 16 'The cat sat on the mat' 32 'Tom had a red ball' \
+    20 'One day, a little bird' 28 'The sun was hot' 16 'Lily found a shiny stone' > "$SHORT_REQS"
+CH03_SHORT=(--requests "$SHORT_REQS" --reserve grow --max-batch 4 --kv-budget 96KiB)
+CH04_SHORT=(--requests "$SHORT_REQS" --block-size 8 --n 2 --temperature 0.8 --kv-budget 80KiB --watermark 0)
 if command -v compute-sanitizer > /dev/null; then
     run_step memcheck-ch01 90 sanitizer_note -- compute-sanitizer --tool memcheck --error-exitcode 3 \
         $BUILD/ch01-naive --device cuda --steps 8 --kv-dtype f16 --quiet
+    run_step memcheck-ch02 60 sanitizer_note -- compute-sanitizer --tool memcheck --error-exitcode 3 \
+        $BUILD/ch02-kvcache --device cuda --steps 40 --kv-alloc grow --kv-dtype f16 --quiet
+    run_step memcheck-ch03 90 sanitizer_note -- compute-sanitizer --tool memcheck --error-exitcode 3 \
+        $BUILD/ch03-batching --device cuda "${CH03_SHORT[@]}" --quiet
+    run_step memcheck-ch04 90 sanitizer_note -- compute-sanitizer --tool memcheck --error-exitcode 3 \
+        $BUILD/ch04-paged --device cuda "${CH04_SHORT[@]}" --quiet
     run_step memcheck-kernels 120 sanitizer_note -- compute-sanitizer --tool memcheck --error-exitcode 3 \
         $BUILD/kernel-check --quick --no-time
     run_step racecheck-attention 90 sanitizer_note -- compute-sanitizer --tool racecheck --error-exitcode 3 \
@@ -239,6 +261,61 @@ if [ $cpu_ok -eq 1 ] && [ $cuda_ok -eq 1 ]; then
     fi
 fi
 
+# ------------------------------------------------------------- chapters 2 to 4
+
+# The GPU tests compare these programs with the CPU token by token; here
+# they run once more on the GPU for their tables and times. Then chapters 3
+# and 4 serve the same mixed requests under the same (default) budget.
+program_run() { # label, program, then arguments; stdout, --json and --out go to logs/
+    local label=$1 program=$2
+    shift 2
+    local out=()
+    [ "$program" != ch02-kvcache ] && out=(--out "$OUT/logs/$label.jsonl")
+    $BUILD/$program "$@" --json "$OUT/logs/$label.json" ${out[@]+"${out[@]}"} > "$OUT/logs/$label.txt"
+}
+export -f program_run
+run_step ch02-260K-cuda 60 chapter_note -- program_run ch02-260K-cuda ch02-kvcache --steps 128 --kv-alloc grow \
+    --device cuda
+run_step ch03-short-cuda 60 serving_note -- program_run ch03-short-cuda ch03-batching "${CH03_SHORT[@]}" --device cuda
+run_step ch04-short-cuda 60 serving_note -- program_run ch04-short-cuda ch04-paged "${CH04_SHORT[@]}" --device cuda
+mixed_ok=1
+for ch in ch03-batching ch04-paged; do
+    run_step "$ch-mixed-cuda" 90 serving_note -- program_run "$ch-mixed-cuda" $ch --requests data/requests-mixed.tsv \
+        --device cuda || mixed_ok=0
+done
+
+# A JSON report's number for a key (the first occurrence).
+json_value() { grep -m 1 "\"$2\":" "$1" | sed 's/.*: *//; s/,$//'; }
+# Requests whose tokens are the same in two --out files.
+same_requests() {
+    paste -d '\n' <(grep -o '"tokens":\[[^]]*\]' "$1") <(grep -o '"tokens":\[[^]]*\]' "$2") |
+        awk 'NR % 2 { x = $0; next } $0 == x { n++ } END { print n + 0 }'
+}
+mixed_table() {
+    local ch label j
+    echo "Chapters 3 and 4 on data/requests-mixed.tsv, default KV budget, $GPU"
+    echo
+    echo "| program | requests | at most running | steps | tokens/s | KV utilization (avg) | KV peak reserved (B) |"
+    echo "|---|---|---|---|---|---|---|"
+    for ch in ch03-batching ch04-paged; do
+        label=$ch-mixed-cuda
+        j=$OUT/logs/$label.json
+        printf '| %s | %s | %s | %s | %.0f | %.1f%% | %s |\n' "$ch" "$(json_value "$j" requests_completed)" \
+            "$(json_value "$j" max_concurrent)" "$(json_value "$j" steps)" "$(json_value "$j" tokens_per_s)" \
+            "$(awk -v u="$(json_value "$j" kv_utilization_avg)" 'BEGIN { print 100 * u }')" \
+            "$(json_value "$j" kv_peak_reserved_bytes)"
+    done
+    echo
+    echo "Requests with the same tokens in both: $(same_requests "$OUT/logs/ch03-batching-mixed-cuda.jsonl" \
+        "$OUT/logs/ch04-paged-mixed-cuda.jsonl") of $(grep -c . "$OUT/logs/ch04-paged-mixed-cuda.jsonl")" \
+        "(the attention kernels differ, contiguous and paged: greedy tokens may part after a near-tie)."
+}
+if [ $mixed_ok -eq 1 ]; then
+    mixed_table > "$OUT/chapters.md"
+    record ch04-vs-ch03-mixed "ok" 0 "$(awk -F' *[|] *' '/^[|] ch0/ { printf "%s: %s running at most, %s steps, %s tokens/s; ", $2, $4, $5, $6 }' \
+        "$OUT/chapters.md")see chapters.md"
+fi
+
 make_110m() { $BUILD/decode-bench --write-model stories110M "$SYNTH/stories110M.bin" "$SYNTH/tok32000.bin"; }
 export SYNTH
 export -f make_110m
@@ -253,6 +330,7 @@ fi
 # -------------------------------------------------------------------- the end
 
 echo >> "$SUMMARY"
-echo "Total: $(($(date +%s) - START)) s. Kernel results: kernels.md; decode results: decode.md; logs: logs/." >> "$SUMMARY"
+echo "Total: $(($(date +%s) - START)) s. Kernel results: kernels.md; decode results: decode.md; chapters 3 and 4:" \
+    "chapters.md; logs: logs/." >> "$SUMMARY"
 echo "gpu-check: done in $(($(date +%s) - START)) s; results in $OUT" >&2
 exit $FAILED

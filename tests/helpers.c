@@ -3,6 +3,7 @@
 #include <check.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,7 +13,10 @@
 #include <unistd.h>
 
 #include "assets.h"
+#include "forward.h"
 #include "mem.h"
+#include "ops.h"
+#include "sampler.h"
 #include "synth.h"
 
 const char *test_shared_file(const char *name)
@@ -133,4 +137,107 @@ void test_write_synthetic(const ModelConfig *cfg, unsigned long long seed, int a
                   err.msg);
     test_write_temp(image, bytes, tok_out);
     mem_free(image);
+}
+
+/* ------------------------------------------------ references for the GPU tests */
+
+/* A K/V seam over one sequence that keeps one layer (the forward pass
+ * stores every K/V of a layer before any token of it attends) and rounds
+ * K/V to the device's storage type: the CPU sees exactly what the device keeps. */
+typedef struct {
+    ModelConfig cfg;
+    Dtype type;
+    float *keys, *values; /* [seq_len][kv_dim] */
+} RoundingKv;
+
+static void rounding_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
+{
+    RoundingKv *kv = ctx;
+    (void)layer;
+    int kv_dim = model_kv_dim(&kv->cfg);
+    float *kr = kv->keys + (size_t)e->pos * kv_dim, *vr = kv->values + (size_t)e->pos * kv_dim;
+    memcpy(kr, k, (size_t)kv_dim * sizeof(float));
+    memcpy(vr, v, (size_t)kv_dim * sizeof(float));
+    dtype_round(kr, (size_t)kv_dim, kv->type);
+    dtype_round(vr, (size_t)kv_dim, kv->type);
+}
+
+static void rounding_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out,
+                            float *scores)
+{
+    RoundingKv *kv = ctx;
+    (void)layer;
+    int hd = model_head_dim(&kv->cfg), kv_dim = model_kv_dim(&kv->cfg), col = (head / model_kv_mul(&kv->cfg)) * hd;
+    attention_reference(out, q, kv->keys + col, kv->values + col, e->pos + 1, kv_dim, hd, scores);
+}
+
+float *test_cpu_logits(const Model *m, const int *tokens, int n, Dtype kv_type)
+{
+    const ModelConfig *c = &m->cfg;
+    size_t floats = (size_t)c->seq_len * (size_t)model_kv_dim(c);
+    RoundingKv kv = {*c, kv_type, calloc(floats, sizeof(float)), calloc(floats, sizeof(float))};
+    KvSeam seam = {&kv, rounding_store, rounding_attend};
+    ForwardState fs;
+    Err err = {{0}};
+    ck_assert_msg(n >= 1 && n <= c->seq_len, "test_cpu_logits: %d positions", n);
+    ck_assert_msg(forward_state_init(&fs, c, n, n, &err) == 0, "%s", err.msg);
+    BatchEntry *e = calloc((size_t)n, sizeof *e);
+    for (int i = 0; i < n; i++)
+        e[i] = (BatchEntry){.seq = 0, .pos = i, .token = tokens[i], .logits_row = i};
+    forward(m, &fs, &seam, e, n);
+    float *logits = malloc((size_t)n * c->vocab_size * sizeof(float));
+    memcpy(logits, fs.logits, (size_t)n * c->vocab_size * sizeof(float));
+    forward_state_free(&fs);
+    free(e);
+    free(kv.keys);
+    free(kv.values);
+    return logits;
+}
+
+float test_top_gap(const float *row, int vocab)
+{
+    int best = sampler_argmax(row, vocab);
+    float second = -INFINITY;
+    for (int j = 0; j < vocab; j++)
+        if (j != best && row[j] > second)
+            second = row[j];
+    return row[best] - second;
+}
+
+char *test_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *buf = calloc((size_t)n + 1, 1);
+    ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return buf;
+}
+
+int test_json_ints(const char *text, const char *key, int *out, int max)
+{
+    char quoted[128];
+    snprintf(quoted, sizeof quoted, "\"%s\"", key);
+    const char *p = strstr(text, quoted);
+    ck_assert_msg(p != NULL, "no \"%s\" in %.200s", key, text);
+    p += strlen(quoted);
+    while (*p == ' ' || *p == ':')
+        p++;
+    ck_assert_msg(*p == '[', "\"%s\" is not followed by an array", key);
+    int n = 0;
+    for (p++; *p && *p != ']';) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        ck_assert_msg(n < max, "\"%s\" has more than %d numbers", key, max);
+        out[n++] = (int)v;
+        p = end;
+    }
+    return n;
 }

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "dtype.h"
 #include "model.h"
 
 /**
@@ -66,6 +67,46 @@ int test_count_lines(const char *s);
  */
 void test_write_synthetic(const ModelConfig *cfg, unsigned long long seed, int ak42, int shared, char *model_out,
                           char *tok_out);
+
+/**
+ * The CPU's logits at every position of a token sequence, fed as one
+ * forward step with a plain contiguous K/V store that rounds K/V to
+ * @p kv_type (DTYPE_F32: the CPU path itself; f16/bf16: the values a
+ * device store of that type keeps). The reference of the GPU tests.
+ * @param m        the model
+ * @param tokens   [n] the sequence
+ * @param n        positions, 1..seq_len
+ * @param kv_type  what K/V are rounded to
+ * @return [n][vocab_size] logits (malloc'd; row i predicts token i + 1)
+ */
+float *test_cpu_logits(const Model *m, const int *tokens, int n, Dtype kv_type);
+
+/**
+ * The gap between the largest and the second largest logit of a row: where
+ * it is small, a tiny change of the logits may change the greedy token.
+ * @param row    [vocab] logits
+ * @param vocab  entries
+ * @return top-1 minus top-2
+ */
+float test_top_gap(const float *row, int vocab);
+
+/**
+ * Reads a whole text file.
+ * @param path  the file (the test fails if it cannot be read)
+ * @return its bytes, NUL-terminated (malloc'd)
+ */
+char *test_slurp(const char *path);
+
+/**
+ * The integers of the JSON array that follows the key @p key in @p text
+ * (the first occurrence of "key": [ ... ]).
+ * @param text  JSON text
+ * @param key   the key, without quotes
+ * @param out   receives up to @p max integers
+ * @param max   capacity of out
+ * @return how many were read (the test fails when the key or its array is missing)
+ */
+int test_json_ints(const char *text, const char *key, int *out, int max);
 
 /**
  * Writes bytes to a new temporary file.

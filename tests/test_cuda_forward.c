@@ -95,56 +95,8 @@ static void model_close(TestModel *t)
 
 /* --------------------------------------------------- the CPU reference */
 
-/* A chapter-1 style K/V seam that keeps one layer and rounds K/V to the
- * device's storage type: the CPU sees exactly the values the device keeps. */
-typedef struct {
-    ModelConfig cfg;
-    Dtype type;
-    float *keys, *values; /* [seq_len][kv_dim] */
-} RoundingKv;
-
-static void rounding_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
-{
-    RoundingKv *kv = ctx;
-    (void)layer;
-    int kv_dim = model_kv_dim(&kv->cfg);
-    float *kr = kv->keys + (size_t)e->pos * kv_dim, *vr = kv->values + (size_t)e->pos * kv_dim;
-    memcpy(kr, k, (size_t)kv_dim * sizeof(float));
-    memcpy(vr, v, (size_t)kv_dim * sizeof(float));
-    dtype_round(kr, (size_t)kv_dim, kv->type);
-    dtype_round(vr, (size_t)kv_dim, kv->type);
-}
-
-static void rounding_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out,
-                            float *scores)
-{
-    RoundingKv *kv = ctx;
-    (void)layer;
-    int hd = model_head_dim(&kv->cfg), kv_dim = model_kv_dim(&kv->cfg), col = (head / model_kv_mul(&kv->cfg)) * hd;
-    attention_reference(out, q, kv->keys + col, kv->values + col, e->pos + 1, kv_dim, hd, scores);
-}
-
-/* Logits of every position of tokens[0..n) on the CPU, K/V rounded to t. */
-static float *cpu_logits(const Model *m, const int *tokens, int n, Dtype t)
-{
-    const ModelConfig *c = &m->cfg;
-    RoundingKv kv = {*c, t, calloc((size_t)c->seq_len * model_kv_dim(c), 4), calloc((size_t)c->seq_len * model_kv_dim(c), 4)};
-    KvSeam seam = {&kv, rounding_store, rounding_attend};
-    ForwardState fs;
-    Err err = {{0}};
-    ck_assert_msg(forward_state_init(&fs, c, n, n, &err) == 0, "%s", err.msg);
-    BatchEntry *e = calloc((size_t)n, sizeof *e);
-    for (int i = 0; i < n; i++)
-        e[i] = (BatchEntry){.seq = 0, .pos = i, .token = tokens[i], .logits_row = i};
-    forward(m, &fs, &seam, e, n);
-    float *logits = malloc((size_t)n * c->vocab_size * sizeof(float));
-    memcpy(logits, fs.logits, (size_t)n * c->vocab_size * sizeof(float));
-    forward_state_free(&fs);
-    free(e);
-    free(kv.keys);
-    free(kv.values);
-    return logits;
-}
+/* The reference is test_cpu_logits() (helpers.h): the CPU forward pass with
+ * K/V rounded to the device's storage type. */
 
 /* The CPU's greedy continuation of a prompt to n tokens (teacher forcing
  * then feeds these same tokens to the device). */
@@ -153,22 +105,11 @@ static int *cpu_greedy(const Model *m, const int *prompt, int n_prompt, int n)
     int *tokens = calloc((size_t)n, sizeof(int));
     memcpy(tokens, prompt, (size_t)n_prompt * sizeof(int));
     for (int t = n_prompt; t < n; t++) {
-        float *logits = cpu_logits(m, tokens, t, DTYPE_F32);
+        float *logits = test_cpu_logits(m, tokens, t, DTYPE_F32);
         tokens[t] = sampler_argmax(logits + (size_t)(t - 1) * m->cfg.vocab_size, m->cfg.vocab_size);
         free(logits);
     }
     return tokens;
-}
-
-/* Top-1 minus top-2 of a row of logits. */
-static float top_gap(const float *row, int vocab)
-{
-    int best = sampler_argmax(row, vocab);
-    float second = -INFINITY;
-    for (int j = 0; j < vocab; j++)
-        if (j != best && row[j] > second)
-            second = row[j];
-    return row[best] - second;
 }
 
 /* Rows [0, rows) of device logits against the CPU's: every logit within
@@ -185,7 +126,7 @@ static int compare_logits(const float *dev, const float *cpu, int rows, int voca
     ck_assert_msg(worst <= tol, "%s: a logit is %.3g from the CPU's (tolerance %.3g)", what, worst, tol);
     int compared = 0;
     for (int r = 0; r < rows; r++, compared++) {
-        if (top_gap(cpu + (size_t)r * vocab, vocab) < 2 * tol)
+        if (test_top_gap(cpu + (size_t)r * vocab, vocab) < 2 * tol)
             break;
         ck_assert_msg(sampler_argmax(dev + (size_t)r * vocab, vocab) == sampler_argmax(cpu + (size_t)r * vocab, vocab),
                       "%s: the greedy token differs at row %d", what, r);
@@ -278,7 +219,7 @@ static void whole_sequence_matches(const TestModel *t, int n)
         e[i] = (BatchEntry){.seq = 0, .pos = i, .token = tokens[i], .logits_row = i};
     for (size_t p = 0; p < sizeof PRECISIONS / sizeof PRECISIONS[0]; p++) {
         const Precision *pr = &PRECISIONS[p];
-        float *cpu = cpu_logits(&t->m, tokens, n, pr->emulate_kv ? pr->kv : DTYPE_F32);
+        float *cpu = test_cpu_logits(&t->m, tokens, n, pr->emulate_kv ? pr->kv : DTYPE_F32);
         DeviceSetup s;
         Err err = {{0}};
         setup_open(&s, &t->m, pr->weights);
@@ -320,7 +261,7 @@ static void contiguous_matches(const TestModel *t, int grow, Dtype kv_type, int 
     int prompt[8];
     int n_prompt = make_prompt(t, prompt), vocab = t->m.cfg.vocab_size;
     int *tokens = cpu_greedy(&t->m, prompt, n_prompt, n);
-    float *cpu = cpu_logits(&t->m, tokens, n, kv_type);
+    float *cpu = test_cpu_logits(&t->m, tokens, n, kv_type);
     DeviceSetup s;
     Err err = {{0}};
     setup_open(&s, &t->m, DTYPE_F32);
@@ -420,7 +361,7 @@ static void batch_matches(const TestModel *t, int paged, int use_graph)
         for (int i = 1; i < prompt_len[q]; i++)
             prompt[i] = 3 + (int)(sampler_random_f32(&rng) * (float)(vocab - 3)) % (vocab - 3);
         tokens[q] = cpu_greedy(&t->m, prompt, prompt_len[q], total[q]);
-        cpu[q] = cpu_logits(&t->m, tokens[q], total[q], DTYPE_F32);
+        cpu[q] = test_cpu_logits(&t->m, tokens[q], total[q], DTYPE_F32);
     }
     DeviceSetup s;
     Err err = {{0}};
@@ -540,40 +481,6 @@ END_TEST
 
 /* ------------------------------------------------ the program itself */
 
-/* The ids of the "tokens" array of a JSON report. */
-static int json_tokens(const char *json, int *ids, int max)
-{
-    const char *p = strstr(json, "\"tokens\"");
-    ck_assert_ptr_nonnull(p);
-    p = strchr(p, '[');
-    ck_assert_ptr_nonnull(p);
-    int n = 0;
-    for (p++; *p && *p != ']' && n < max;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) {
-            p++;
-            continue;
-        }
-        ids[n++] = (int)v;
-        p = end;
-    }
-    return n;
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *buf = calloc((size_t)n + 1, 1);
-    ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    return buf;
-}
-
 /* ch01-naive --device cuda prints the CPU's greedy tokens up to the first
  * near-tie, and reports device memory in its table and JSON. */
 START_TEST(program_on_device_matches_cpu)
@@ -604,12 +511,12 @@ START_TEST(program_on_device_matches_cpu)
     ck_assert_msg(rd.status == 0, "device run: %s", rd.err);
     ck_assert_ptr_nonnull(strstr(rd.err, "cudaMemGetInfo"));
     ck_assert_ptr_nonnull(strstr(rd.err, "device now"));
-    char *jc = slurp(json_cpu), *jd = slurp(json_dev);
+    char *jc = test_slurp(json_cpu), *jd = test_slurp(json_dev);
     ck_assert_ptr_nonnull(strstr(jd, "\"device\": \"cuda\""));
     ck_assert_ptr_nonnull(strstr(jd, "\"device_name\""));
     ck_assert_ptr_nonnull(strstr(jd, "\"device_memory_free_at_start_bytes\""));
     int ids_cpu[1024], ids_dev[1024];
-    int n_cpu = json_tokens(jc, ids_cpu, 1024), n_dev = json_tokens(jd, ids_dev, 1024);
+    int n_cpu = test_json_ints(jc, "tokens", ids_cpu, 1024), n_dev = test_json_ints(jd, "tokens", ids_dev, 1024);
     const char *pt = strstr(jc, "\"prompt_tokens\": ");
     ck_assert_ptr_nonnull(pt);
     int n_prompt = atoi(pt + strlen("\"prompt_tokens\": "));
@@ -620,12 +527,12 @@ START_TEST(program_on_device_matches_cpu)
     memset(&t, 0, sizeof t);
     Err err = {{0}};
     ck_assert_msg(model_load(&t.m, model_path, &err) == 0, "%s", err.msg);
-    float *cpu = cpu_logits(&t.m, ids_cpu, n_cpu, DTYPE_F32);
+    float *cpu = test_cpu_logits(&t.m, ids_cpu, n_cpu, DTYPE_F32);
     int vocab = t.m.cfg.vocab_size, same = 0;
     /* Row i of the logits predicts token i + 1; the first prediction is at
      * the last prompt position. */
     for (int i = n_prompt - 1; i + 1 < n_cpu && i + 1 < n_dev; i++) {
-        if (top_gap(cpu + (size_t)i * vocab, vocab) < 2 * LOGIT_TOL_F32)
+        if (test_top_gap(cpu + (size_t)i * vocab, vocab) < 2 * LOGIT_TOL_F32)
             break;
         ck_assert_msg(ids_dev[i + 1] == ids_cpu[i + 1], "token %d: device %d, CPU %d", i + 1, ids_dev[i + 1],
                       ids_cpu[i + 1]);

@@ -1,7 +1,8 @@
 /* --device and the element-type options, as a user meets them on any
- * machine: on one without a GPU (or a build without CUDA) --device cuda
- * must say so in one line and exit 1, never crash; the CPU path refuses
- * the device-only options. The GPU suites (test_cuda_*.c) cover the rest. */
+ * machine, in every chapter: on one without a GPU (or a build without
+ * CUDA) --device cuda must say so in one line and exit 1, never crash; the
+ * CPU path refuses the device-only options. The GPU suites
+ * (test_cuda_*.c) cover the rest. */
 #include <check.h>
 #include <string.h>
 
@@ -9,13 +10,20 @@
 #include "helpers.h"
 #include "suites.h"
 
-/* The program failed with exactly one line on stderr that contains each word. */
-static void expect_one_line_error(const ProgramResult *r, const char *word1, const char *word2)
+/* Every chapter program. */
+static const char *const PROGRAMS[] = {"ch01-naive", "ch02-kvcache", "ch03-batching", "ch04-paged"};
+#define N_PROGRAMS (sizeof PROGRAMS / sizeof PROGRAMS[0])
+
+/* The program failed with exactly one line on stderr, "PROGRAM: error: ...",
+ * that contains each word. */
+static void expect_one_line_error(const ProgramResult *r, const char *program, const char *word1, const char *word2)
 {
-    ck_assert_msg(r->status == 1, "exit status %d, stderr: %s", r->status, r->err);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s: error: ", program);
+    ck_assert_msg(r->status == 1, "%s: exit status %d, stderr: %s", program, r->status, r->err);
     ck_assert_msg(r->out_len == 0, "stdout should be empty: %s", r->out);
     ck_assert_msg(test_count_lines(r->err) == 1, "want one line on stderr: %s", r->err);
-    ck_assert_msg(strstr(r->err, "ch01-naive: error: ") == r->err, "message: %s", r->err);
+    ck_assert_msg(strstr(r->err, prefix) == r->err, "message: %s", r->err);
     ck_assert_msg(strstr(r->err, word1) != NULL, "'%s' lacks '%s'", r->err, word1);
     ck_assert_msg(!word2 || strstr(r->err, word2) != NULL, "'%s' lacks '%s'", r->err, word2);
 }
@@ -27,25 +35,31 @@ START_TEST(device_cuda_without_a_device_fails_in_one_line)
         test_skip("device_cuda_without_a_device_fails_in_one_line", "a CUDA device is present");
         return;
     }
-    const char *argv[] = {"ch01-naive", "--device", "cuda", "--steps", "3", NULL};
-    ProgramResult r;
-    ck_assert_int_eq(test_run_program(argv, &r), 0);
-    expect_one_line_error(&r, "--device cuda: ", device_compiled_in() ? "no CUDA" : "no CUDA support");
-    test_result_free(&r);
+    /* Before any model or request file is read: the missing device is the
+     * one line, however the rest of the command line looks. */
+    for (size_t i = 0; i < N_PROGRAMS; i++) {
+        const char *argv[] = {PROGRAMS[i], "--device", "cuda", "--kv-dtype", "f16", "--model", "/nonexistent", NULL};
+        ProgramResult r;
+        ck_assert_int_eq(test_run_program(argv, &r), 0);
+        expect_one_line_error(&r, PROGRAMS[i], "--device cuda: ", device_compiled_in() ? "no CUDA" : "no CUDA support");
+        test_result_free(&r);
+    }
 }
 END_TEST
 
 START_TEST(device_types_need_device_cuda)
 {
-    const char *argv[] = {"ch01-naive", "--kv-dtype", "f16", "--steps", "3", NULL};
-    ProgramResult r;
-    ck_assert_int_eq(test_run_program(argv, &r), 0);
-    expect_one_line_error(&r, "--kv-dtype", "--device cuda");
-    test_result_free(&r);
-    const char *argv2[] = {"ch01-naive", "--weight-dtype", "bf16", "--steps", "3", NULL};
-    ck_assert_int_eq(test_run_program(argv2, &r), 0);
-    expect_one_line_error(&r, "--weight-dtype", "--device cuda");
-    test_result_free(&r);
+    for (size_t i = 0; i < N_PROGRAMS; i++) {
+        const char *argv[] = {PROGRAMS[i], "--kv-dtype", "f16", NULL};
+        ProgramResult r;
+        ck_assert_int_eq(test_run_program(argv, &r), 0);
+        expect_one_line_error(&r, PROGRAMS[i], "--kv-dtype", "--device cuda");
+        test_result_free(&r);
+        const char *argv2[] = {PROGRAMS[i], "--device", "cpu", "--weight-dtype", "bf16", NULL};
+        ck_assert_int_eq(test_run_program(argv2, &r), 0);
+        expect_one_line_error(&r, PROGRAMS[i], "--weight-dtype", "--device cuda");
+        test_result_free(&r);
+    }
 }
 END_TEST
 
@@ -54,25 +68,29 @@ START_TEST(bad_device_options_are_refused)
     const char *bad[][3] = {{"--device", "gpu", "cpu, cuda"}, {"--kv-dtype", "f8", "f32, f16, bf16"},
                             {"--weight-dtype", "int8", "f32, f16, bf16"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const char *argv[] = {"ch01-naive", bad[i][0], bad[i][1], NULL};
-        ProgramResult r;
-        ck_assert_int_eq(test_run_program(argv, &r), 0);
-        expect_one_line_error(&r, bad[i][0], bad[i][2]);
-        test_result_free(&r);
+        for (size_t p = 0; p < N_PROGRAMS; p++) {
+            const char *argv[] = {PROGRAMS[p], bad[i][0], bad[i][1], NULL};
+            ProgramResult r;
+            ck_assert_int_eq(test_run_program(argv, &r), 0);
+            expect_one_line_error(&r, PROGRAMS[p], bad[i][0], bad[i][2]);
+            test_result_free(&r);
+        }
     }
 }
 END_TEST
 
 START_TEST(help_lists_the_device_options)
 {
-    const char *argv[] = {"ch01-naive", "--help", NULL};
-    ProgramResult r;
-    ck_assert_int_eq(test_run_program(argv, &r), 0);
-    ck_assert_int_eq(r.status, 0);
-    ck_assert_ptr_nonnull(strstr(r.out, "--device cpu|cuda"));
-    ck_assert_ptr_nonnull(strstr(r.out, "--kv-dtype f32|f16|bf16"));
-    ck_assert_ptr_nonnull(strstr(r.out, "--weight-dtype f32|f16|bf16"));
-    test_result_free(&r);
+    for (size_t i = 0; i < N_PROGRAMS; i++) {
+        const char *argv[] = {PROGRAMS[i], "--help", NULL};
+        ProgramResult r;
+        ck_assert_int_eq(test_run_program(argv, &r), 0);
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_msg(strstr(r.out, "--device cpu|cuda"), "%s --help: %s", PROGRAMS[i], r.out);
+        ck_assert_ptr_nonnull(strstr(r.out, "--kv-dtype f32|f16|bf16"));
+        ck_assert_ptr_nonnull(strstr(r.out, "--weight-dtype f32|f16|bf16"));
+        test_result_free(&r);
+    }
 }
 END_TEST
 

@@ -75,6 +75,14 @@
  * regions, tracks, moves, bytes copied) but allocates no K/V bytes and
  * copies none: kvsim drives it at real-model scale.
  *
+ * ## On the device
+ *
+ * With `--device cuda` the chapter runs in that mode too, and its K/V
+ * bytes live in a device arena of token slots (batching_device_open()):
+ * the region at byte offset o of the books is the slots from
+ * o / bytes_per_token on, and every move the books make is repeated on the
+ * device through the on_move hook, in the order the books made it.
+ *
  * The functions below are the chapter's lab (solutions/ch03/batching.c),
  * with the allocator and the reservation policies of kv_arena.h
  * (solutions/ch03/kv_arena.c).
@@ -131,6 +139,13 @@ typedef struct {
     long log_lines;           /**< lines told so far */
     char last_refusal[256];   /**< the latest "request N waits/cannot grow: ..." line */
     Err fault;                /**< a bookkeeping error seen in a hook that cannot return one (empty: none) */
+    /**
+     * Told of every move that copies K/V (positions 0..n_pos-1 from one
+     * region to the other), while both regions exist; NULL: nobody
+     * listens. The device store repeats the copy (batching_device_open()).
+     */
+    void (*on_move)(void *ctx, const KvRegion *from, const KvRegion *to, int n_pos);
+    void *on_move_ctx;        /**< passed to on_move */
 } BatchingState;
 
 /** Most log lines about refusals and requeues; later ones are only counted. */
@@ -249,6 +264,24 @@ void batching_store(void *ctx, int layer, const BatchEntry *e, const float *k, c
  */
 void batching_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out,
                      float *scores);
+
+/**
+ * ServingChapter.device_open (`--device cuda`): an arena of token slots on
+ * the device (device_kv_open_arena()), one slot per bytes_per_token of the
+ * books' arena; hooks on_move to repeat every move there, and sets a sync
+ * that places every request's region before each step
+ * (device_kv_arena_place()).
+ * @param ctx              the BatchingState
+ * @param run              the run (accounting only)
+ * @param dev              the device
+ * @param kv_type          element type of the stored K/V
+ * @param max_step_tokens  most entries of a step
+ * @param d                receives the sync hook; d->kv is opened
+ * @param err              receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int batching_device_open(void *ctx, ServingRun *run, const Device *dev, Dtype kv_type, int max_step_tokens,
+                         ServingDeviceKv *d, Err *err);
 
 /**
  * Keys (@p which 0) or values (1) of @p layer in a region: the start of its

@@ -131,7 +131,7 @@ static void describe_setup(const BatchingState *b, const ServingRun *run, FILE *
     fprintf(log, "ch03-batching: KV budget %s = %zu positions of %zu B; --reserve %s, --max-batch %d%s\n",
             cli_format_bytes(a, sizeof a, (double)b->arena.capacity), b->arena.capacity / b->bytes_per_token,
             b->bytes_per_token, reserve_policy_name(b->policy), run->opts->max_batch,
-            b->storage ? "" : " (accounting only: no K/V bytes)");
+            b->storage ? "" : run->device ? " (K/V bytes on the device)" : " (accounting only: no K/V bytes)");
     int lo = c->seq_len, hi = 0, n = 0;
     double sum = 0;
     for (int i = 0; i < run->n_reqs; i++) {
@@ -289,7 +289,7 @@ const ServingChapter *batching_chapter(void)
         .program = {.name = "ch03-batching",
                     .summary = "Chapter 3: static batching, a contiguous K/V region reserved per request, and where "
                                "the reserved memory goes.",
-                    .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_BATCHING},
+                    .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_BATCHING | CLI_DEVICE},
         .check = batching_check,
         .open = batching_open,
         .close = batching_close,
@@ -299,6 +299,7 @@ const ServingChapter *batching_chapter(void)
         .account = batching_account,
         .extra_table = batching_table,
         .extra_json = batching_json,
+        .device_open = batching_device_open,
     };
     return &chapter;
 }

@@ -63,6 +63,13 @@ typedef struct {
     int n_free;              /**< free blocks */
     int *ref_count;          /**< [n_blocks] block tables holding each block; 0 = free */
     float *storage;          /**< [n_blocks][n_layers][2][block_size][kv_dim], or NULL (accounting only) */
+    /**
+     * Told of every block_pool_copy(), with or without storage (NULL:
+     * nobody listens): a device store repeats copy-on-write this way
+     * (paged_device_open()).
+     */
+    void (*on_copy)(void *ctx, int dst, int src);
+    void *on_copy_ctx;       /**< passed to on_copy */
 } BlockPool;
 
 /**
@@ -142,7 +149,7 @@ int block_pool_release(BlockPool *p, int block);
 
 /**
  * Copies every layer's K and V of block @p src into block @p dst (no-op in
- * accounting-only mode).
+ * accounting-only mode), and tells the pool's on_copy listener.
  * @param p    the pool
  * @param dst  destination block
  * @param src  source block

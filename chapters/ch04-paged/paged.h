@@ -34,6 +34,14 @@
  * finish some), account, and finished for those that ended. The scheduler
  * reads only the requests and the model's shape, never the weights, and in
  * that mode no K/V byte is allocated.
+ *
+ * **On the device** (`--device cuda`) the chapter runs in that mode too;
+ * the K/V bytes live in a device pool of the same blocks
+ * (paged_device_open()), laid out [layer][block x block_size + row][kv_dim]
+ * (common/device_kv.h). Before each step the device gets every running
+ * request's block table; every copy-on-write the pool makes is repeated on
+ * the device as it is made (BlockPool.on_copy); PagedAttention on the
+ * device reads through the tables.
  */
 #ifndef KVLAB_CH04_PAGED_H
 #define KVLAB_CH04_PAGED_H
@@ -186,6 +194,23 @@ void paged_finished(void *ctx, ServingRun *run, Request *r);
  * @param run  the run
  */
 void paged_account(void *ctx, ServingRun *run);
+
+/**
+ * ServingChapter.device_open (`--device cuda`): a pool of the same blocks
+ * on the device (device_kv_open_paged()), one block table per request;
+ * hooks the pool's on_copy to repeat copy-on-write there, and sets a sync
+ * that uploads the block tables of the running requests before each step.
+ * @param ctx              the PagedServer
+ * @param run              the run (accounting only)
+ * @param dev              the device
+ * @param kv_type          element type of the stored K/V
+ * @param max_step_tokens  most entries of a step
+ * @param d                receives the sync hook; d->kv is opened
+ * @param err              receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_device_open(void *ctx, ServingRun *run, const Device *dev, Dtype kv_type, int max_step_tokens,
+                      ServingDeviceKv *d, Err *err);
 
 /**
  * Chapter 4's lines of the memory table: blocks total/used/free over time,

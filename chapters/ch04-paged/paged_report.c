@@ -17,7 +17,7 @@ const ServingChapter *paged_chapter(void)
         .program = {.name = "ch04-paged",
                     .summary = "Chapter 4: a paged KV cache (blocks, block tables, PagedAttention), continuous "
                                "batching, preemption and copy-on-write forks.",
-                    .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_PAGED},
+                    .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_PAGED | CLI_DEVICE},
         .open = paged_open,
         .close = paged_close,
         .seam = seam_of,
@@ -26,6 +26,7 @@ const ServingChapter *paged_chapter(void)
         .account = paged_account,
         .extra_table = paged_report_table,
         .extra_json = paged_report_json,
+        .device_open = paged_device_open,
     };
     return &chapter;
 }

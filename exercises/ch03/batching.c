@@ -101,7 +101,11 @@ static int release_region(BatchingState *b, Request *r, Err *err)
  * by plane (the planes of different sizes start at different places). */
 static void copy_positions(const BatchingState *b, const KvRegion *from, const KvRegion *to, int n_pos)
 {
-    if (!b->storage || n_pos == 0)
+    if (n_pos == 0)
+        return;
+    if (b->on_move)
+        b->on_move(b->on_move_ctx, from, to, n_pos); /* the device's K/V move too */
+    if (!b->storage)
         return; /* accounting only: the books say it was copied */
     size_t bytes = (size_t)n_pos * (size_t)model_kv_dim(&b->cfg) * sizeof(float);
     for (int layer = 0; layer < b->cfg.n_layers; layer++)

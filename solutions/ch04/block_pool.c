@@ -106,6 +106,8 @@ int block_pool_release(BlockPool *p, int block)
 
 void block_pool_copy(BlockPool *p, int dst, int src)
 {
+    if (p->on_copy)
+        p->on_copy(p->on_copy_ctx, dst, src); /* the device's blocks are copied too */
     if (!p->storage)
         return;
     memcpy(p->storage + (size_t)dst * p->floats_per_block, p->storage + (size_t)src * p->floats_per_block,

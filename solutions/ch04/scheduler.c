@@ -61,6 +61,9 @@ static void print_setup(const PagedServer *s, const ServingRun *run, size_t budg
     const char *name = paged_chapter()->program.name;
     char a[32], b[32], d[32];
     int full = block_count_for_tokens(c->seq_len, p->shape.block_size);
+    const char *kv_bytes_note = p->storage ? "" : " (accounting only: no K/V bytes allocated)";
+    if (run->device)
+        kv_bytes_note = " (K/V bytes on the device)";
     fprintf(log, "%s: KV budget %s: %d blocks of %d tokens x %zu B = %s each (%ld tokens; %s left over)\n", name,
             cli_format_bytes(a, sizeof a, (double)budget), p->n_blocks, p->shape.block_size, s->bytes_per_token,
             cli_format_bytes(b, sizeof b, (double)p->bytes_per_block), (long)p->n_blocks * p->shape.block_size,
@@ -71,7 +74,7 @@ static void print_setup(const PagedServer *s, const ServingRun *run, size_t budg
     fprintf(log, "%s: block tables %d x %d entries = %s of kv_metadata%s\n", name, s->kv.tables.count,
             s->kv.tables.capacity,
             cli_format_bytes(a, sizeof a, (double)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity)),
-            p->storage ? "" : " (accounting only: no K/V bytes allocated)");
+            kv_bytes_note);
 }
 
 /* The pool's element size follows the run's bytes per token, so that the
