@@ -22,6 +22,15 @@
  *
  * Each is summed over steps (byte-steps), so the fractions weigh every step
  * equally and add up to 1.
+ *
+ * The same step loop also runs **without a model** (serving_run_simulated(),
+ * what kvsim and the tests use): the chapter schedules as always, the fed
+ * positions count as cached, and each fed request receives a dummy token
+ * until its predetermined length; no forward pass, no K/V bytes. Requests
+ * may **arrive** later than step 0 (Request.arrival_step, in file order):
+ * until then they are ::REQ_PENDING, which no chapter treats as waiting,
+ * and when nobody that has arrived is left to serve, time skips to the next
+ * arrival.
  */
 #ifndef KVLAB_SERVING_H
 #define KVLAB_SERVING_H
