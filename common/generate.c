@@ -7,7 +7,7 @@
 int generation_init(Generation *g, const Model *m, const Tokenizer *t, const char *prompt, Err *err)
 {
     memset(g, 0, sizeof *g);
-    int seq_len = m->cfg.seq_len;
+    int seq_len = m->cfg.seq_len, max_tokens = model_max_tokens(&m->cfg);
     if (prompt[0] == '\0')
         return err_set(err, "the prompt is empty; give some text with --prompt");
     size_t text_len = strlen(prompt);
@@ -19,14 +19,13 @@ int generation_init(Generation *g, const Model *m, const Tokenizer *t, const cha
         mem_free(ids);
         return err_prefix(err, "cannot encode the prompt");
     }
-    if (n_ids >= seq_len) {
+    if (n_ids > seq_len) {
         mem_free(ids);
-        return err_set(err, "the prompt is %d tokens long; the model's seq_len is %d, which leaves no room to generate",
-                       n_ids, seq_len);
+        return err_set(err, "the prompt is %d tokens long; the model's seq_len is %d", n_ids, seq_len);
     }
-    g->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)seq_len, sizeof(int));
+    g->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)max_tokens, sizeof(int));
     g->entries = mem_alloc_array(MEM_ACTIVATIONS, (size_t)seq_len, sizeof(BatchEntry));
-    g->step_seconds = mem_alloc_array(MEM_ACTIVATIONS, (size_t)seq_len + 1, sizeof(double));
+    g->step_seconds = mem_alloc_array(MEM_ACTIVATIONS, (size_t)max_tokens + 1, sizeof(double));
     if (!g->tokens || !g->entries || !g->step_seconds) {
         mem_free(ids);
         generation_free(g);
@@ -68,7 +67,7 @@ static int plan_step(Generation *g, int cached)
 int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, ForwardState *fs,
              const SingleStreamKv *kv, int steps, FILE *out, Err *err)
 {
-    int seq_len = m->cfg.seq_len;
+    int max_tokens = model_max_tokens(&m->cfg);
     if (out) {
         for (int i = 1; i < g->n_prompt; i++)
             print_token(out, t, g->tokens, i);
@@ -77,7 +76,7 @@ int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, Forw
     double start = now_seconds();
     g->finish = FINISH_LENGTH;
     for (int made = 0; made < steps; made++) {
-        if (g->n_tokens >= seq_len) {
+        if (g->n_tokens >= max_tokens) {
             g->finish = FINISH_SEQ_LEN;
             break;
         }

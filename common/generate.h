@@ -69,12 +69,12 @@ typedef enum {
 
 /** One request's tokens and what its steps cost. */
 typedef struct {
-    int *tokens;          /**< [seq_len] prompt ids, then generated ids */
+    int *tokens;          /**< [seq_len + 1] prompt ids, then generated ids (see model_max_tokens()) */
     int n_prompt;         /**< prompt ids (with BOS) */
     int n_tokens;         /**< ids so far */
     FinishReason finish;  /**< why generation stopped */
     BatchEntry *entries;  /**< [seq_len] the batch of the current step */
-    double *step_seconds; /**< [seq_len + 1] time of the step run with t tokens in context, or 0 */
+    double *step_seconds; /**< [seq_len + 2] time of the step run with t tokens in context, or 0 */
     long positions_run;   /**< token positions fed through the model, all steps together */
     double elapsed_s;     /**< wall time of all steps */
     KvTimeline kv;        /**< KV reserved/used after each step */
@@ -82,7 +82,7 @@ typedef struct {
 
 /**
  * Allocates the buffers and encodes the prompt (BOS + text). Refuses an
- * empty prompt and one that leaves no room under seq_len.
+ * empty prompt and one longer than seq_len.
  * @param g       receives the buffers and prompt ids
  * @param m       the model (for seq_len and vocab)
  * @param t       the tokenizer
@@ -99,7 +99,7 @@ int generation_init(Generation *g, const Model *m, const Tokenizer *t, const cha
 void generation_free(Generation *g);
 
 /**
- * Runs the loop until @p steps new tokens, BOS/EOS, or seq_len. Prints the
+ * Runs the loop until @p steps new tokens, BOS/EOS, or seq_len + 1 tokens. Prints the
  * text to @p out (NULL: print nothing) as it goes.
  * @param g       initialised by generation_init()
  * @param m       the model

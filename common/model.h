@@ -53,6 +53,16 @@ static inline int model_kv_dim(const ModelConfig *c) { return c->n_kv_heads * mo
 static inline int model_kv_mul(const ModelConfig *c) { return c->n_heads / c->n_kv_heads; }
 
 /**
+ * Most tokens a sequence can hold, prompt included: seq_len + 1. Positions
+ * 0..seq_len-1 are fed through the model; the token sampled at the last one
+ * ends the sequence without ever being fed (llama2.c's `run` does the same,
+ * so a run to the end of the context prints the same bytes).
+ * @param c  model shape
+ * @return seq_len + 1
+ */
+static inline int model_max_tokens(const ModelConfig *c) { return c->seq_len + 1; }
+
+/**
  * Bytes of K and V one token occupies in a cache:
  * 2 (K and V) x n_layers x n_kv_heads x head_dim x bytes per element.
  * @param c          model shape

@@ -139,7 +139,7 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
     r->spec = spec;
     r->sample = sample;
     r->admitted_step = r->finished_step = -1;
-    r->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)c->seq_len, sizeof(int));
+    r->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)model_max_tokens(c), sizeof(int));
     int *ids = mem_alloc_array(MEM_ACTIVATIONS, strlen(spec->prompt) + 3, sizeof(int));
     if (!r->tokens || !ids) {
         mem_free(ids);
@@ -156,7 +156,7 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
         mem_free(ids);
         return -1;
     }
-    if (n_ids >= c->seq_len) {
+    if (n_ids > c->seq_len) {
         serving_reject(run, r, "its prompt is %d tokens; the model's seq_len is %d", n_ids, c->seq_len);
         n_ids = 0;
     }
@@ -164,7 +164,7 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
     mem_free(ids);
     r->n_prompt = r->n_tokens = n_ids;
     long want = (long)n_ids + spec->max_new_tokens;
-    r->max_tokens = (int)(want < c->seq_len ? want : c->seq_len);
+    r->max_tokens = (int)(want < model_max_tokens(c) ? want : model_max_tokens(c));
     return 0;
 }
 
@@ -472,12 +472,12 @@ int serving_sim_init(ServingRun *run, const Model *shape, const CliOptions *opts
         run->sim_specs[i] = (RequestSpec){.id = i, .line = i + 1, .max_new_tokens = q->max_new_tokens, .prompt = ""};
         *r = (Request){.spec = &run->sim_specs[i], .index = i, .admitted_step = -1, .finished_step = -1,
                        .arrival_step = q->arrival_step};
-        r->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)seq_len, sizeof(int));
+        r->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)model_max_tokens(&shape->cfg), sizeof(int));
         if (!r->tokens) {
             serving_run_free(run);
             return err_set(err, "out of memory for request %d", i);
         }
-        if (q->prompt_tokens < 1 || q->prompt_tokens >= seq_len || q->max_new_tokens < 1) {
+        if (q->prompt_tokens < 1 || q->prompt_tokens > seq_len || q->max_new_tokens < 1) {
             serving_reject(run, r, "its prompt is %d tokens and it asks for %d more; the model's seq_len is %d",
                            q->prompt_tokens, q->max_new_tokens, seq_len);
             continue;
@@ -486,7 +486,7 @@ int serving_sim_init(ServingRun *run, const Model *shape, const CliOptions *opts
             r->tokens[k] = k == 0 ? TOKEN_BOS : SERVING_SIM_TOKEN;
         r->n_prompt = r->n_tokens = q->prompt_tokens;
         long want = (long)q->prompt_tokens + q->max_new_tokens;
-        r->max_tokens = (int)(want < seq_len ? want : seq_len);
+        r->max_tokens = (int)(want < model_max_tokens(&shape->cfg) ? want : model_max_tokens(&shape->cfg));
         if (q->output_tokens > 0 && q->prompt_tokens + (long)q->output_tokens < r->max_tokens)
             r->stop_at = q->prompt_tokens + q->output_tokens;
     }

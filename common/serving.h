@@ -125,10 +125,10 @@ typedef struct {
     const RequestSpec *spec; /**< its line */
     int index;         /**< position in ServingRun.reqs; also BatchEntry.seq */
     int sample;        /**< which of the --n samples of its prompt */
-    int *tokens;       /**< [seq_len] prompt ids (with BOS), then generated ids */
+    int *tokens;       /**< [seq_len + 1] prompt ids (with BOS), then generated ids (see model_max_tokens()) */
     int n_prompt;      /**< prompt ids */
     int n_tokens;      /**< ids so far */
-    int max_tokens;    /**< n_prompt + max_new_tokens, capped at seq_len */
+    int max_tokens;    /**< n_prompt + max_new_tokens, capped at seq_len + 1 (model_max_tokens()) */
     int n_cached;      /**< leading positions whose K/V are stored */
     RequestPhase phase;     /**< waiting, running or done */
     RequestFinish finish;   /**< how it ended (REQ_FINISH_NONE until then) */
@@ -336,8 +336,8 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv);
 
 /**
  * Sets up a run without a program around it (for tests and tools): encodes
- * and seeds every request. Rejects requests whose prompt leaves no room
- * under seq_len.
+ * and seeds every request. Rejects requests whose prompt is longer than
+ * seq_len.
  * @param run        receives the run
  * @param m          the model
  * @param t          the tokenizer
@@ -405,9 +405,9 @@ typedef struct {
 /**
  * Sets up a run without a model file, a tokenizer or any prompt text: each
  * request gets @p reqs[i].prompt_tokens dummy tokens, max_tokens = prompt +
- * max_new_tokens capped at seq_len, and stops (as if it sampled EOS) after
- * output_tokens new tokens. Requests whose prompt leaves no room under
- * seq_len are rejected, as serving_run_init() does.
+ * max_new_tokens capped at seq_len + 1, and stops (as if it sampled EOS) after
+ * output_tokens new tokens. Requests whose prompt is longer than seq_len
+ * are rejected, as serving_run_init() does.
  * @param run                 receives the run (free with serving_run_free())
  * @param shape               a model whose cfg alone is filled in (seq_len, layers, heads)
  * @param opts                options (budget, block size, reserve policy...)

@@ -407,7 +407,7 @@ static void expect_grow_report(const ModelFiles *mf, const ModelConfig *c, const
     int n_prompt = (int)json_get(run.json, "prompt_tokens");
     int stored;
     if (json_is(run.json, "finish", "seq_len"))
-        stored = c->seq_len - 1;
+        stored = c->seq_len; /* the last step fed position seq_len - 1 and sampled token seq_len */
     else {
         ck_assert_msg(json_is(run.json, "finish", "length"), "prompt '%s' stopped early; pick another", prompt);
         stored = n_prompt + steps - 1;

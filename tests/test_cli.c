@@ -293,9 +293,21 @@ START_TEST(bad_prompts)
      * the synthetic vocabulary): 10 ids, more than seq_len 8. */
     const char *longer[] = {PROGRAM, "--model", model, "--tokenizer", tok, "--prompt", "ABCDEFGH", NULL};
     expect_failure(longer, "seq_len is 8", "prompt longer than seq_len");
-    /* BOS, space and 6 letters: exactly seq_len ids, no room for a new one. */
-    const char *exact[] = {PROGRAM, "--model", model, "--tokenizer", tok, "--prompt", "ABCDEF", NULL};
-    expect_failure(exact, "no room", "prompt of seq_len ids");
+    /* BOS, space and 7 letters: seq_len + 1 ids, one too many. */
+    const char *one_over[] = {PROGRAM, "--model", model, "--tokenizer", tok, "--prompt", "ABCDEFG", NULL};
+    expect_failure(one_over, "seq_len is 8", "prompt of seq_len + 1 ids");
+    /* BOS, space and 6 letters: exactly seq_len ids fill the context, and
+     * the last position still predicts one token (as llama2.c does). */
+    const char *exact[] = {PROGRAM, "--model", model, "--tokenizer", tok, "--prompt", "ABCDEF", "--json", json,
+                           "--quiet", NULL};
+    ProgramResult r;
+    ck_assert_int_eq(test_run_program(exact, &r), 0);
+    ck_assert_msg(r.status == 0, "prompt of seq_len ids: exit %d, stderr %s", r.status, r.err);
+    char *report = test_slurp(json);
+    ck_assert_msg(report && strstr(report, "\"tokens_generated\": 1,"), "expected one token: %s", report);
+    free(report);
+    unlink(json);
+    test_result_free(&r);
     unlink(model), unlink(tok);
 }
 END_TEST
@@ -448,8 +460,9 @@ START_TEST(json_report_agrees_with_allocations)
         size_t expected = forward_state_bytes(&cfg, cfg.seq_len, 1, threads) /* a step of up to seq_len tokens */
                           + 2 * seq * (size_t)kv_dim * sizeof(float)          /* chapter 1's transient K/V */
                           + (size_t)cfg.vocab_size * sizeof(ProbIndex)        /* sampler scratch */
-                          + seq * (sizeof(int) + sizeof(BatchEntry))          /* generation: ids, batch */
-                          + (seq + 1) * sizeof(double)                        /* generation: step times */
+                          + (seq + 1) * sizeof(int)                           /* generation: ids, one past seq_len */
+                          + seq * sizeof(BatchEntry)                          /* generation: the step's batch */
+                          + (seq + 2) * sizeof(double)                        /* generation: step times */
                           + tokenizer_bytes;
         ck_assert_msg(json_number(json, "activations_bytes") == (double)expected,
                       "threads %d: activations_bytes %.0f, the allocation plans add up to %zu", threads,
@@ -507,8 +520,8 @@ START_TEST(both_formats_run_end_to_end)
             json_string_value(json, "finish", finish, sizeof finish);
             double generated = json_number(json, "tokens_generated"), prompt = json_number(json, "prompt_tokens");
             if (strcmp(finish, "seq_len") == 0)
-                ck_assert_msg(prompt + generated == cfg.seq_len, "stopped at seq_len with %g + %g tokens", prompt,
-                              generated);
+                ck_assert_msg(prompt + generated == cfg.seq_len + 1, "stopped at seq_len with %g + %g tokens",
+                              prompt, generated); /* like llama2.c: the token sampled at the last position */
             else
                 ck_assert_msg(strcmp(finish, "stop") == 0, "1000 steps cannot finish by length at seq_len 24: %s",
                               finish);

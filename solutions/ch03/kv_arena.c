@@ -176,7 +176,7 @@ int reserve_initial_tokens(ReservePolicy policy, int n_tokens, int max_tokens, i
     case RESERVE_MAX:
         return seq_len;
     case RESERVE_REQUEST:
-        return max_tokens;
+        return min_int(max_tokens, seq_len); /* the last token's K/V is never stored */
     case RESERVE_POW2:
         return min_int(reserve_round_up_pow2(max_tokens), seq_len);
     case RESERVE_GROW:
