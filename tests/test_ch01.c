@@ -9,21 +9,6 @@
 #include "helpers.h"
 #include "suites.h"
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)n + 1);
-    ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
 /* The public golden test of ../shared/models/README.md. */
 START_TEST(golden_once_upon_a_time)
 {
@@ -33,7 +18,8 @@ START_TEST(golden_once_upon_a_time)
         return;
     }
     size_t golden_len;
-    char *golden = read_file(golden_path, &golden_len);
+    char *golden = test_slurp(golden_path);
+    golden_len = strlen(golden);
     const char *argv[] = {"ch01-naive", "--model", test_shared_file("stories260K.bin"), "--tokenizer",
                           test_shared_file("tok512.bin"), "--prompt", "Once upon a time", "--steps", "150",
                           "--quiet", NULL};

@@ -17,20 +17,6 @@
 
 /* ------------------------------------------------------------ JSON reading */
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)n + 1);
-    ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* The text after "key": following a path of nested keys, e.g.
  * {"memory", "host", "kv", "peak"}. The report writes keys in a fixed
  * order, so searching forward along the path finds the right member. */
@@ -120,7 +106,7 @@ static void run_chapter(Run *run, const char *program, const ModelFiles *mf, con
     argv[n] = NULL;
     ck_assert_int_eq(test_run_program(argv, &run->r), 0);
     ck_assert_msg(run->r.status == 0, "%s exited with %d: %s", program, run->r.status, run->r.err);
-    run->json = slurp(json_path);
+    run->json = test_slurp(json_path);
     unlink(json_path);
 }
 

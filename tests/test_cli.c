@@ -28,20 +28,6 @@ static const ModelConfig SMALL = {32, 64, 2, 4, 2, 400, 32};
 
 /* ------------------------------------------------------------ helpers */
 
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)n + 1);
-    ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 static size_t file_size(const char *path)
 {
     struct stat st;
@@ -169,7 +155,7 @@ static char *run_with_json(const char *model, const char *tok, const char *threa
                           "--threads", threads, "--json", json_path, "--prompt", "Once upon a time", NULL};
     ck_assert_int_eq(test_run_program(argv, r), 0);
     ck_assert_msg(r->status == 0, "exit %d: %s", r->status, r->err);
-    char *json = read_text(json_path);
+    char *json = test_slurp(json_path);
     unlink(json_path);
     return json;
 }
