@@ -358,12 +358,12 @@ section_ch03_policies() {
     } > "$OUT/ch03-policies.md"
     # The table's rows as JSON: one object per row, the cells as strings.
     awk -F'|' 'BEGIN { printf "{\n  \"rows\": [" }
-        /^\| [a-z]/ && !/requests \| reserve/ {
+        /^\| [a-z]/ && !/requests \| batching/ {
             printf "%s\n    [", (n++ ? "," : "")
             for (i = 2; i < NF; i++) { v = $i; gsub(/^ +| +$/, "", v); printf "%s\"%s\"", (i > 2 ? ", " : ""), v }
             printf "]"
         }
-        END { printf "\n  ],\n  \"columns\": [\"requests\", \"reserve\", \"max concurrent\", \"batches\", \"steps\", \"utilization (avg)\", \"token states\", \"reserved\", \"internal frag.\", \"external frag.\", \"held by finished\", \"requeues\", \"tokens/s\"]\n}\n" }' \
+        END { printf "\n  ],\n  \"columns\": [\"requests\", \"batching\", \"reserve\", \"max concurrent\", \"avg concurrent\", \"batches\", \"steps\", \"utilization (avg)\", \"token states\", \"reserved\", \"internal frag.\", \"external frag.\", \"held by finished\", \"requeues\", \"tokens/s\"]\n}\n" }' \
         "$OUT/ch03-policies.md" > "$OUT/ch03-policies.json"
 }
 
