@@ -7,7 +7,8 @@
 #   scripts/bench.sh ch01_vs_ch02     only the sections named
 #
 # Sections: ch01_vs_ch02 (time per step as t grows), llama2c (against
-# llama2.c's run), ch03_vs_ch04 (each reservation policy against paging:
+# llama2.c's run), ch03_vs_ch04 (each reservation policy, and two with
+# continuous batching, against paging:
 # throughput and concurrency at one budget, three request files, three
 # model sizes), ch03_policies (scripts/bench-ch03.sh: chapter 3's memory
 # table at a tight budget), ch04_paged (scripts/bench-ch04.sh: chapter 4's
@@ -248,11 +249,15 @@ synth_model_args() {
     echo "--model $dir/$preset.bin --tokenizer $dir/$preset-tok.bin"
 }
 
-# The strategies compared, as "label|program and options".
+# The strategies compared, as "label|program and options". orca-*: chapter 3
+# with continuous batching (Orca's iteration-level scheduling, the same
+# reservations).
 STRATEGIES="ch03 max|ch03-batching --reserve max
 ch03 request|ch03-batching --reserve request
 ch03 pow2|ch03-batching --reserve pow2
 ch03 grow|ch03-batching --reserve grow
+ch03 orca-max|ch03-batching --batching continuous --reserve max
+ch03 orca-request|ch03-batching --batching continuous --reserve request
 ch04 paged/16|ch04-paged --block-size 16"
 
 # One model: every request file, RUNS rounds; in each round every strategy
@@ -320,6 +325,8 @@ section_ch03_vs_ch04() {
         echo "loop's wall time, median (min - max) over the rounds; x ch03 max: tokens/s over chapter 3 --reserve max's"
         echo "in the same round (all strategies run back to back in a round), median (min - max). KV util.: used /"
         echo "reserved averaged over steps. requeues/preempt.: chapter 3 grow's requeues, chapter 4's preemptions."
+        echo "ch03 orca-*: chapter 3 with --batching continuous (a finished request frees its region at once, waiting"
+        echo "ones join at every step, as in Orca), reservations as --reserve says."
         echo
         echo "| model | requests | strategy | max concurrent | KV util. | steps | requeues/preempt. | tokens/s | x ch03 max |"
         echo "|---|---|---|---:|---:|---:|---:|---|---|"
