@@ -383,12 +383,11 @@ int batching_schedule(void *ctx, ServingRun *run, Err *err)
 void batching_finished(void *ctx, ServingRun *run, Request *r)
 {
     BatchingState *b = ctx;
-    /* This hook cannot fail; a bookkeeping error waits in b->fault for the
-     * next schedule(), which reports it. */
     /* Static or continuous: WHEN REGIONS ARE RELEASED. Continuous batching
      * frees a finished request's region at once, for the next step's
      * admissions. A static batch keeps it until the batch ends: everybody
-     * waits for the longest request. */
+     * waits for the longest request. (This hook cannot fail; a bookkeeping
+     * error waits in b->fault for the next schedule(), which reports it.) */
     if (b->mode == BATCHING_CONTINUOUS) {
         (void)release_finished(b, run, r, &b->fault);
         return;
