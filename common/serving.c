@@ -647,6 +647,7 @@ static void serving_json(JsonWriter *j, const void *p)
     json_end_object(j);
     int rejected = count_finish(run, REQ_FINISH_REJECTED);
     json_int(j, "max_concurrent", run->max_concurrent);
+    json_double(j, "avg_concurrent", run->busy_steps ? run->running_sum / (double)run->busy_steps : 0.0);
     json_int(j, "requests_completed", run->n_reqs - rejected);
     json_int(j, "requests_rejected", rejected);
     json_int(j, "steps", run->step);

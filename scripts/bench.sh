@@ -7,7 +7,8 @@
 #   scripts/bench.sh ch01_vs_ch02     only the sections named
 #
 # Sections: ch01_vs_ch02 (time per step as t grows), llama2c (against
-# llama2.c's run), ch03_vs_ch04 (each reservation policy against paging:
+# llama2.c's run), ch03_vs_ch04 (each reservation policy, and two with
+# continuous batching, against paging:
 # throughput and concurrency at one budget, three request files, three
 # model sizes), ch03_policies (scripts/bench-ch03.sh: chapter 3's memory
 # table at a tight budget), ch04_paged (scripts/bench-ch04.sh: chapter 4's
@@ -248,11 +249,15 @@ synth_model_args() {
     echo "--model $dir/$preset.bin --tokenizer $dir/$preset-tok.bin"
 }
 
-# The strategies compared, as "label|program and options".
+# The strategies compared, as "label|program and options". orca-*: chapter 3
+# with continuous batching (Orca's iteration-level scheduling, the same
+# reservations).
 STRATEGIES="ch03 max|ch03-batching --reserve max
 ch03 request|ch03-batching --reserve request
 ch03 pow2|ch03-batching --reserve pow2
 ch03 grow|ch03-batching --reserve grow
+ch03 orca-max|ch03-batching --batching continuous --reserve max
+ch03 orca-request|ch03-batching --batching continuous --reserve request
 ch04 paged/16|ch04-paged --block-size 16"
 
 # One model: every request file, RUNS rounds; in each round every strategy
@@ -320,6 +325,8 @@ section_ch03_vs_ch04() {
         echo "loop's wall time, median (min - max) over the rounds; x ch03 max: tokens/s over chapter 3 --reserve max's"
         echo "in the same round (all strategies run back to back in a round), median (min - max). KV util.: used /"
         echo "reserved averaged over steps. requeues/preempt.: chapter 3 grow's requeues, chapter 4's preemptions."
+        echo "ch03 orca-*: chapter 3 with --batching continuous (a finished request frees its region at once, waiting"
+        echo "ones join at every step, as in Orca), reservations as --reserve says."
         echo
         echo "| model | requests | strategy | max concurrent | KV util. | steps | requeues/preempt. | tokens/s | x ch03 max |"
         echo "|---|---|---|---:|---:|---:|---:|---|---|"
@@ -358,12 +365,12 @@ section_ch03_policies() {
     } > "$OUT/ch03-policies.md"
     # The table's rows as JSON: one object per row, the cells as strings.
     awk -F'|' 'BEGIN { printf "{\n  \"rows\": [" }
-        /^\| [a-z]/ && !/requests \| reserve/ {
+        /^\| [a-z]/ && !/requests \| batching/ {
             printf "%s\n    [", (n++ ? "," : "")
             for (i = 2; i < NF; i++) { v = $i; gsub(/^ +| +$/, "", v); printf "%s\"%s\"", (i > 2 ? ", " : ""), v }
             printf "]"
         }
-        END { printf "\n  ],\n  \"columns\": [\"requests\", \"reserve\", \"max concurrent\", \"batches\", \"steps\", \"utilization (avg)\", \"token states\", \"reserved\", \"internal frag.\", \"external frag.\", \"held by finished\", \"requeues\", \"tokens/s\"]\n}\n" }' \
+        END { printf "\n  ],\n  \"columns\": [\"requests\", \"batching\", \"reserve\", \"max concurrent\", \"avg concurrent\", \"batches\", \"steps\", \"utilization (avg)\", \"token states\", \"reserved\", \"internal frag.\", \"external frag.\", \"held by finished\", \"requeues\", \"tokens/s\"]\n}\n" }' \
         "$OUT/ch03-policies.md" > "$OUT/ch03-policies.json"
 }
 

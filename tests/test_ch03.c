@@ -380,33 +380,78 @@ static int largest_region(const TestRun *tr)
     return most;
 }
 
+/* First regions of every request under `reserve`, summed, in positions. */
+static long first_regions_sum(const TestRun *tr)
+{
+    ReservePolicy p;
+    Err err = {{0}};
+    ck_assert(reserve_policy_parse(tr->o.reserve, &p, &err) == 0);
+    long sum = 0;
+    for (int i = 0; i < tr->run.n_reqs; i++) {
+        const Request *r = &tr->run.reqs[i];
+        sum += reserve_initial_tokens(p, r->n_tokens, r->max_tokens, tr->run.model->cfg.seq_len);
+    }
+    return sum;
+}
+
 static const char *const POLICIES[] = {"max", "request", "pow2", "grow"};
 
-/* Runs `requests` under every policy with a budget of 1.5 of the largest
- * region (several batches; under grow, requeues) and checks the tokens. */
-static long check_every_policy(const TestModel *tm, const char *requests, const char *what)
+/* What the runs of check_every_policy() went through, summed over policies. */
+typedef struct {
+    long requeues;               /* under grow */
+    long refusals_fragmentation; /* placements refused with enough bytes free */
+    long joined_running;         /* continuous: admissions into a running batch */
+} PolicyRuns;
+
+/* Runs `requests` under every policy with a budget of a few of the largest
+ * regions (several batches, requests that wait; under grow, requeues) and
+ * checks the tokens. `batching` is "static" or "continuous". */
+static PolicyRuns check_every_policy(const TestModel *tm, const char *requests, const char *what,
+                                     const char *batching)
 {
-    long requeues = 0;
+    PolicyRuns seen = {0};
     SoloTokens solo = {0};
     for (int p = 0; p < 4; p++) {
         TestRun tr;
         prepare_run(&tr, tm, requests, POLICIES[p]);
+        tr.o.batching = batching;
         if (p == 0)
             solo_compute(&solo, tm, &tr.run);
-        tr.o.kv_budget = (size_t)largest_region(&tr) * tr.run.kv_bytes_per_token * 3 / 2;
+        /* Static: 1.5 of the largest region. Continuous: half of all the
+         * first reservations (so that half the requests wait, and can join
+         * while others run), at least the largest region. */
+        size_t positions = (size_t)largest_region(&tr) * 3 / 2;
+        if (strcmp(batching, "continuous") == 0) {
+            size_t half = (size_t)first_regions_sum(&tr) / 2, largest = (size_t)largest_region(&tr);
+            positions = half > largest ? half : largest;
+        }
+        tr.o.kv_budget = positions * tr.run.kv_bytes_per_token;
         run_to_end(&tr, NULL);
-        char label[64];
-        snprintf(label, sizeof label, "%s, --reserve %s", what, POLICIES[p]);
+        char label[96];
+        snprintf(label, sizeof label, "%s, --batching %s --reserve %s", what, batching, POLICIES[p]);
         expect_solo(&solo, &tr, label);
         expect_breakdown_sums_to_one(&tr.run);
-        ck_assert_msg(state(&tr)->stats.batches >= 2, "%s: expected several batches", label);
+        const BatchingStats *st = &state(&tr)->stats;
+        if (strcmp(batching, "static") == 0) {
+            ck_assert_msg(st->batches >= 2, "%s: expected several batches", label);
+            ck_assert_msg(st->joined_running == 0, "%s: a static batch admitted %ld requests while running", label,
+                          st->joined_running);
+        } else {
+            ck_assert_msg(st->finished_held_sum == 0, "%s: finished requests held regions", label);
+        }
+        long waited = st->requeues; /* a requeued request waits to come back */
+        for (int i = 0; i < tr.run.n_reqs; i++)
+            waited += tr.run.reqs[i].admitted_step > 0;
+        ck_assert_msg(waited > 0, "%s: the budget made nobody wait", label);
         for (int i = 0; i < tr.run.n_reqs; i++)
             ck_assert(tr.run.reqs[i].admitted_step >= 0 && tr.run.reqs[i].finished_step >= tr.run.reqs[i].admitted_step);
-        requeues += state(&tr)->stats.requeues;
+        seen.requeues += st->requeues;
+        seen.refusals_fragmentation += st->refusals_fragmentation;
+        seen.joined_running += st->joined_running;
         finish_run(&tr);
     }
     solo_free(&solo);
-    return requeues;
+    return seen;
 }
 
 static const char *MIXED = "40\ta\n6\tthe end\n62\tb\n12\tx y z\n30\tc\n62\tonce upon\n3\td\n50\tab\n";
@@ -415,12 +460,31 @@ START_TEST(every_policy_gives_solo_tokens_synthetic)
 {
     TestModel tm;
     open_synthetic(&tm, GQA, 7); /* seed 7 stops some requests early (EOS) */
-    long requeues = check_every_policy(&tm, MIXED, "GQA");
+    long requeues = check_every_policy(&tm, MIXED, "GQA", "static").requeues;
     close_model(&tm);
     open_synthetic(&tm, MHA, 3);
-    requeues += check_every_policy(&tm, MIXED, "MHA");
+    requeues += check_every_policy(&tm, MIXED, "MHA", "static").requeues;
     close_model(&tm);
     ck_assert_msg(requeues > 0, "the budgets should have forced some requeues under grow (recompute path untested)");
+}
+END_TEST
+
+/* Continuous batching (Orca): the same tokens, with regions that come and
+ * go at different times, so the arena fragments under the fixed-size
+ * policies too. */
+START_TEST(continuous_every_policy_gives_solo_tokens_synthetic)
+{
+    TestModel tm;
+    open_synthetic(&tm, GQA, 7);
+    PolicyRuns gqa = check_every_policy(&tm, MIXED, "GQA", "continuous");
+    close_model(&tm);
+    open_synthetic(&tm, MHA, 3);
+    PolicyRuns mha = check_every_policy(&tm, MIXED, "MHA", "continuous");
+    close_model(&tm);
+    ck_assert_msg(gqa.joined_running > 0 && mha.joined_running > 0, "nobody joined a running batch");
+    ck_assert_msg(gqa.requeues + mha.requeues > 0, "the budgets should have forced requeues under grow");
+    ck_assert_msg(gqa.refusals_fragmentation + mha.refusals_fragmentation > 0,
+                  "the budgets should have refused an admission by fragmentation");
 }
 END_TEST
 
@@ -431,8 +495,11 @@ START_TEST(every_policy_gives_solo_tokens_stories260k)
         test_skip("every_policy_gives_solo_tokens_stories260k", "../shared/models is absent");
         return;
     }
-    check_every_policy(&tm, "40\tOnce upon a time\n12\tThe cat sat\n60\tTom had a red ball.\n20\tLily\n"
-                            "33\tThe sun was hot\n", "stories260K");
+    static const char *const requests = "40\tOnce upon a time\n12\tThe cat sat\n60\tTom had a red ball.\n"
+                                        "20\tLily\n33\tThe sun was hot\n";
+    check_every_policy(&tm, requests, "stories260K", "static");
+    PolicyRuns seen = check_every_policy(&tm, requests, "stories260K", "continuous");
+    ck_assert_msg(seen.joined_running > 0, "stories260K: nobody joined a running batch");
     close_model(&tm);
 }
 END_TEST
@@ -552,6 +619,215 @@ START_TEST(fragmentation_refusal_on_a_real_run)
     expect_solo_tokens(&tm, &tr, "after requeues");
     free(log_text);
     finish_run(&tr);
+    close_model(&tm);
+}
+END_TEST
+
+/* Runs `requests` under --reserve `reserve` and --batching `batching` in a
+ * budget of `positions` (256 B each), with the log in *log_text. */
+static void run_logged(TestRun *tr, const TestModel *tm, const char *requests, const char *reserve,
+                       const char *batching, size_t positions, char **log_text)
+{
+    prepare_run(tr, tm, requests, reserve);
+    tr->o.batching = batching;
+    tr->o.kv_budget = positions * 256;
+    size_t log_len = 0;
+    FILE *log = open_memstream(log_text, &log_len);
+    run_to_end(tr, log);
+    fclose(log);
+}
+
+static void expect_log_line(const char *log_text, const char *line)
+{
+    ck_assert_msg(strstr(log_text, line), "the log lacks the line\n%s\nit was:\n%s", line, log_text);
+}
+
+/* Where continuous batching admits a request that a static batch keeps
+ * waiting. Three requests of 2 prompt tokens asking for 4, 8 and 4 new
+ * ones: under --reserve request regions of 6, 10 and 6 positions, in a
+ * budget of 16. A and B fill it at step 0; C waits ("needs 1.50 KiB but
+ * only 0 B is free"). A finishes at step 3 (2 + 4 = 6 tokens), B at 7.
+ *
+ * Static: A keeps its region until B is done; C starts a second batch at
+ * step 8 and finishes at step 11: 12 steps. Continuous: A's region [0, 6)
+ * is free after step 3, and C joins at step 4, first fit at offset 0,
+ * finishing at step 7: 8 steps. C is refused once per step before that:
+ * steps 0-3 in continuous, only step 0 in static.
+ *
+ * Breakdown in position-steps (x 256 B). A request of regions R that runs
+ * steps s..s+3 holds 2, 3, 4, 5 positions (its 6th token is sampled, never
+ * fed): used 14, final length 5.
+ *            continuous                          static
+ *   A  steps 0-3: used 14, region 6 x 4 = 24     steps 0-7 (held to the end):
+ *      internal (6-5) x 4 = 4, future 6             used 14 + 4 x 5 = 34, 48,
+ *                                                   internal (6-5) x 8 = 8, future 6
+ *   B  steps 0-7: used 2+...+9 = 44, 10 x 8 = 80, internal 1 x 8 = 8, future 80-44-8 = 28 (both)
+ *   C  steps 4-7: used 14, 24, internal 4,       steps 8-11: the same
+ *      future 6
+ *   total token states 72, reserved for future 40, internal 16 of 128 (continuous);
+ *         92, 40, 20 of 152 (static), of which A held 4 x 6 = 24 after it finished.
+ * Static batching's token states (92/152 = 60.5%) look better than
+ * continuous batching's (72/128 = 56.25%) only because A's finished tokens
+ * count while nobody reads them. */
+START_TEST(continuous_joins_where_static_waits)
+{
+    static const struct {
+        const char *batching;
+        long admitted_c, steps, refusals;
+        double token_states, future, internal, held_by_finished;
+    } cases[] = {{"static", 8, 12, 1, 92, 40, 20, 24}, {"continuous", 4, 8, 4, 72, 40, 16, 0}};
+    TestModel tm;
+    open_synthetic(&tm, GQA, 3);
+    for (int c = 0; c < 2; c++) {
+        TestRun tr;
+        char *log_text = NULL;
+        run_logged(&tr, &tm, "4\ta\n8\tb\n4\tc\n", "request", cases[c].batching, 16, &log_text);
+        const ServingRun *run = &tr.run;
+        for (int i = 0; i < 3; i++) {
+            ck_assert_int_eq(run->reqs[i].n_prompt, 2);
+            ck_assert_int_eq(run->reqs[i].finish, REQ_FINISH_LENGTH);
+        }
+        ck_assert_int_eq(run->reqs[0].admitted_step, 0);
+        ck_assert_int_eq(run->reqs[1].admitted_step, 0);
+        ck_assert_msg(run->reqs[2].admitted_step == cases[c].admitted_c, "%s: C admitted at step %ld, expected %ld",
+                      cases[c].batching, run->reqs[2].admitted_step, cases[c].admitted_c);
+        ck_assert_int_eq(run->reqs[0].finished_step, 3);
+        ck_assert_int_eq(run->reqs[1].finished_step, 7);
+        ck_assert_int_eq(run->reqs[2].finished_step, cases[c].admitted_c + 3);
+        ck_assert_int_eq(run->step, cases[c].steps);
+        ck_assert_int_eq(run->max_concurrent, 2);
+        const BatchingStats *st = &state(&tr)->stats;
+        ck_assert_int_eq(st->refusals_no_space, cases[c].refusals);
+        ck_assert_int_eq(st->refusals_fragmentation, 0);
+        ck_assert_int_eq(st->joined_running, c == 1 ? 1 : 0);
+        ck_assert_int_eq(st->batches, c == 1 ? 1 : 2);
+        ck_assert_double_eq_tol(run->breakdown.token_states, cases[c].token_states * 256, 1e-6);
+        ck_assert_double_eq_tol(run->breakdown.reserved, cases[c].future * 256, 1e-6);
+        ck_assert_double_eq_tol(run->breakdown.internal_fragmentation, cases[c].internal * 256, 1e-6);
+        ck_assert_double_eq_tol(run->breakdown.external_fragmentation, 0, 1e-6);
+        ck_assert_double_eq_tol(st->finished_held_sum, cases[c].held_by_finished * 256, 1e-6);
+        expect_log_line(log_text, "ch03-batching: step 0: request 2 waits: needs 1.50 KiB but only 0 B is free\n");
+        if (c == 1)
+            expect_log_line(log_text, "ch03-batching: step 4: request 2 joins the running batch (2 running now), "
+                                      "4.00 KiB reserved, 0 B free\n");
+        else
+            expect_log_line(log_text, "ch03-batching: step 8: batch 2: requests 2 (1), 1.50 KiB reserved");
+        expect_solo_tokens(&tm, &tr, cases[c].batching);
+        free(log_text);
+        finish_run(&tr);
+    }
+    close_model(&tm);
+}
+END_TEST
+
+/* A refusal by fragmentation that only continuous batching meets. Six
+ * requests of 2 prompt tokens, --reserve request, a budget of 20 positions
+ * (5 KiB). A, B, C, D ask for 2, 4, 2, 4 new tokens: regions of 4, 6, 4, 6
+ * positions at 0, 4, 10, 14, which fill the arena. E asks for 4 (6
+ * positions), F for 2 (4 positions). A and C finish at step 1 (4 tokens)
+ * and release [0, 4) and [10, 14): 8 positions (2 KiB) free, the largest
+ * hole 4 (1 KiB). At steps 2 and 3 E is refused by fragmentation, and the
+ * whole 2 KiB is in holes smaller than it: 2 x 2,048 B of external
+ * fragmentation. F would fit either hole, but nobody overtakes E. B and D
+ * finish at step 3; at step 4 the arena is empty and E and F start a new
+ * batch at 0 and 6. */
+START_TEST(continuous_fragmentation_refusal_by_hand)
+{
+    TestModel tm;
+    open_synthetic(&tm, GQA, 3);
+    TestRun tr;
+    char *log_text = NULL;
+    run_logged(&tr, &tm, "2\ta\n4\tb\n2\tc\n4\td\n4\te\n2\tf\n", "request", "continuous", 20, &log_text);
+    static const long admitted[] = {0, 0, 0, 0, 4, 4}, finished[] = {1, 3, 1, 3, 7, 5};
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(tr.run.reqs[i].n_prompt, 2);
+        ck_assert_int_eq(tr.run.reqs[i].finish, REQ_FINISH_LENGTH);
+        ck_assert_msg(tr.run.reqs[i].admitted_step == admitted[i] && tr.run.reqs[i].finished_step == finished[i],
+                      "request %d: admitted at %ld, finished at %ld; expected %ld and %ld", i,
+                      tr.run.reqs[i].admitted_step, tr.run.reqs[i].finished_step, admitted[i], finished[i]);
+    }
+    expect_log_line(log_text, "ch03-batching: step 0: request 4 waits: needs 1.50 KiB but only 0 B is free\n");
+    expect_log_line(log_text, "ch03-batching: step 2: request 4 waits: needs 1.50 KiB; 2.00 KiB free in total but "
+                              "the largest hole is 1.00 KiB\n");
+    ck_assert_msg(!strstr(log_text, "step 3: request 4 waits"), "the same wait is told once:\n%s", log_text);
+    expect_log_line(log_text, "ch03-batching: step 4: batch 2: requests 4 5 (2), 2.50 KiB reserved, 2.50 KiB free\n");
+    const BatchingStats *st = &state(&tr)->stats;
+    ck_assert_int_eq(st->refusals_no_space, 2);       /* steps 0 and 1 */
+    ck_assert_int_eq(st->refusals_fragmentation, 2);  /* steps 2 and 3 */
+    ck_assert_int_eq(st->external_steps, 2);
+    ck_assert_double_eq(tr.run.breakdown.external_fragmentation, 2 * 2048);
+    ck_assert_int_eq(st->max_holes, 2);
+    ck_assert_int_eq(tr.run.step, 8);
+    expect_breakdown_sums_to_one(&tr.run);
+    expect_solo_tokens(&tm, &tr, "continuous, fragmented");
+    free(log_text);
+    finish_run(&tr);
+    close_model(&tm);
+}
+END_TEST
+
+/* Growing under continuous batching, and the progress rule. Two requests
+ * of 2 prompt tokens running to seq_len 64 (62 new), --reserve grow, a
+ * budget of 64 positions: first regions of 16, A at 0, B at 16. A request
+ * has 3 + s tokens after step s while it runs.
+ * - Step 15: A needs 17 positions: moves to a region of 32 at [32, 64)
+ *   (16 positions copied). B needs 32 too, only 16 are free, nobody is
+ *   newer: B requeues itself (16 positions to recompute). A step that
+ *   requeued admits nobody.
+ * - Step 16: B (17 tokens) joins again with 32 positions in the hole
+ *   [0, 32) and is re-prefilled; it has s + 2 tokens after step s.
+ * - Step 31: A needs 33 (64 positions), nothing is free: B is requeued
+ *   (31 positions); 32 free is still not 64, so A requeues itself (32).
+ *   Nobody runs: a new batch starts in the empty arena with A (33 tokens,
+ *   64 positions); B (32 tokens, 64 positions) waits.
+ * - A finishes at step 61 (34 + 30 = 64 tokens); B starts a third batch at
+ *   step 62 and finishes at step 93 (33 + 31): 94 steps, 3 requeues.
+ * Static batching cannot take B back at step 16: B starts at step 62 with
+ * 32 positions, requeues itself at step 78 and ends at step 108. */
+START_TEST(continuous_grow_requeues_by_hand)
+{
+    TestModel tm;
+    open_synthetic(&tm, GQA, 3);
+    static const struct {
+        const char *batching;
+        long steps, requeues, joined, batches, recomputed;
+    } cases[] = {{"continuous", 94, 3, 1, 3, 16 + 31 + 32}, {"static", 109, 3, 0, 4, 16 + 32 + 32}};
+    for (int c = 0; c < 2; c++) {
+        TestRun tr;
+        char *log_text = NULL;
+        run_logged(&tr, &tm, "62\ta\n62\tb\n", "grow", cases[c].batching, 64, &log_text);
+        for (int i = 0; i < 2; i++) {
+            ck_assert_int_eq(tr.run.reqs[i].finish, REQ_FINISH_LENGTH);
+            ck_assert_int_eq(tr.run.reqs[i].n_tokens, 64);
+        }
+        const BatchingStats *st = &state(&tr)->stats;
+        ck_assert_msg(tr.run.step == cases[c].steps, "%s: %ld steps, expected %ld", cases[c].batching, tr.run.step,
+                      cases[c].steps);
+        ck_assert_int_eq(st->requeues, cases[c].requeues);
+        ck_assert_int_eq(st->positions_recomputed, cases[c].recomputed);
+        ck_assert_int_eq(st->joined_running, cases[c].joined);
+        ck_assert_int_eq(st->batches, cases[c].batches);
+        ck_assert_int_eq(st->grow_moves, 1);
+        ck_assert_double_eq(st->grow_bytes_copied, 16 * 256);
+        ck_assert_int_eq(tr.run.reqs[0].finished_step, 61);
+        expect_log_line(log_text, "ch03-batching: step 15: request 1 requeues itself (no newer request is left to "
+                                  "make room; 16 positions to recompute)\n");
+        if (c == 0) {
+            ck_assert_int_eq(tr.run.reqs[0].preemptions, 1);
+            ck_assert_int_eq(tr.run.reqs[1].preemptions, 2);
+            expect_log_line(log_text, "ch03-batching: step 16: request 1 joins the running batch (2 running now), "
+                                      "16.00 KiB reserved, 0 B free\n");
+            expect_log_line(log_text, "ch03-batching: step 31: request 1 requeued to make room for request 0 (31 "
+                                      "positions to recompute)\n");
+            expect_log_line(log_text, "ch03-batching: step 31: request 0 requeues itself (no newer request is left "
+                                      "to make room; 32 positions to recompute)\n");
+            expect_log_line(log_text, "ch03-batching: step 62: batch 3: requests 1 (1)");
+        }
+        expect_breakdown_sums_to_one(&tr.run);
+        expect_solo_tokens(&tm, &tr, cases[c].batching);
+        free(log_text);
+        finish_run(&tr);
+    }
     close_model(&tm);
 }
 END_TEST
@@ -726,6 +1002,8 @@ START_TEST(program_refuses_bad_input)
     expect_one_line_error((const char *[]){"--requests", good, "--kv-budget", "1KiB", "--reserve", "request", NULL},
                           "holds no request");
     expect_one_line_error((const char *[]){"--requests", good, "--reserve", "paged", NULL}, "not one of");
+    expect_one_line_error((const char *[]){"--requests", good, "--batching", "dynamic", NULL},
+                          "--batching: 'dynamic' is not one of static, continuous");
     expect_one_line_error((const char *[]){"--requests", good, "--max-batch", "0", NULL}, "out of range");
     expect_one_line_error((const char *[]){"--requests", good, "--block-size", "16", NULL}, "unknown option");
 }
@@ -791,6 +1069,43 @@ START_TEST(program_writes_json_lines_and_report)
     for (size_t k = 0; k < sizeof report_keys / sizeof report_keys[0]; k++)
         ck_assert_msg(strstr(report, report_keys[k]), "the report lacks %s:\n%s", report_keys[k], report);
     ck_assert_int_eq(count_char(report, '{'), count_char(report, '}'));
+    ck_assert_msg(strstr(report, "\"batching\": \"static\""), "%s", report);
+}
+END_TEST
+
+/* --batching continuous through the program: the table says so, and C (see
+ * continuous_joins_where_static_waits) joins at step 4. */
+START_TEST(program_continuous_batching)
+{
+    char reqs[PATH_MAX], out[PATH_MAX], json[PATH_MAX];
+    const char *text = "4\ta\n8\tb\n4\tc\n";
+    test_write_temp(text, strlen(text), reqs);
+    test_write_temp("", 0, out);
+    test_write_temp("", 0, json);
+    ProgramResult r;
+    run_program((const char *[]){"--requests", reqs, "--reserve", "request", "--kv-budget", "4KiB", "--batching",
+                                 "continuous", "--out", out, "--json", json, NULL}, &r);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "--batching continuous, --reserve request"), "%s", r.err);
+    ck_assert_msg(strstr(r.err, "continuous batching (--reserve request"), "%s", r.err);
+    ck_assert_msg(strstr(r.err, "1 admissions joined a running batch"), "%s", r.err);
+    ck_assert_msg(strstr(r.err, "step 4: request 2 joins the running batch"), "%s", r.err);
+    test_result_free(&r);
+    FILE *f = fopen(out, "r");
+    char line[8192];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        if (n++ == 2)
+            ck_assert_msg(strstr(line, "\"admitted_step\":4,\"finished_step\":7"), "%s", line);
+    fclose(f);
+    ck_assert_int_eq(n, 3);
+    f = fopen(json, "r");
+    static char report[1 << 20];
+    size_t len = fread(report, 1, sizeof report - 1, f);
+    report[len] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(report, "\"batching\": \"continuous\"") && strstr(report, "\"joined_running\": 1") &&
+                      strstr(report, "\"steps\": 8,"), "%s", report);
 }
 END_TEST
 
@@ -809,6 +1124,10 @@ Suite *suite_ch03(void)
     tcase_set_timeout(batching, 120);
     tcase_add_test(batching, every_policy_gives_solo_tokens_synthetic);
     tcase_add_test(batching, every_policy_gives_solo_tokens_stories260k);
+    tcase_add_test(batching, continuous_every_policy_gives_solo_tokens_synthetic);
+    tcase_add_test(batching, continuous_joins_where_static_waits);
+    tcase_add_test(batching, continuous_fragmentation_refusal_by_hand);
+    tcase_add_test(batching, continuous_grow_requeues_by_hand);
     tcase_add_test(batching, breakdown_by_hand);
     tcase_add_test(batching, fragmentation_refusal_on_a_real_run);
     tcase_add_test(batching, oversized_request_is_rejected);
@@ -819,6 +1138,7 @@ Suite *suite_ch03(void)
     tcase_set_timeout(program, 60);
     tcase_add_test(program, program_refuses_bad_input);
     tcase_add_test(program, program_writes_json_lines_and_report);
+    tcase_add_test(program, program_continuous_batching);
     suite_add_tcase(s, program);
     return s;
 }

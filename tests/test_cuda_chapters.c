@@ -370,6 +370,14 @@ START_TEST(chapter3_on_device_matches_cpu)
     const char *pow2_keys[] = {"steps", "batches", "kv_peak_reserved_bytes", NULL};
     const char *pow2_positive[] = {"batches", NULL};
     serving_matches(&f, reqs, "ch03-batching", pow2, pow2_keys, pow2_positive);
+    /* Continuous batching: regions freed and taken at every step, moved
+     * under grow; every move must be repeated on the device in order. */
+    const char *orca[] = {"--reserve", "grow", "--max-batch", "4", "--kv-budget", "160KiB", "--batching",
+                          "continuous", NULL};
+    const char *orca_keys[] = {"steps", "batches", "joined_running", "grow_moves", "requeues",
+                               "refusals_fragmentation", "kv_peak_reserved_bytes", NULL};
+    const char *orca_positive[] = {"joined_running", "grow_moves", "requeues", NULL};
+    serving_matches(&f, reqs, "ch03-batching", orca, orca_keys, orca_positive);
     unlink(reqs);
     files_close(&f);
 }

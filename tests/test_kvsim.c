@@ -258,6 +258,47 @@ START_TEST(held_by_finished_by_hand)
 }
 END_TEST
 
+/* The same kind of case with continuous batching (the paper's Orca-Max):
+ * three requests of 100 prompt tokens asking for 4, 8 and 4 new ones,
+ * --reserve max (2,048 positions), a budget of two regions (2 GiB). R0 and
+ * R1 run from step 0; R0 finishes at step 3 and frees its region, R2 takes
+ * it at step 4 and finishes at step 7 with R1: 8 steps, 2 running at every
+ * one (static batching: R2 waits for R1, 12 steps). In position-steps:
+ *   reserved        2,048 x (4 + 8 + 4)                      = 32,768
+ *   token states    R0, R2: 100..103 = 406 each; R1: 100..107 = 828: 1,640
+ *   internal        (2,048 - 103) x 4 x 2 + (2,048 - 107) x 8 = 31,088
+ *   for future      R0, R2: 3+2+1+0 = 6 each; R1: 7+...+0 = 28: 40
+ * Nothing is held by a finished request. Latency: R0 4 steps, R1 and R2 8. */
+START_TEST(chapter3_continuous_max_by_hand)
+{
+    SimRequestSpec reqs[3] = {{.prompt_tokens = 100, .max_new_tokens = 4},
+                              {.prompt_tokens = 100, .max_new_tokens = 8},
+                              {.prompt_tokens = 100, .max_new_tokens = 4}};
+    CliOptions o = sim_options("max", (size_t)2 << 30, 64);
+    o.batching = "continuous";
+    KvsimResult r;
+    run_sim(batching_chapter(), &o, reqs, 3, &r);
+    ck_assert_int_eq(r.steps, 8);
+    ck_assert_int_eq(r.max_concurrent, 2);
+    ck_assert_double_eq_tol(r.avg_concurrent, 2.0, 1e-12);
+    ck_assert_double_eq_tol(r.breakdown[0], 1640.0 / 32768, 1e-12);
+    ck_assert_double_eq_tol(r.breakdown[1], 40.0 / 32768, 1e-12);
+    ck_assert_double_eq_tol(r.breakdown[2], 31088.0 / 32768, 1e-12);
+    ck_assert_double_eq_tol(r.breakdown[3], 0.0, 1e-12);
+    ck_assert_double_eq_tol(r.held_by_finished, 0.0, 1e-12);
+    ck_assert_double_eq_tol(r.live_token_states, r.breakdown[0], 1e-12);
+    ck_assert_double_eq_tol(r.served_per_step, 3.0 / 8, 1e-12);
+    ck_assert_double_eq_tol(r.mean_latency, 20.0 / 3, 1e-12);
+    ck_assert_uint_eq(r.peak_reserved, (size_t)2 << 30);
+    /* Static batching on the same requests: 12 steps, R2 from step 8. */
+    o.batching = "static";
+    run_sim(batching_chapter(), &o, reqs, 3, &r);
+    ck_assert_int_eq(r.steps, 12);
+    ck_assert_double_eq_tol(r.mean_latency, 24.0 / 3, 1e-12);
+    ck_assert_double_eq_tol(r.held_by_finished, 4.0 * 2048 / (2048.0 * 20), 1e-12);
+}
+END_TEST
+
 /* Arrivals: three requests of 10 prompt tokens and 5 new ones, arriving at
  * steps 0, 100 and 200. Each runs alone for 5 steps; in between nobody is
  * there and time jumps ahead: 205 steps, 15 of them busy. */
@@ -389,6 +430,9 @@ static void synthetic_close(Synthetic *s)
     mem_free(s->tok_image);
 }
 
+/* External fragmentation (byte-steps) of the last expect_same_decisions() run. */
+static double last_external;
+
 /* Runs the chapter on the model, then the simulator on the lengths that
  * run produced (each request's prompt, what it asked for, and where it
  * stopped), and asks for the same batch at every step and the same
@@ -436,6 +480,7 @@ static long expect_same_decisions(const Synthetic *s, const ServingChapter *ch, 
     ck_assert_double_eq_tol(sim.breakdown.internal_fragmentation, real.breakdown.internal_fragmentation, 1e-6);
     ck_assert_double_eq_tol(sim.breakdown.external_fragmentation, real.breakdown.external_fragmentation, 1e-6);
     ck_assert_uint_eq(sim.timeline.peak_reserved, real.timeline.peak_reserved);
+    last_external = real.breakdown.external_fragmentation;
     free(real_log.items);
     free(step_log.items);
     step_log = (StepLog){0};
@@ -453,20 +498,35 @@ START_TEST(same_decisions_as_chapter3)
     Synthetic s;
     synthetic_open(&s, 7); /* seed 7: some requests stop early (EOS) */
     static const char *const policies[] = {"max", "request", "pow2", "grow"};
-    long requeues = 0;
-    for (int p = 0; p < 4; p++) {
-        CliOptions o;
-        cli_defaults(&o);
-        o.reserve = policies[p];
-        o.threads = 1;
-        /* 1.5 full-length regions of 64 positions (or what grow starts
-         * with): several batches, and requeues under grow. */
-        o.kv_budget = 96 * 256;
-        char what[64];
-        snprintf(what, sizeof what, "chapter 3, --reserve %s", policies[p]);
-        requeues += expect_same_decisions(&s, batching_chapter(), &o, what);
+    static const char *const batchings[] = {"static", "continuous"};
+    for (int m = 0; m < 2; m++) {
+        long requeues = 0;
+        double external = 0;
+        for (int p = 0; p < 4; p++) {
+            CliOptions o;
+            cli_defaults(&o);
+            o.reserve = policies[p];
+            o.batching = batchings[m];
+            o.threads = 1;
+            /* Static: 1.5 full-length regions of 64 positions (or what
+             * grow starts with): several batches, and requeues under grow.
+             * Continuous: 2.5, so that under max one request can join
+             * another; requests wait, are refused by fragmentation under
+             * request and pow2, and requeued under grow. */
+            o.kv_budget = (m == 0 ? 96 : 160) * 256;
+            char what[64];
+            snprintf(what, sizeof what, "chapter 3, --batching %s --reserve %s", batchings[m], policies[p]);
+            requeues += expect_same_decisions(&s, batching_chapter(), &o, what);
+            if (p != 3)
+                external += last_external; /* fixed-size regions */
+        }
+        /* Static batches start in an empty arena; continuous ones fragment
+         * it under the fixed-size policies too. */
+        ck_assert_msg((external > 0) == (m == 1), "--batching %s: external fragmentation %g under max, request "
+                      "and pow2", batchings[m], external);
+        ck_assert_msg(requeues > 0, "--batching %s: the budget should force requeues under grow (their path "
+                      "untested)", batchings[m]);
     }
-    ck_assert_msg(requeues > 0, "the budget should force requeues under grow (their path untested)");
     synthetic_close(&s);
 }
 END_TEST
@@ -547,8 +607,9 @@ START_TEST(program_source_scenario)
     run_kvsim((const char *[]){"--scenario", "source-13b-a100-80gb", "--requests", "200", "--json", json, NULL}, &r);
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
     ck_assert_msg(strstr(r.out, "48000000000 B") && strstr(r.out, "28 full-length requests"), "%s", r.out);
-    static const char *const rows[] = {"ch03 max ", "ch03 request ", "ch03 pow2 ", "ch03 grow ", "ch04 paged/16 "};
-    for (size_t i = 0; i < 5; i++)
+    static const char *const rows[] = {"ch03 max ", "ch03 request ", "ch03 pow2 ", "ch03 grow ", "ch03 orca-max ",
+                                       "ch03 orca-pow2 ", "ch03 orca-oracle ", "ch04 paged/16 "};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         ck_assert_msg(strstr(r.out, rows[i]), "no row '%s' in:\n%s", rows[i], r.out);
     test_result_free(&r);
     FILE *f = fopen(json, "r");
@@ -559,6 +620,38 @@ START_TEST(program_source_scenario)
     ck_assert_msg(strstr(text, "\"strategy\": \"ch03 max\",\n      \"max_concurrent\": 28,"), "%s", text);
     ck_assert_msg(strstr(text, "\"kv_budget_bytes\": 48000000000"), "%s", text);
     ck_assert_msg(strstr(text, "\"requests_completed\": 200"), "%s", text);
+}
+END_TEST
+
+/* The paper's setting prints the paper's figures next to the strategies
+ * that replay them (what kvsim measures is in book/ch05-side-by-side.md;
+ * the test checks the plumbing, not the values). */
+START_TEST(program_paper_scenario)
+{
+    char json[PATH_MAX];
+    test_write_temp("", 0, json);
+    ProgramResult r;
+    run_kvsim((const char *[]){"--scenario", "paper-13b-a100-40gb", "--requests", "100", "--strategies",
+                               "orca-pow2,orca-oracle,paged", "--json", json, NULL}, &r);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    static const char *const lines[] = {"against the PagedAttention paper (Fig. 2)", "  Orca-Pow2     26.8%   ch03 orca-pow2 ",
+                                        "  Orca-Oracle   38.2%   ch03 orca-oracle ", "  vLLM          96.3%   ch04 paged/16 "};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        ck_assert_msg(strstr(r.out, lines[i]), "no '%s' in:\n%s", lines[i], r.out);
+    ck_assert_msg(!strstr(r.out, "Orca-Max") && !strstr(r.out, "ch03 max "), "%s", r.out);
+    test_result_free(&r);
+    FILE *f = fopen(json, "r");
+    static char text[1 << 16];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    text[len] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(text, "\"paper_strategy\": \"Orca-Oracle\",\n      \"paper_token_states\": 0.382"), "%s",
+                  text);
+    /* The source scenario has no figures from the paper. */
+    run_kvsim((const char *[]){"--scenario", "source-13b-a100-80gb", "--requests", "50", "--strategies", "orca-max",
+                               NULL}, &r);
+    ck_assert_msg(r.status == 0 && !strstr(r.out, "against the PagedAttention paper"), "%s%s", r.out, r.err);
+    test_result_free(&r);
 }
 END_TEST
 
@@ -576,6 +669,7 @@ Suite *suite_kvsim(void)
     tcase_add_test(hand, chapter3_max_by_hand);
     tcase_add_test(hand, chapter4_paged_by_hand);
     tcase_add_test(hand, held_by_finished_by_hand);
+    tcase_add_test(hand, chapter3_continuous_max_by_hand);
     tcase_add_test(hand, arrivals_leave_idle_steps);
     tcase_add_test(hand, output_shorter_than_the_limit_stops);
     suite_add_tcase(s, hand);
@@ -588,6 +682,7 @@ Suite *suite_kvsim(void)
     tcase_set_timeout(program, 60);
     tcase_add_test(program, program_refuses_bad_options);
     tcase_add_test(program, program_source_scenario);
+    tcase_add_test(program, program_paper_scenario);
     suite_add_tcase(s, program);
     return s;
 }

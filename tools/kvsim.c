@@ -6,8 +6,10 @@
  *   build/kvsim --scenario paper-13b-a100-40gb
  *   build/kvsim --preset llama-7b --gpu h100-80gb --workload alpaca --rate 0.5
  *
- * For every strategy (chapter 3's four reservation policies, chapter 4's
- * paged allocator) it prints the maximum and average number of requests
+ * For every strategy (chapter 3's four reservation policies with static
+ * batching, three of them with continuous batching as the PagedAttention
+ * paper's Orca baselines, chapter 4's paged allocator) it prints the
+ * maximum and average number of requests
  * running at once, KV utilization, where the reserved KV memory went (the
  * PagedAttention paper's four-way split), preemptions, and requests served
  * per simulated step. See common/kvsim.h for the workload model and
@@ -32,11 +34,29 @@
 
 /* ------------------------------------------------------------ scenarios */
 
+/* ------------------------------------------------------------ strategies */
+
+enum { S_MAX, S_REQUEST, S_POW2, S_GROW, S_ORCA_MAX, S_ORCA_POW2, S_ORCA_ORACLE, S_PAGED, N_STRATEGIES };
+static const char *const STRATEGY_NAMES[N_STRATEGIES] = {"max",      "request",   "pow2",        "grow",
+                                                         "orca-max", "orca-pow2", "orca-oracle", "paged"};
+#define STRATEGY_LIST "max, request, pow2, grow, orca-max, orca-pow2, orca-oracle, paged"
+
+/* A number the PagedAttention paper (Kwon et al., SOSP 2023) reports for a
+ * strategy: the share of reserved KV memory holding token states (Fig. 2). */
+typedef struct {
+    int strategy;      /* S_... */
+    const char *label; /* the paper's name for it */
+    double token_states;
+} PaperFigure;
+
+#define N_PAPER_FIGURES 4
+
 /* A scenario is a list of options, printed as such: nothing is hidden. */
 typedef struct {
     const char *name;
     const char *options;
     const char *what;
+    PaperFigure paper[N_PAPER_FIGURES]; /* what the paper measured in this setting (label NULL: nothing) */
 } Scenario;
 
 static const Scenario SCENARIOS[] = {
@@ -45,12 +65,15 @@ static const Scenario SCENARIOS[] = {
      "--max-input 1024 --max-output 1024 --max-new 1024 --input lognormal:161.31:1 --output uniform:1:999 "
      "--requests 1000 --rate 0",
      "the source material's case: a 13B model on an A100 80 GB, 26 GB of weights, 4 GB of activations, 2 GB "
-     "reserved; requests of at most 1,024 + 1,024 tokens that produce about 500 tokens on average"},
+     "reserved; requests of at most 1,024 + 1,024 tokens that produce about 500 tokens on average",
+     {{0}}},
     {"paper-13b-a100-40gb",
      "--preset opt-13b --dtype fp16 --gpu a100-40gb --weights 26GB --kv-budget 12GiB --workload sharegpt "
      "--max-input 1024 --max-output 2047 --max-new oracle --requests 1000 --rate 0",
      "like the PagedAttention paper's Fig. 2: OPT-13B on an A100 40 GB with 12 GiB for K/V (Table 1: 15.7K "
-     "token slots), ShareGPT-like lengths, and reservations that know each output length (Orca-Oracle)"},
+     "token slots), ShareGPT-like lengths, and reservations that know each output length (Orca-Oracle)",
+     {{S_ORCA_MAX, "Orca-Max", 0.204}, {S_ORCA_POW2, "Orca-Pow2", 0.268}, {S_ORCA_ORACLE, "Orca-Oracle", 0.382},
+      {S_PAGED, "vLLM", 0.963}}},
 };
 
 static const Scenario *find_scenario(const char *name)
@@ -68,9 +91,6 @@ static void list_scenarios(FILE *f)
 }
 
 /* ------------------------------------------------------------ options */
-
-enum { S_MAX, S_REQUEST, S_POW2, S_GROW, S_PAGED, N_STRATEGIES };
-static const char *const STRATEGY_NAMES[N_STRATEGIES] = {"max", "request", "pow2", "grow", "paged"};
 
 typedef struct {
     const Scenario *scenario;
@@ -117,8 +137,9 @@ static const struct option LONGOPTS[] = {
 static void usage(void)
 {
     printf("Usage: %s [options]\n"
-           "Capacity simulator: chapter 3's reservation policies and chapter 4's paged allocator, their real code\n"
-           "in accounting-only mode (no model, no K/V bytes), on real-model shapes and GPU memory sizes.\n\n"
+           "Capacity simulator: chapter 3's reservation policies (static and continuous batching) and chapter 4's\n"
+           "paged allocator, their real code in accounting-only mode (no model, no K/V bytes), on real-model shapes\n"
+           "and GPU memory sizes.\n\n"
            "  --scenario NAME      a named setting (its options are printed; later options override them):\n"
            "                       source-13b-a100-80gb, paper-13b-a100-40gb; --scenario list describes them\n"
            "model and GPU\n"
@@ -132,7 +153,11 @@ static void usage(void)
            "  --reserve SIZE       kept back for the system (default 2GB)\n"
            "  --kv-budget SIZE     the K/V memory itself, instead of what the GPU leaves\n"
            "serving\n"
-           "  --strategies LIST    of max,request,pow2,grow,paged (default all)\n"
+           "  --strategies LIST    of max,request,pow2,grow,orca-max,orca-pow2,orca-oracle,paged (default all):\n"
+           "                       max..grow: chapter 3's --reserve with static batching; orca-max, orca-pow2:\n"
+           "                       --reserve max, pow2 with --batching continuous (the paper's Orca baselines);\n"
+           "                       orca-oracle: --reserve request, continuous, every request asking for exactly\n"
+           "                       its output length whatever --max-new says; paged: chapter 4\n"
            "  --block-size N       chapter 4's block size, a power of two from 1 to 256 (default 16)\n"
            "  --watermark PCT      chapter 4's free blocks kept back at admission (default 1)\n"
            "  --max-batch N        chapter 3's most requests per batch (default: no limit)\n"
@@ -185,11 +210,11 @@ static int parse_strategies(const char *text, int use[N_STRATEGIES], Err *err)
         while (k < N_STRATEGIES && strcmp(tok, STRATEGY_NAMES[k]) != 0)
             k++;
         if (k == N_STRATEGIES)
-            return err_set(err, "--strategies: '%s' is not one of max, request, pow2, grow, paged", tok);
+            return err_set(err, "--strategies: '%s' is not one of " STRATEGY_LIST, tok);
         use[k] = 1;
         n++;
     }
-    return n ? 0 : err_set(err, "--strategies: give at least one of max, request, pow2, grow, paged");
+    return n ? 0 : err_set(err, "--strategies: give at least one of " STRATEGY_LIST);
 }
 
 /* Weights in fp16 when not given: 2 bytes per parameter, as the source
@@ -467,8 +492,11 @@ static void print_setup(const Options *o, const SimRequestSpec *reqs)
 
 /* ------------------------------------------------------------ the runs */
 
+/* The chapter and its options for strategy k: chapter 3's --reserve and
+ * --batching, or chapter 4. */
 static const ServingChapter *strategy_chapter(int k, const Options *o, CliOptions *co)
 {
+    static const char *const reserve[N_STRATEGIES] = {"max", "request", "pow2", "grow", "max", "pow2", "request"};
     cli_defaults(co);
     co->kv_budget = (size_t)o->kv_budget;
     co->block_size = o->block_size;
@@ -476,8 +504,16 @@ static const ServingChapter *strategy_chapter(int k, const Options *o, CliOption
     co->max_batch = o->max_batch ? o->max_batch : o->w.n_requests;
     if (k == S_PAGED)
         return paged_chapter();
-    co->reserve = STRATEGY_NAMES[k];
+    co->reserve = reserve[k];
+    co->batching = k >= S_ORCA_MAX ? "continuous" : "static";
     return batching_chapter();
+}
+
+/* The requests strategy k serves: the workload's, except that orca-oracle
+ * asks for exactly each request's output length (@p oracle). */
+static const SimRequestSpec *strategy_requests(int k, const SimRequestSpec *reqs, const SimRequestSpec *oracle)
+{
+    return k == S_ORCA_ORACLE ? oracle : reqs;
 }
 
 static void strategy_label(int k, const Options *o, char *buf, size_t n)
@@ -490,23 +526,32 @@ static void strategy_label(int k, const Options *o, char *buf, size_t n)
 
 static void print_header(void)
 {
-    printf("%-14s %5s %6s %6s | %6s %6s %6s %6s | %6s %6s | %7s %7s %6s %7s\n", "strategy", "max", "avg", "KV",
+    printf("%-16s %5s %6s %6s | %6s %6s %6s %6s | %6s %6s | %7s %7s %6s %7s\n", "strategy", "max", "avg", "KV",
            "token", "reserv", "intern", "extern", "held", "live", "preempt", "served", "steps", "latency");
-    printf("%-14s %5s %6s %6s | %6s %6s %6s %6s | %6s %6s | %7s %7s %6s %7s\n", "", "conc.", "conc.", "util.",
+    printf("%-16s %5s %6s %6s | %6s %6s %6s %6s | %6s %6s | %7s %7s %6s %7s\n", "", "conc.", "conc.", "util.",
            "states", "-ed", "frag.", "frag.", "by fin", "tokens", "", "/step", "", "(steps)");
 }
 
 static void print_row(const char *label, const KvsimResult *r)
 {
-    printf("%-14s %5d %6.1f %5.1f%% | %5.1f%% %5.1f%% %5.1f%% %5.1f%% | %5.1f%% %5.1f%% | %7ld %7.4f %6ld %7.0f\n",
+    printf("%-16s %5d %6.1f %5.1f%% | %5.1f%% %5.1f%% %5.1f%% %5.1f%% | %5.1f%% %5.1f%% | %7ld %7.4f %6ld %7.0f\n",
            label, r->max_concurrent, r->avg_concurrent, 100 * r->util_avg, 100 * r->breakdown[0],
            100 * r->breakdown[1], 100 * r->breakdown[2], 100 * r->breakdown[3], 100 * r->held_by_finished,
            100 * r->live_token_states, r->preemptions, r->served_per_step, r->steps, r->mean_latency);
     if (r->rejected)
-        printf("%-15s %d requests rejected (they can never fit)\n", "", r->rejected);
+        printf("%-17s %d requests rejected (they can never fit)\n", "", r->rejected);
 }
 
-static void json_result(JsonWriter *j, const char *label, const KvsimResult *r)
+/* What the scenario's paper measured for strategy k, or NULL. */
+static const PaperFigure *paper_figure(const Options *o, int k)
+{
+    for (int i = 0; o->scenario && i < N_PAPER_FIGURES; i++)
+        if (o->scenario->paper[i].label && o->scenario->paper[i].strategy == k)
+            return &o->scenario->paper[i];
+    return NULL;
+}
+
+static void json_result(JsonWriter *j, const char *label, const PaperFigure *paper, const KvsimResult *r)
 {
     json_begin_object(j, NULL);
     json_string(j, "strategy", label);
@@ -531,7 +576,31 @@ static void json_result(JsonWriter *j, const char *label, const KvsimResult *r)
     json_int(j, "tokens_generated", r->tokens_generated);
     json_double(j, "requests_per_step", r->served_per_step);
     json_double(j, "mean_latency_steps", r->mean_latency);
+    if (paper) {
+        json_string(j, "paper_strategy", paper->label);
+        json_double(j, "paper_token_states", paper->token_states);
+    }
     json_end_object(j);
+}
+
+/* The scenario's figures from the paper next to the strategies that
+ * replay them. */
+static void print_paper(const Options *o, const KvsimResult *results)
+{
+    if (!o->scenario || !o->scenario->paper[0].label)
+        return;
+    printf("\nagainst the PagedAttention paper (Fig. 2): share of the reserved KV memory holding token states\n");
+    printf("  %-12s %6s   %-16s %12s %12s\n", "paper", "", "kvsim", "token states", "live tokens");
+    for (int i = 0; i < N_PAPER_FIGURES; i++) {
+        const PaperFigure *p = &o->scenario->paper[i];
+        if (!p->label || !o->use[p->strategy])
+            continue;
+        char label[32];
+        strategy_label(p->strategy, o, label, sizeof label);
+        const KvsimResult *r = &results[p->strategy];
+        printf("  %-12s %5.1f%%   %-16s %11.1f%% %11.1f%%\n", p->label, 100 * p->token_states, label,
+               100 * r->breakdown[0], 100 * r->live_token_states);
+    }
 }
 
 static void json_setup(JsonWriter *j, const Options *o)
@@ -564,21 +633,24 @@ static Model shape_of(const KvShape *s)
 }
 
 /* Every chosen strategy's own check, before anything is printed. */
-static int check_all(const Options *o, const SimRequestSpec *reqs, Err *err)
+static int check_all(const Options *o, const SimRequestSpec *reqs, const SimRequestSpec *oracle, Err *err)
 {
     Model shape = shape_of(&o->shape);
     size_t per_token = (size_t)kvmath_bytes_per_token(&o->shape, o->dtype);
     for (int k = 0; k < N_STRATEGIES; k++) {
         CliOptions co;
         const ServingChapter *ch = strategy_chapter(k, o, &co);
-        if (o->use[k] && kvsim_check(ch, &shape, &co, per_token, reqs, o->w.n_requests, err))
+        if (o->use[k] &&
+            kvsim_check(ch, &shape, &co, per_token, strategy_requests(k, reqs, oracle), o->w.n_requests, err))
             return err_prefix(err, "--strategies %s", STRATEGY_NAMES[k]);
     }
     return 0;
 }
 
-static int run_all(const Options *o, const SimRequestSpec *reqs, FILE *jf, Err *err)
+static int run_all(const Options *o, const SimRequestSpec *reqs, const SimRequestSpec *oracle, FILE *jf, Err *err)
 {
+    KvsimResult results[N_STRATEGIES];
+    memset(results, 0, sizeof results);
     Model shape = shape_of(&o->shape);
     size_t per_token = (size_t)kvmath_bytes_per_token(&o->shape, o->dtype);
     JsonWriter j;
@@ -596,21 +668,23 @@ static int run_all(const Options *o, const SimRequestSpec *reqs, FILE *jf, Err *
         const ServingChapter *ch = strategy_chapter(k, o, &co);
         char label[32];
         strategy_label(k, o, label, sizeof label);
-        KvsimResult r;
+        KvsimResult *r = &results[k];
         if (o->verbose)
             fprintf(stderr, "%s: running %s\n", PROGRAM, label);
-        if (kvsim_run(ch, &shape, &co, per_token, reqs, o->w.n_requests, o->verbose ? stderr : NULL, &r, err))
+        if (kvsim_run(ch, &shape, &co, per_token, strategy_requests(k, reqs, oracle), o->w.n_requests,
+                      o->verbose ? stderr : NULL, r, err))
             return err_prefix(err, "%s", label);
-        print_row(label, &r);
+        print_row(label, r);
         fflush(stdout);
         if (jf)
-            json_result(&j, label, &r);
+            json_result(&j, label, paper_figure(o, k), r);
     }
     if (jf) {
         json_end_array(&j);
         json_end_object(&j);
         fputc('\n', jf);
     }
+    print_paper(o, results);
     return 0;
 }
 
@@ -630,27 +704,38 @@ int main(int argc, char **argv)
     if (rc < 0)
         return fail(err.msg);
     SimRequestSpec *reqs = mem_alloc_array(MEM_ACTIVATIONS, (size_t)o.w.n_requests, sizeof *reqs);
-    if (!reqs)
+    SimRequestSpec *oracle = mem_alloc_array(MEM_ACTIVATIONS, (size_t)o.w.n_requests, sizeof *oracle);
+    if (!reqs || !oracle) {
+        mem_free(reqs);
         return fail("out of memory for the requests");
+    }
     kvsim_make_requests(&o.w, o.shape.seq_len, reqs);
+    /* The same requests, each asking for exactly what it will produce. */
+    for (int i = 0; i < o.w.n_requests; i++) {
+        oracle[i] = reqs[i];
+        oracle[i].max_new_tokens = reqs[i].output_tokens;
+    }
     FILE *jf = NULL;
-    if (check_all(&o, reqs, &err) == 0 && o.json_path && !(jf = fopen(o.json_path, "w")))
+    if (check_all(&o, reqs, oracle, &err) == 0 && o.json_path && !(jf = fopen(o.json_path, "w")))
         err_set(&err, "--json %s: cannot create: %s", o.json_path, strerror(errno));
     if (err.msg[0]) {
         mem_free(reqs);
+        mem_free(oracle);
         return fail(err.msg);
     }
     print_setup(&o, reqs);
-    rc = run_all(&o, reqs, jf, &err);
+    rc = run_all(&o, reqs, oracle, jf, &err);
     mem_free(reqs);
+    mem_free(oracle);
     if (jf && fclose(jf) != 0 && rc == 0)
         rc = err_set(&err, "--json %s: write failed", o.json_path);
     if (rc)
         return fail(err.msg);
     printf("\nconc.: requests running at once. KV util.: used / reserved, averaged over steps. token states ..\n"
            "extern frag.: the PagedAttention paper's split of reserved KV byte-steps (they add up to 100%%).\n"
-           "held by fin: the share reserved by requests that had already finished (chapter 3 frees a batch's\n"
-           "regions when the whole batch is done, and counts what they hold as token states); live tokens: token\n"
+           "held by fin: the share reserved by requests that had already finished (chapter 3's static batching\n"
+           "frees a batch's regions when the whole batch is done, and counts what they hold as token states; the\n"
+           "orca-* rows batch continuously and free a region when its request finishes); live tokens: token\n"
            "states of requests still running. served/step: requests completed per simulated step, idle steps\n"
            "included; latency: mean steps from arrival to finish.\n");
     return 0;

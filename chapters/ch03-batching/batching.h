@@ -1,12 +1,13 @@
 /**
  * @file batching.h
- * @brief Chapter 3: static batching with a contiguous K/V region reserved
- *        per request.
+ * @brief Chapter 3: batching with a contiguous K/V region reserved per
+ *        request, static (FasterTransformer) or continuous (Orca).
  *
  * Running one request at a time leaves the hardware idle: a decode step
  * reads every weight to produce one token. Batching runs many requests in
  * one forward step, so each weight is read once for all of them. Before
- * paging, a server did it the way FasterTransformer did:
+ * paging, a server did it the way FasterTransformer did (`--batching
+ * static`, the default):
  *
  * 1. **Admit** waiting requests in file order (first come, first served)
  *    while the batch has room (`--max-batch`) and each one's reservation
@@ -20,6 +21,27 @@
  *    reservation until the batch ends (its slot in the batch's tensors
  *    cannot be reused until then).
  * 4. **Release** every region at once, and go back to 1.
+ *
+ * ## Continuous batching with reservations (`--batching continuous`)
+ *
+ * Orca (Yu et al., OSDI 2022) schedules at every iteration instead, and the
+ * PagedAttention paper's baselines (Orca-Max, Orca-Pow2, Orca-Oracle) are
+ * Orca with exactly these reservations. Two things change, nothing else:
+ *
+ * - **when regions are released**: a request's region is freed in the step
+ *   it finishes (batching_finished()), not when its batch ends;
+ * - **when admission runs**: at every step, after the running requests have
+ *   their room, while the batch has room and the head of the queue fits
+ *   (same batching_admit(), same first come, first served); the prompts of
+ *   the requests admitted run in the same forward step as the decodes of
+ *   the running ones. A step that had to requeue somebody to make room
+ *   admits nobody (the arena is short; admitting would only requeue again;
+ *   chapter 4 and vLLM do the same), unless nobody is left running.
+ *
+ * Every reservation is still made in full at admission, so continuous
+ * batching frees the memory of finished requests but none of the
+ * reservation waste. And regions now come and go at different times, so the
+ * arena fragments under every policy, not only under `grow`.
  *
  * A request whose largest possible region does not fit the whole budget can
  * never run: it is rejected up front (`finish: rejected`, with the reason).
@@ -50,12 +72,23 @@
  * - when no newer running request is left, the growing request requeues
  *   itself.
  *
- * This guarantees progress. The oldest running request only ever requeues
- * itself when it is the only one left running; the batch then ends, and the
- * next batch starts with it (it is the first waiting request in file
- * order) in an empty arena, with a region that holds its tokens and the
- * next one, so it produces at least one token per batch. Every requeue is
- * counted and reported, with the positions it costs to recompute.
+ * This guarantees progress, in both batchings. The invariant: every
+ * running request comes before every waiting one in file order, and the
+ * batch lists the running ones in file order. Admission keeps it (it takes
+ * the first waiting requests, in order, and appends them); a requeue keeps
+ * it (the victim is always the last running request: the newest, or the
+ * grower when nobody newer runs); finishing and arriving keep it. So the
+ * oldest running request is the head of everybody unfinished. Nobody
+ * requeues it to make room (victims are newer than the grower); it
+ * requeues itself only when it is the only one left running. Then nobody
+ * runs, so the arena is empty (continuous batching has released every
+ * finished region; static batching ends the batch), and admission runs at
+ * once, in the same step: the request is the first waiting one, and its
+ * region (its tokens and the next one, rounded up to a power of two) is at
+ * most its largest region, which fits the budget (or it would have been
+ * rejected). So the oldest request produces a token at every step, and
+ * finishes. Every requeue is counted and reported, with the positions it
+ * costs to recompute.
  *
  * ## External fragmentation, precisely
  *
@@ -65,9 +98,20 @@
  * for that one step (kv_arena_free_in_holes_below()). The first such
  * refusal of a step counts; a step without one adds nothing. Free memory
  * that nobody was refused is idle, not fragmented; the table reports it
- * separately. In this chapter every batch starts from an empty arena, so
- * only `grow` fragments it (the regions of one batch are laid out back to
- * back otherwise).
+ * separately. A static batch starts from an empty arena, so there only
+ * `grow` fragments it (the regions of one batch are laid out back to back
+ * otherwise); under continuous batching a request that waits at the head of
+ * the queue is tried again at every step, and every step it is refused by
+ * fragmentation counts.
+ *
+ * ## The step's token capacity
+ *
+ * open() sizes a step for the sum of the --max-batch largest max_tokens,
+ * and never more positions than the arena holds. That bounds every step of
+ * both batchings, prefills and decodes mixed: a step feeds only running
+ * requests (at most --max-batch), each at most its n_tokens - n_cached <=
+ * max_tokens positions; and each fed position lies in its request's region
+ * (feed checks it), and the regions are disjoint pieces of the arena.
  *
  * ## Accounting-only mode
  *
@@ -101,10 +145,17 @@ typedef struct {
     int tokens;    /**< positions the region holds; 0: no region */
 } KvRegion;
 
+/** When admission runs and regions are released (`--batching`). */
+typedef enum {
+    BATCHING_STATIC,    /**< a batch runs until its last request finishes (FasterTransformer) */
+    BATCHING_CONTINUOUS /**< regions freed when a request finishes, admission at every step (Orca) */
+} BatchingMode;
+
 /** What the batching did, for the memory table and the tests. */
 typedef struct {
-    long batches;                  /**< batches started */
-    int largest_batch;             /**< most requests admitted into one batch */
+    long batches;                  /**< batches started in an empty arena (continuous: after the batch emptied) */
+    int largest_batch;             /**< most requests in the batch at once */
+    long joined_running;           /**< admissions into a batch that was running (continuous only) */
     long reservations;             /**< regions reserved at admission */
     double reserved_tokens_sum;    /**< their sizes summed, in positions */
     long grow_moves;               /**< regions moved to a larger hole */
@@ -124,6 +175,7 @@ typedef struct {
 /** The chapter's state between steps. */
 typedef struct {
     ReservePolicy policy;     /**< --reserve */
+    BatchingMode mode;        /**< --batching */
     int max_batch;            /**< --max-batch */
     ModelConfig cfg;          /**< shape of the model (seq_len, layers, kv_dim) */
     size_t bytes_per_token;   /**< K and V of one position in all layers (run->kv_bytes_per_token) */
@@ -131,13 +183,16 @@ typedef struct {
     float *storage;           /**< [arena.capacity / 4] the K/V bytes; NULL in accounting-only mode */
     KvRegion *regions;        /**< [n_reqs] each request's region */
     int *batch;               /**< [max_batch] request indexes of the current batch, in admission order */
-    int n_batch;              /**< requests admitted into the current batch (some may have left) */
+    int n_batch;              /**< members of the batch: running, or finished and still holding a region (static) */
     size_t step_external;     /**< external fragmentation seen this step, bytes */
     int step_external_seen;   /**< 1 once this step has counted its refusal */
     BatchingStats stats;      /**< what happened so far */
     FILE *log;                /**< where refusals and batches are told (NULL: quiet) */
     long log_lines;           /**< lines told so far */
     char last_refusal[256];   /**< the latest "request N waits/cannot grow: ..." line */
+    int last_refusal_fragmented; /**< 1: that refusal had enough free bytes in total */
+    int told_head;            /**< request whose wait the log told last (-1: none), so a wait is told once */
+    int told_reason;          /**< why it waited then: 1 no space, 2 fragmentation, 3 batch full */
     Err fault;                /**< a bookkeeping error seen in a hook that cannot return one (empty: none) */
     /**
      * Told of every move that copies K/V (positions 0..n_pos-1 from one
@@ -158,8 +213,24 @@ typedef struct {
 const ServingChapter *batching_chapter(void);
 
 /**
+ * Reads a batching name as `--batching` spells it.
+ * @param name  "static" or "continuous"; NULL means static
+ * @param mode  receives the mode
+ * @param err   receives the reason on failure
+ * @return 0 on success, -1 for an unknown name
+ */
+int batching_mode_parse(const char *name, BatchingMode *mode, Err *err);
+
+/**
+ * The mode's name as `--batching` spells it.
+ * @param mode  a mode
+ * @return a static string
+ */
+const char *batching_mode_name(BatchingMode mode);
+
+/**
  * Refuses a run that can never work, before anything is printed: an
- * unknown policy, a budget that holds no request's reservation, a budget
+ * unknown policy or batching, a budget that holds no request's reservation, a budget
  * larger than this machine's memory (unless accounting only).
  * @param run  an initialised run (requests encoded)
  * @param err  receives the reason
@@ -180,10 +251,11 @@ int batching_check(const ServingRun *run, Err *err);
 int batching_place(BatchingState *b, ServingRun *run, Request *r, int tokens);
 
 /**
- * Starts a batch: admits waiting requests in file order while the batch has
- * room and their reservation fits; stops at the first that does not fit
- * (the chapter's lab).
- * @param b    the chapter, with no request running
+ * Admits waiting requests in file order while the batch has room and their
+ * reservation fits; stops at the first that does not fit (the chapter's
+ * lab). Static batching calls it to start a batch, continuous batching at
+ * every step.
+ * @param b    the chapter; b->batch lists the members (none when a static batch starts)
  * @param run  the run
  * @return requests admitted
  */
@@ -223,8 +295,9 @@ int batching_requeue(BatchingState *b, ServingRun *run, Request *r, const Reques
 int batching_end(BatchingState *b, ServingRun *run, Err *err);
 
 /**
- * Plans one step (ServingChapter.schedule): starts a batch when none is
- * running, makes room, feeds every running request of the batch.
+ * Plans one step (ServingChapter.schedule): makes room for the running
+ * requests, admits (static: only when nobody runs, starting a batch;
+ * continuous: at every step), feeds every running request of the batch.
  * @param ctx  the BatchingState
  * @param run  the run
  * @param err  receives the reason on failure
@@ -233,7 +306,8 @@ int batching_end(BatchingState *b, ServingRun *run, Err *err);
 int batching_schedule(void *ctx, ServingRun *run, Err *err);
 
 /**
- * ServingChapter.finished: ends the batch when its last request finished.
+ * ServingChapter.finished: static batching ends the batch when its last
+ * request finished; continuous batching releases @p r's region at once.
  * @param ctx  the BatchingState
  * @param run  the run
  * @param r    the request that finished

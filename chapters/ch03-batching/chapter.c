@@ -1,5 +1,5 @@
 /* Chapter 3 wired into the serving loop (common/serving.c): setting up the
- * arena, refusing impossible budgets, the accounting after each step, and
+ * arena, reading --batching, refusing impossible budgets, the accounting after each step, and
  * the chapter's lines of the memory table. The scheduling itself is the
  * lab, in solutions/ch03/. */
 #define _GNU_SOURCE /* sysconf(_SC_PHYS_PAGES) */
@@ -26,10 +26,28 @@ static size_t physical_memory(void)
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
 }
 
+int batching_mode_parse(const char *name, BatchingMode *mode, Err *err)
+{
+    if (!name || strcmp(name, "static") == 0)
+        *mode = BATCHING_STATIC;
+    else if (strcmp(name, "continuous") == 0)
+        *mode = BATCHING_CONTINUOUS;
+    else
+        return err_set(err, "--batching: '%s' is not one of static, continuous", name);
+    return 0;
+}
+
+const char *batching_mode_name(BatchingMode mode)
+{
+    return mode == BATCHING_CONTINUOUS ? "continuous" : "static";
+}
+
 int batching_check(const ServingRun *run, Err *err)
 {
     ReservePolicy policy;
-    if (reserve_policy_parse(run->opts->reserve, &policy, err))
+    BatchingMode mode;
+    if (reserve_policy_parse(run->opts->reserve, &policy, err) ||
+        batching_mode_parse(run->opts->batching, &mode, err))
         return -1;
     size_t budget = serving_kv_budget(run), smallest = 0;
     int smallest_id = -1;
@@ -99,7 +117,10 @@ static int descending(const void *x, const void *y)
 }
 
 /* The most tokens one step can feed: every prompt of the largest possible
- * batch at once, and never more positions than the arena holds. */
+ * batch at once, and never more positions than the arena holds. Both bound
+ * a continuous step too, where prompts and decodes mix: it feeds at most
+ * max_batch running requests, each at most max_tokens positions, and every
+ * fed position is in its request's region (see batching.h). */
 static int step_capacity(const BatchingState *b, const ServingRun *run, Err *err)
 {
     int *lengths = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
@@ -128,9 +149,9 @@ static void describe_setup(const BatchingState *b, const ServingRun *run, FILE *
         return;
     const ModelConfig *c = &b->cfg;
     char a[32], m[32];
-    fprintf(log, "ch03-batching: KV budget %s = %zu positions of %zu B; --reserve %s, --max-batch %d%s\n",
-            cli_format_bytes(a, sizeof a, (double)b->arena.capacity), b->arena.capacity / b->bytes_per_token,
-            b->bytes_per_token, reserve_policy_name(b->policy), run->opts->max_batch,
+    fprintf(log, "ch03-batching: KV budget %s = %zu positions of %zu B; --batching %s, --reserve %s, --max-batch "
+            "%d%s\n", cli_format_bytes(a, sizeof a, (double)b->arena.capacity), b->arena.capacity / b->bytes_per_token,
+            b->bytes_per_token, batching_mode_name(b->mode), reserve_policy_name(b->policy), run->opts->max_batch,
             b->storage ? "" : run->device ? " (K/V bytes on the device)" : " (accounting only: no K/V bytes)");
     int lo = c->seq_len, hi = 0, n = 0;
     double sum = 0;
@@ -168,6 +189,8 @@ static int batching_open(ServingRun *run, void **ctx, int *max_tokens, int *max_
     if (!b)
         return err_set(err, "out of memory for the batching state");
     reserve_policy_parse(run->opts->reserve, &b->policy, err);
+    batching_mode_parse(run->opts->batching, &b->mode, err);
+    b->told_head = -1;
     b->cfg = run->model->cfg;
     b->bytes_per_token = run->kv_bytes_per_token;
     b->log = log;
@@ -224,9 +247,11 @@ static void batching_account(void *ctx, ServingRun *run)
     b->stats.steps++;
     b->stats.free_fraction_sum += (double)b->arena.free_bytes / (double)b->arena.capacity;
     b->stats.reserved_sum += (double)(b->arena.capacity - b->arena.free_bytes);
+    /* Held by finished: from the step after the one a request finished in
+     * (in that step it still computed its last token), until it lets go. */
     for (int k = 0; k < b->n_batch; k++) {
         const Request *r = &run->reqs[b->batch[k]];
-        if (r->phase == REQ_DONE)
+        if (r->phase == REQ_DONE && r->finished_step < run->step)
             b->stats.finished_held_sum += (double)b->regions[r->index].tokens * (double)b->bytes_per_token;
     }
     if (b->arena.n_holes > b->stats.max_holes)
@@ -240,9 +265,14 @@ static void batching_table(FILE *f, void *ctx, const ServingRun *run)
     const BatchingState *b = ctx;
     const BatchingStats *s = &b->stats;
     char a[32], c[32];
-    fprintf(f, "static batching (--reserve %s, --max-batch %d)\n", reserve_policy_name(b->policy),
-            run->opts->max_batch);
-    fprintf(f, "  batches        %ld, the largest of %d requests\n", s->batches, s->largest_batch);
+    fprintf(f, "%s batching (--reserve %s, --max-batch %d)\n", batching_mode_name(b->mode),
+            reserve_policy_name(b->policy), run->opts->max_batch);
+    if (b->mode == BATCHING_CONTINUOUS)
+        fprintf(f, "  batch          started %ld time%s in an empty arena; %ld admissions joined a running batch; "
+                "at most %d requests in it\n", s->batches, s->batches == 1 ? "" : "s", s->joined_running,
+                s->largest_batch);
+    else
+        fprintf(f, "  batches        %ld, the largest of %d requests\n", s->batches, s->largest_batch);
     fprintf(f, "  reservations   %ld, %.1f positions on average (%s)%s\n", s->reservations,
             safe_div(s->reserved_tokens_sum, (double)s->reservations),
             cli_format_bytes(a, sizeof a, safe_div(s->reserved_tokens_sum, (double)s->reservations) *
@@ -254,8 +284,11 @@ static void batching_table(FILE *f, void *ctx, const ServingRun *run)
     if (b->policy == RESERVE_GROW)
         fprintf(f, "  growth         %ld moves copied %s; %ld requeues (%ld positions recomputed)\n", s->grow_moves,
                 cli_format_bytes(c, sizeof c, s->grow_bytes_copied), s->requeues, s->positions_recomputed);
-    fprintf(f, "  finished       %.1f%% of the reserved byte-steps belong to requests that had finished and wait "
-            "for their batch to end\n", 100.0 * safe_div(s->finished_held_sum, s->reserved_sum));
+    if (b->mode == BATCHING_STATIC)
+        fprintf(f, "  finished       %.1f%% of the reserved byte-steps belong to requests that had finished and "
+                "wait for their batch to end\n", 100.0 * safe_div(s->finished_held_sum, s->reserved_sum));
+    else
+        fprintf(f, "  finished       requests release their region in the step they finish: none is held\n");
     fprintf(f, "  refusals       %ld for lack of free memory, %ld by fragmentation (at %ld steps)\n",
             s->refusals_no_space, s->refusals_fragmentation, s->external_steps);
 }
@@ -265,11 +298,13 @@ static void batching_json(JsonWriter *j, void *ctx, const ServingRun *run)
     const BatchingState *b = ctx;
     const BatchingStats *s = &b->stats;
     (void)run;
+    json_string(j, "batching", batching_mode_name(b->mode));
     json_string(j, "reserve", reserve_policy_name(b->policy));
     json_int(j, "max_batch", b->max_batch);
     json_int(j, "kv_budget_bytes", (long long)b->arena.capacity);
     json_int(j, "batches", s->batches);
     json_int(j, "largest_batch", s->largest_batch);
+    json_int(j, "joined_running", s->joined_running);
     json_double(j, "reservation_tokens_avg", safe_div(s->reserved_tokens_sum, (double)s->reservations));
     json_double(j, "kv_free_avg", safe_div(s->free_fraction_sum, (double)s->steps));
     json_int(j, "arena_max_holes", s->max_holes);
@@ -287,8 +322,8 @@ const ServingChapter *batching_chapter(void)
 {
     static const ServingChapter chapter = {
         .program = {.name = "ch03-batching",
-                    .summary = "Chapter 3: static batching, a contiguous K/V region reserved per request, and where "
-                               "the reserved memory goes.",
+                    .summary = "Chapter 3: static or continuous batching, a contiguous K/V region reserved per "
+                               "request, and where the reserved memory goes.",
                     .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_BATCHING | CLI_DEVICE},
         .check = batching_check,
         .open = batching_open,

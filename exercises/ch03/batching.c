@@ -2,11 +2,14 @@
  * Students: this is your copy. Write the regions marked TODO(lab ...),
  * then run `make lab CH=3`. Maintainers: edit the solution instead and
  * run `make exercises`; CI checks that the two agree. */
-/* Chapter 3 lab, part 2: static batching over the KV arena.
+/* Chapter 3 lab, part 2: batching over the KV arena, static or continuous.
  *
  * The exercise version of this file (exercises/ch03/batching.c) is generated
  * from this one by scripts/make-exercises.sh. See batching.h for the rules
- * this code follows (admission, growth, requeues, fragmentation). */
+ * this code follows (admission, growth, requeues, fragmentation). The two
+ * batchings share everything but two decisions, marked "static or
+ * continuous" below: when admission runs (batching_schedule()) and when a
+ * finished request's region is released (batching_finished()). */
 #include "batching.h"
 
 #include <stdarg.h>
@@ -47,6 +50,7 @@ static void refused(BatchingState *b, const ServingRun *run, const Request *r, s
     cli_format_bytes(want, sizeof want, (double)bytes);
     cli_format_bytes(free_total, sizeof free_total, (double)free_bytes);
     cli_format_bytes(hole, sizeof hole, (double)largest);
+    b->last_refusal_fragmented = free_bytes >= bytes;
     if (free_bytes >= bytes) {
         b->stats.refusals_fragmentation++;
         if (!b->step_external_seen) {
@@ -95,6 +99,14 @@ static int release_region(BatchingState *b, Request *r, Err *err)
         return err_prefix(err, "request %d", r->spec->id);
     *reg = (KvRegion){0};
     return 0;
+}
+
+/* A finished request lets its region go: the split of its history is final
+ * now that its length is known (its last token was sampled, never fed). */
+static int release_finished(BatchingState *b, ServingRun *run, Request *r, Err *err)
+{
+    kv_track_close(&r->kv, (size_t)r->n_cached * b->bytes_per_token, &run->breakdown);
+    return release_region(b, r, err);
 }
 
 /* Copies the K/V of positions 0..n_pos-1 from one region to another, plane
@@ -218,29 +230,72 @@ int batching_end(BatchingState *b, ServingRun *run, Err *err)
         Request *r = &run->reqs[b->batch[k]];
         if (b->regions[r->index].tokens == 0)
             continue; /* requeued: already released */
-        kv_track_close(&r->kv, (size_t)r->n_cached * b->bytes_per_token, &run->breakdown);
-        if (release_region(b, r, err))
+        if (release_finished(b, run, r, err))
             return -1;
     }
     b->n_batch = 0;
     return 0;
 }
 
-/* "0 1 2 3" or "0 1 2 ... 19 (20 requests)" */
-static void list_batch(const BatchingState *b, const ServingRun *run, char *buf, size_t n)
+/* Members that hold no region have left the batch: requeued, or (in
+ * continuous batching) finished and released. The others keep their
+ * admission order, which make_room relies on. */
+static void drop_departed(BatchingState *b)
+{
+    int kept = 0;
+    for (int k = 0; k < b->n_batch; k++)
+        if (b->regions[b->batch[k]].tokens > 0)
+            b->batch[kept++] = b->batch[k];
+    b->n_batch = kept;
+}
+
+/* Members from..n_batch-1: "0 1 2 3" or "0 1 2 3 4 5 ... 18 19". */
+static void list_batch(const BatchingState *b, const ServingRun *run, int from, char *buf, size_t n)
 {
     size_t used = 0;
     buf[0] = '\0';
-    for (int k = 0; k < b->n_batch && used + 16 < n; k++) {
-        if (k == 6 && b->n_batch > 8) {
+    for (int k = from; k < b->n_batch && used + 16 < n; k++) {
+        if (k == from + 6 && b->n_batch - from > 8) {
             k = b->n_batch - 2;
             used += (size_t)snprintf(buf + used, n - used, " ...");
         }
-        used += (size_t)snprintf(buf + used, n - used, "%s%d", k ? " " : "", run->reqs[b->batch[k]].spec->id);
+        used += (size_t)snprintf(buf + used, n - used, "%s%d", k > from ? " " : "", run->reqs[b->batch[k]].spec->id);
     }
 }
 
-/* Ends the finished batch and admits the next one. */
+/* Tells, once, why the head of the queue waits after an admission: the
+ * batch is full, or its reservation did not fit (last_refusal). Continuous
+ * batching tries the head again at every step; the same wait for the same
+ * reason is told only the first time. */
+static void tell_head_waits(BatchingState *b, const ServingRun *run)
+{
+    const Request *head = NULL;
+    for (int i = 0; i < run->n_reqs && !head; i++)
+        if (run->reqs[i].phase == REQ_WAITING)
+            head = &run->reqs[i];
+    if (!head) {
+        b->told_head = -1;
+        return;
+    }
+    int reason = b->n_batch == b->max_batch ? 3 : b->last_refusal_fragmented ? 2 : 1;
+    if (head->index == b->told_head && reason == b->told_reason)
+        return;
+    b->told_head = head->index;
+    b->told_reason = reason;
+    if (reason == 3)
+        tell(b, "step %ld: request %d waits: the batch is full (--max-batch %d)", run->step, head->spec->id,
+             b->max_batch);
+    else
+        tell(b, "%s", b->last_refusal);
+}
+
+static void note_batch_size(BatchingState *b)
+{
+    if (b->n_batch > b->stats.largest_batch)
+        b->stats.largest_batch = b->n_batch;
+}
+
+/* Ends the finished batch and admits the next one into the empty arena. */
 static int start_batch(BatchingState *b, ServingRun *run, Err *err)
 {
     if (batching_end(b, run, err))
@@ -250,23 +305,31 @@ static int start_batch(BatchingState *b, ServingRun *run, Err *err)
         return err_set(err, "no waiting request could be admitted into an empty arena (%s)",
                        b->last_refusal[0] ? b->last_refusal : "admission admitted nothing");
     b->stats.batches++;
-    if (b->n_batch > b->stats.largest_batch)
-        b->stats.largest_batch = b->n_batch;
+    note_batch_size(b);
     char ids[128], held[32], free_bytes[32];
-    list_batch(b, run, ids, sizeof ids);
+    list_batch(b, run, 0, ids, sizeof ids);
     tell(b, "step %ld: batch %ld: requests %s (%d), %s reserved, %s free", run->step, b->stats.batches, ids,
          b->n_batch, cli_format_bytes(held, sizeof held, (double)(b->arena.capacity - b->arena.free_bytes)),
          cli_format_bytes(free_bytes, sizeof free_bytes, (double)b->arena.free_bytes));
-    for (int i = 0; i < run->n_reqs; i++)
-        if (run->reqs[i].phase == REQ_WAITING) {
-            if (b->n_batch == b->max_batch)
-                tell(b, "step %ld: request %d waits: the batch is full (--max-batch %d)", run->step,
-                     run->reqs[i].spec->id, b->max_batch);
-            else
-                tell(b, "%s", b->last_refusal);
-            break;
-        }
+    tell_head_waits(b, run);
     return 0;
+}
+
+/* Continuous batching: waiting requests join the running batch. */
+static void join_batch(BatchingState *b, ServingRun *run)
+{
+    int before = b->n_batch, joined = batching_admit(b, run);
+    if (joined > 0) {
+        b->stats.joined_running += joined;
+        note_batch_size(b);
+        char ids[128], held[32], free_bytes[32];
+        list_batch(b, run, before, ids, sizeof ids);
+        tell(b, "step %ld: request%s %s join%s the running batch (%d running now), %s reserved, %s free", run->step,
+             joined > 1 ? "s" : "", ids, joined > 1 ? "" : "s", b->n_batch,
+             cli_format_bytes(held, sizeof held, (double)(b->arena.capacity - b->arena.free_bytes)),
+             cli_format_bytes(free_bytes, sizeof free_bytes, (double)b->arena.free_bytes));
+    }
+    tell_head_waits(b, run);
 }
 
 static int feed_batch(BatchingState *b, ServingRun *run, Err *err)
@@ -295,28 +358,42 @@ int batching_schedule(void *ctx, ServingRun *run, Err *err)
         *err = b->fault;
         return -1;
     }
-    /* At most two rounds are needed: a batch that lost every running
-     * request is followed by one that starts in an empty arena, where the
-     * first request always fits with room for its next token. */
-    for (int round = 0; round < 3; round++) {
-        if (running_members(b, run) == 0 && start_batch(b, run, err))
+    long requeues_before = b->stats.requeues;
+    if (batching_make_room(b, run, err))
+        return err_prefix(err, "step %ld", run->step);
+    drop_departed(b);
+    int running = running_members(b, run);
+    int requeued = b->stats.requeues != requeues_before;
+    /* Static or continuous: WHEN ADMISSION RUNS. A static batch admits only
+     * when nobody runs: its last request has finished (or every one was
+     * requeued), the batch ends and the next one starts in an empty arena.
+     * Continuous batching admits at every step, into the running batch,
+     * except at a step that just requeued somebody to make room. Either way
+     * a step with nobody running admits: that is what guarantees progress
+     * (batching.h). */
+    if (running == 0) {
+        if (start_batch(b, run, err))
             return err_prefix(err, "step %ld", run->step);
-        if (batching_make_room(b, run, err))
-            return err_prefix(err, "step %ld", run->step);
-        if (running_members(b, run) > 0)
-            return feed_batch(b, run, err);
+    } else if (b->mode == BATCHING_CONTINUOUS && !requeued) {
+        join_batch(b, run);
     }
-    return err_set(err, "step %ld: every new batch lost all its requests; the scheduler is stuck", run->step);
+    return feed_batch(b, run, err);
 }
 
 void batching_finished(void *ctx, ServingRun *run, Request *r)
 {
     BatchingState *b = ctx;
-    (void)r;
+    /* Static or continuous: WHEN REGIONS ARE RELEASED. Continuous batching
+     * frees a finished request's region at once, for the next step's
+     * admissions. A static batch keeps it until the batch ends: everybody
+     * waits for the longest request. (This hook cannot fail; a bookkeeping
+     * error waits in b->fault for the next schedule(), which reports it.) */
+    if (b->mode == BATCHING_CONTINUOUS) {
+        (void)release_finished(b, run, r, &b->fault);
+        return;
+    }
     if (running_members(b, run) > 0)
-        return; /* static batching: everybody waits for the longest request */
-    /* This hook cannot fail; a bookkeeping error waits in b->fault for the
-     * next schedule(), which reports it. */
+        return;
     (void)batching_end(b, run, &b->fault);
 }
 

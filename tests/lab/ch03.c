@@ -1,6 +1,6 @@
 /* Chapter 3 lab: the reservation policies, the first-fit arena, and the
- * admission of a static batch (solutions/ch03/kv_arena.c and batching.c,
- * or your exercises/ch03/ versions).
+ * admission of a batch, static or continuous (solutions/ch03/kv_arena.c
+ * and batching.c, or your exercises/ch03/ versions).
  *
  * Every test builds its own synthetic model: nothing here needs a download,
  * and nothing depends on the other chapters' labs (the reference tokens come
@@ -178,15 +178,22 @@ static void close_model(LabModel *lm)
 }
 
 /* Runs chapter 3 in-process; returns 0, or -1 with the reason in err. */
-static int run_chapter(const LabModel *lm, const char *requests, const char *reserve, size_t budget,
-                       RequestFile *rf, CliOptions *o, ServingRun *run, Err *err)
+static int run_chapter_batching(const LabModel *lm, const char *requests, const char *reserve, const char *batching,
+                                size_t budget, RequestFile *rf, CliOptions *o, ServingRun *run, Err *err)
 {
     ck_assert(request_file_parse(rf, requests, strlen(requests), "lab", err) == 0);
     cli_defaults(o);
     o->reserve = reserve;
+    o->batching = batching;
     o->kv_budget = budget;
     ck_assert(serving_run_init(run, &lm->m, &lm->t, o, rf, err) == 0);
     return serving_run(batching_chapter(), run, NULL, err);
+}
+
+static int run_chapter(const LabModel *lm, const char *requests, const char *reserve, size_t budget,
+                       RequestFile *rf, CliOptions *o, ServingRun *run, Err *err)
+{
+    return run_chapter_batching(lm, requests, reserve, "static", budget, rf, o, run, err);
 }
 
 static void end_chapter(RequestFile *rf, ServingRun *run)
@@ -218,6 +225,36 @@ START_TEST(lab_admission_in_file_order)
                       "the reservation fits, stop at the first that does not, and start the next batch only when "
                       "the current one has finished", i, want[i], run.reqs[i].admitted_step);
     ck_assert_msg(run.max_concurrent == 2, "expected 2 requests at once, got %d", run.max_concurrent);
+    end_chapter(&rf, &run);
+    close_model(&lm);
+}
+END_TEST
+
+START_TEST(lab_continuous_admission)
+{
+    /* The same admission function, called at every step (--batching
+     * continuous). Under request, max_new_tokens 4, 8, 4 reserve 6, 10 and
+     * 6 positions; a budget of 16 holds the first two. The first finishes
+     * at step 3 and frees its region at once, so the third joins the
+     * running batch at step 4 (a static batch would make it wait for step
+     * 8). */
+    LabModel lm;
+    open_model(&lm, 3);
+    RequestFile rf;
+    CliOptions o;
+    ServingRun run;
+    Err err = {{0}};
+    int rc = run_chapter_batching(&lm, "4\ta\n8\tb\n4\tc\n", "request", "continuous", 16 * 256, &rf, &o, &run, &err);
+    ck_assert_msg(rc == 0, "the run failed: %s; hint: batching_admit() must admit at least the first waiting "
+                  "request into an empty arena", err.msg);
+    static const long want[] = {0, 0, 4};
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(run.reqs[i].admitted_step == want[i],
+                      "--batching continuous, request %d: expected to be admitted at step %ld, got %ld; hint: "
+                      "batching_admit() is called at every step with the running requests already in b->batch: "
+                      "admit while b->n_batch < b->max_batch, and look at every WAITING request in file order",
+                      i, want[i], run.reqs[i].admitted_step);
+    ck_assert_msg(run.step == 8, "expected 8 steps, got %ld", run.step);
     end_chapter(&rf, &run);
     close_model(&lm);
 }
@@ -329,6 +366,7 @@ Suite *lab_suite(void)
     lab_add_test(s, lab_coalesce, 10);
     lab_add_test(s, lab_fragmentation_refusal, 60);
     lab_add_test(s, lab_admission_in_file_order, 60);
+    lab_add_test(s, lab_continuous_admission, 60);
     lab_add_test(s, lab_same_tokens_every_policy, 120);
     return s;
 }
