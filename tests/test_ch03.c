@@ -1006,6 +1006,10 @@ START_TEST(program_refuses_bad_input)
                           "--batching: 'dynamic' is not one of static, continuous");
     expect_one_line_error((const char *[]){"--requests", good, "--max-batch", "0", NULL}, "out of range");
     expect_one_line_error((const char *[]){"--requests", good, "--block-size", "16", NULL}, "unknown option");
+    /* Output files are checked before the run, not after it. */
+    expect_one_line_error((const char *[]){"--requests", good, "--out", "/nonexistent/dir/x.jsonl", NULL},
+                          "--out /nonexistent/dir/x.jsonl: cannot create");
+    expect_one_line_error((const char *[]){"--requests", good, "--json", "/", NULL}, "--json /: cannot create");
 }
 END_TEST
 
