@@ -86,7 +86,11 @@ static void print_help(const CliProgram *p)
         snprintf(left, sizeof left, "--%s%s%s", s->name, s->arg ? " " : "", s->arg ? s->arg : "");
         printf("  %-30s %s\n", left, s->help);
     }
-    printf("\nstdout carries only the text (prompt, generated text, newline); tables and progress go to stderr.\n");
+    if (p->features & CLI_SERVING)
+        printf("\nNothing goes to stdout: each request's text goes to --out FILE (JSON Lines); tables and progress "
+               "go to stderr.\n");
+    else
+        printf("\nstdout carries only the text (prompt, generated text, newline); tables and progress go to stderr.\n");
 }
 
 static int parse_long(const char *name, const char *text, long min, long max, long *out, Err *err)
