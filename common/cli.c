@@ -93,7 +93,7 @@ static void print_help(const CliProgram *p)
         printf("\nstdout carries only the text (prompt, generated text, newline); tables and progress go to stderr.\n");
 }
 
-static int parse_long(const char *name, const char *text, long min, long max, long *out, Err *err)
+int cli_parse_long(const char *name, const char *text, long min, long max, long *out, Err *err)
 {
     char *end;
     errno = 0;
@@ -151,22 +151,22 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_OUT: o->out_path = arg; return 0;
     case OPT_QUIET: o->quiet = 1; return 0;
     case OPT_STEPS:
-        if (parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;
         o->steps = (int)v; return 0;
     case OPT_THREADS:
-        if (parse_long(name, arg, 0, 1024, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 0, 1024, &v, err)) return -1;
         o->threads = (int)v; return 0;
     case OPT_MAX_BATCH:
-        if (parse_long(name, arg, 1, 4096, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 1, 4096, &v, err)) return -1;
         o->max_batch = (int)v; return 0;
     case OPT_N:
-        if (parse_long(name, arg, 1, 256, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 1, 256, &v, err)) return -1;
         o->n_samples = (int)v; return 0;
     case OPT_WATERMARK:
-        if (parse_long(name, arg, 0, 50, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 0, 50, &v, err)) return -1;
         o->watermark = (int)v; return 0;
     case OPT_BLOCK_SIZE:
-        if (parse_long(name, arg, 1, 256, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 1, 256, &v, err)) return -1;
         if (v & (v - 1))
             return err_set(err, "--block-size: %ld is not a power of two (1, 2, 4, ..., 256)", v);
         o->block_size = (int)v; return 0;
