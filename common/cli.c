@@ -26,7 +26,7 @@ static const OptionSpec SPECS[] = {
     {"model", OPT_MODEL, CLI_MODEL, "FILE", "checkpoint (llama2.c legacy or ak42 v1); default: models/, then ../shared/models/, then a synthetic model"},
     {"tokenizer", OPT_TOKENIZER, CLI_MODEL, "FILE", "tokenizer.bin for the model; default: found by vocabulary size next to the model"},
     {"prompt", OPT_PROMPT, CLI_PROMPT, "TEXT", "prompt text (default \"Once upon a time\")"},
-    {"steps", OPT_STEPS, CLI_PROMPT, "N", "new tokens to generate after the prompt (default 256; stops earlier at seq_len, BOS or EOS)"},
+    {"steps", OPT_STEPS, CLI_PROMPT, "N", "new tokens to generate after the prompt (default 256; stops earlier at BOS, EOS or the end of the context)"},
     {"temperature", OPT_TEMPERATURE, CLI_SAMPLING, "T", "0 = greedy, reproducible (default 0)"},
     {"top-p", OPT_TOP_P, CLI_SAMPLING, "P", "nucleus sampling threshold in [0,1]; 0 or 1 = off (default 0.9, used only when T > 0)"},
     {"seed", OPT_SEED, CLI_SAMPLING, "N", "random seed for sampling (default 42)"},
