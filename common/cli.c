@@ -26,7 +26,7 @@ static const OptionSpec SPECS[] = {
     {"model", OPT_MODEL, CLI_MODEL, "FILE", "checkpoint (llama2.c legacy or ak42 v1); default: models/, then ../shared/models/, then a synthetic model"},
     {"tokenizer", OPT_TOKENIZER, CLI_MODEL, "FILE", "tokenizer.bin for the model; default: found by vocabulary size next to the model"},
     {"prompt", OPT_PROMPT, CLI_PROMPT, "TEXT", "prompt text (default \"Once upon a time\")"},
-    {"steps", OPT_STEPS, CLI_PROMPT, "N", "new tokens to generate after the prompt (default 256; stops earlier at seq_len, BOS or EOS)"},
+    {"steps", OPT_STEPS, CLI_PROMPT, "N", "new tokens to generate after the prompt (default 256; stops earlier at BOS, EOS or the end of the context)"},
     {"temperature", OPT_TEMPERATURE, CLI_SAMPLING, "T", "0 = greedy, reproducible (default 0)"},
     {"top-p", OPT_TOP_P, CLI_SAMPLING, "P", "nucleus sampling threshold in [0,1]; 0 or 1 = off (default 0.9, used only when T > 0)"},
     {"seed", OPT_SEED, CLI_SAMPLING, "N", "random seed for sampling (default 42)"},
@@ -86,10 +86,14 @@ static void print_help(const CliProgram *p)
         snprintf(left, sizeof left, "--%s%s%s", s->name, s->arg ? " " : "", s->arg ? s->arg : "");
         printf("  %-30s %s\n", left, s->help);
     }
-    printf("\nstdout carries only the text (prompt, generated text, newline); tables and progress go to stderr.\n");
+    if (p->features & CLI_SERVING)
+        printf("\nNothing goes to stdout: each request's text goes to --out FILE (JSON Lines); tables and progress "
+               "go to stderr.\n");
+    else
+        printf("\nstdout carries only the text (prompt, generated text, newline); tables and progress go to stderr.\n");
 }
 
-static int parse_long(const char *name, const char *text, long min, long max, long *out, Err *err)
+int cli_parse_long(const char *name, const char *text, long min, long max, long *out, Err *err)
 {
     char *end;
     errno = 0;
@@ -147,22 +151,22 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_OUT: o->out_path = arg; return 0;
     case OPT_QUIET: o->quiet = 1; return 0;
     case OPT_STEPS:
-        if (parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;
         o->steps = (int)v; return 0;
     case OPT_THREADS:
-        if (parse_long(name, arg, 0, 1024, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 0, 1024, &v, err)) return -1;
         o->threads = (int)v; return 0;
     case OPT_MAX_BATCH:
-        if (parse_long(name, arg, 1, 4096, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 1, 4096, &v, err)) return -1;
         o->max_batch = (int)v; return 0;
     case OPT_N:
-        if (parse_long(name, arg, 1, 256, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 1, 256, &v, err)) return -1;
         o->n_samples = (int)v; return 0;
     case OPT_WATERMARK:
-        if (parse_long(name, arg, 0, 50, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 0, 50, &v, err)) return -1;
         o->watermark = (int)v; return 0;
     case OPT_BLOCK_SIZE:
-        if (parse_long(name, arg, 1, 256, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 1, 256, &v, err)) return -1;
         if (v & (v - 1))
             return err_set(err, "--block-size: %ld is not a power of two (1, 2, 4, ..., 256)", v);
         o->block_size = (int)v; return 0;

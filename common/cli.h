@@ -85,6 +85,19 @@ void cli_defaults(CliOptions *opts);
 CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *opts, Err *err);
 
 /**
+ * Parses a whole number of an option strictly: all of @p text, in range
+ * ("12abc" and "" are refused, unlike atoi).
+ * @param name  the option without its dashes, for the message
+ * @param text  the value
+ * @param min   smallest allowed
+ * @param max   largest allowed
+ * @param out   receives the number
+ * @param err   receives "--NAME: ..." on failure
+ * @return 0 on success, -1 on failure
+ */
+int cli_parse_long(const char *name, const char *text, long min, long max, long *out, Err *err);
+
+/**
  * Parses a size such as 4096, 512KiB, 4MiB, 2GiB, 1.5GB or 80GB (KiB/MiB/GiB
  * are powers of 1024, KB/MB/GB powers of 1000; a bare K/M/G means 1024).
  * @param text   the size

@@ -80,7 +80,13 @@ uint64_t kvmath_bytes_per_request(const KvShape *s, KvDtype dtype, uint64_t toke
 
 int kvmath_kv_bytes_left(const KvBudget *b, uint64_t *left, Err *err)
 {
-    uint64_t spent = b->weights_bytes + b->activations_bytes + b->reserve_bytes;
+    /* Each size is below 2^64, their sum need not be: saturate instead of
+     * wrapping round to a small number that would leave room for KV. */
+    uint64_t spent = b->weights_bytes;
+    spent = b->activations_bytes > UINT64_MAX - spent ? UINT64_MAX : spent + b->activations_bytes;
+    spent = b->reserve_bytes > UINT64_MAX - spent ? UINT64_MAX : spent + b->reserve_bytes;
+    if (spent == UINT64_MAX)
+        return err_set(err, "weights, activations and reserve take more than 2^64 bytes together");
     if (spent >= b->gpu_bytes)
         return err_set(err,
                        "weights, activations and reserve take %llu bytes, which leaves nothing of the GPU's %llu "

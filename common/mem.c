@@ -1,8 +1,10 @@
+#define _GNU_SOURCE /* sysconf(_SC_PHYS_PAGES) */
 #include "mem.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Each mem_alloc() buffer is preceded by one cache line that remembers what
  * it was charged to, so that mem_free() can take it off the ledger without
@@ -105,4 +107,10 @@ const char *mem_category_name(MemCategory cat)
     static const char *names[MEM_CATEGORY_COUNT] = {
         "weights", "activations", "kv", "kv_metadata"};
     return (unsigned)cat < MEM_CATEGORY_COUNT ? names[cat] : "?";
+}
+
+size_t mem_physical_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
 }

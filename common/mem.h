@@ -120,6 +120,13 @@ long mem_live_buffers(void);
 void mem_reset(void);
 
 /**
+ * Physical memory of this machine, for refusing a K/V budget that could
+ * never be allocated before a run starts.
+ * @return bytes of RAM, or 0 when the system does not say
+ */
+size_t mem_physical_bytes(void);
+
+/**
  * Human-readable name of a category ("weights", "activations", "kv",
  * "kv_metadata"), also used as a JSON key.
  * @param cat  category

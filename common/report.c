@@ -3,9 +3,22 @@
 #include <errno.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "mem.h"
+
+int report_check_writable(const char *option, const char *path, Err *err)
+{
+    int existed = access(path, F_OK) == 0;
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return err_set(err, "%s %s: cannot create: %s", option, path, strerror(errno));
+    fclose(f);
+    if (!existed)
+        unlink(path);
+    return 0;
+}
 
 double now_seconds(void)
 {

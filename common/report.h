@@ -91,6 +91,18 @@ typedef struct {
 void report_print(FILE *f, const RunReport *r);
 
 /**
+ * Finds out before a run whether an output file (--json, --out) can be
+ * written, so that a bad path is refused before any output and before the
+ * work, not after it. Opening for append leaves an existing file as it
+ * was; a file the probe creates is removed again.
+ * @param option  the option that named the file, for the message ("--json")
+ * @param path    the file
+ * @param err     receives "OPTION PATH: cannot create: reason" on failure
+ * @return 0 when the file can be written, -1 otherwise
+ */
+int report_check_writable(const char *option, const char *path, Err *err);
+
+/**
  * Writes the report as one JSON object (keys in the README).
  * @param path  output file
  * @param r     the report

@@ -1,9 +1,7 @@
 #include "run_single.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "assets.h"
 #include "mem.h"
@@ -12,9 +10,8 @@
 
 /* Context lengths at which the step-time table reports: the powers of two
  * from 16, which make linear and quadratic growth easy to tell apart, and
- * the last step run (a model's seq_len is often a power of two that the
- * last step, which must leave room for the token it predicts, falls one
- * short of). */
+ * the last step run (a request that stops at EOS or --steps ends between
+ * two powers of two). */
 static int last_step_length(const Generation *g)
 {
     int last = 0;
@@ -93,22 +90,6 @@ static void json_hook(JsonWriter *j, const void *p)
         rc->ch->extra_json(j, rc->kv, g);
 }
 
-/* Finds out before generating whether the report can be written, so that a
- * bad --json path is refused before any text reaches stdout. Opening for
- * append leaves an existing file as it was; a file made by the probe is
- * removed again, so a run that fails later leaves nothing behind. */
-static int json_path_writable(const char *path, Err *err)
-{
-    int existed = access(path, F_OK) == 0;
-    FILE *f = fopen(path, "a");
-    if (!f)
-        return err_set(err, "--json %s: cannot create: %s", path, strerror(errno));
-    fclose(f);
-    if (!existed)
-        unlink(path);
-    return 0;
-}
-
 static int fail(const char *program, const Err *err)
 {
     fprintf(stderr, "%s: error: %s\n", program, err->msg);
@@ -183,7 +164,7 @@ int run_single_main(const SingleStreamChapter *ch, int argc, char **argv)
     if (parsed == CLI_ERROR)
         return fail(name, &err);
     ops_set_threads(o.threads);
-    if (o.json_path && json_path_writable(o.json_path, &err))
+    if (o.json_path && report_check_writable("--json", o.json_path, &err))
         return fail(name, &err);
 
     Run r;

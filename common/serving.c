@@ -1,6 +1,7 @@
 #define _GNU_SOURCE /* open_memstream, vsnprintf with format checks */
 #include "serving.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -589,7 +590,7 @@ int serving_write_jsonl(const ServingRun *run, const char *path, Err *err)
 {
     FILE *f = fopen(path, "w");
     if (!f)
-        return err_set(err, "--out %s: cannot create", path);
+        return err_set(err, "--out %s: cannot create: %s", path, strerror(errno));
     for (int i = 0; i < run->n_reqs; i++)
         write_request_line(f, run, &run->reqs[i]);
     if (fclose(f) != 0)
@@ -691,6 +692,11 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
     int on_device = 0;
     if (serving_device_open(&device, ch, &o, &on_device, &err))
         return fail(name, &err);
+    if ((o.out_path && report_check_writable("--out", o.out_path, &err)) ||
+        (o.json_path && report_check_writable("--json", o.json_path, &err))) {
+        serving_device_close(&device);
+        return fail(name, &err);
+    }
     RequestFile rf;
     if (open_requests(&o, &rf, &err)) {
         serving_device_close(&device);

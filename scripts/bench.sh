@@ -92,8 +92,9 @@ stats() {
 
 # Time per step at context lengths t, chapter 1 (recompute everything)
 # against chapter 2 (KV cache). "Sara" runs stories260K to the end of its
-# context without stopping: the last step runs t = 512 positions (seq_len)
-# and predicts token 513, as llama2.c's run does.
+# context without stopping: the last step has t = 512 tokens in context (it
+# feeds position 511, seq_len - 1, and samples token 513, which ends the
+# sequence as in llama2.c's run; see model_max_tokens()).
 section_ch01_vs_ch02() {
     prompt="Sara"
     t_list="64 256 512"

@@ -1006,6 +1006,10 @@ START_TEST(program_refuses_bad_input)
                           "--batching: 'dynamic' is not one of static, continuous");
     expect_one_line_error((const char *[]){"--requests", good, "--max-batch", "0", NULL}, "out of range");
     expect_one_line_error((const char *[]){"--requests", good, "--block-size", "16", NULL}, "unknown option");
+    /* Output files are checked before the run, not after it. */
+    expect_one_line_error((const char *[]){"--requests", good, "--out", "/nonexistent/dir/x.jsonl", NULL},
+                          "--out /nonexistent/dir/x.jsonl: cannot create");
+    expect_one_line_error((const char *[]){"--requests", good, "--json", "/", NULL}, "--json /: cannot create");
 }
 END_TEST
 
@@ -1032,6 +1036,12 @@ START_TEST(program_writes_json_lines_and_report)
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
     ck_assert_msg(strstr(r.err, "request 1 rejected"), "%s", r.err);
     ck_assert_msg(strstr(r.err, "static batching (--reserve request"), "%s", r.err);
+    ck_assert_msg(r.out_len == 0, "stdout must stay empty (the texts go to --out), got: %s", r.out);
+    test_result_free(&r);
+    /* --help says where the texts go: not to stdout, as the one-request chapters do. */
+    run_program((const char *[]){"--help", NULL}, &r);
+    ck_assert_msg(r.status == 0 && strstr(r.out, "Nothing goes to stdout") && !strstr(r.out, "stdout carries only"),
+                  "--help must say that stdout stays empty: %s", r.out);
     test_result_free(&r);
     FILE *f = fopen(out, "r");
     char line[8192];

@@ -689,6 +689,7 @@ static void expect_refusal(const ProgramFiles *pf, const char *const *extra, con
     for (const char *x = r.err; (x = strstr(x, "error")) != NULL; x++)
         errors++;
     ck_assert_msg(errors == 1, "expected one error, got: %s", r.err);
+    ck_assert_msg(test_count_lines(r.err) == 1, "expected nothing on stderr but the error, got:\n%s", r.err);
     test_result_free(&r);
 }
 
@@ -702,6 +703,16 @@ START_TEST(program_refuses_bad_input)
     expect_refusal(&pf, (const char *const[]){"--block-size", "x", NULL}, "not a whole number");
     expect_refusal(&pf, (const char *const[]){"--n", "2", NULL}, "--temperature");
     expect_refusal(&pf, (const char *const[]){"--kv-budget", "1000", NULL}, "holds no block");
+    expect_refusal(&pf, (const char *const[]){"--kv-budget", "100TB", NULL}, "more than this pool can index");
+    /* 500 GB in blocks of 256 x 384 B: few enough blocks to index, more than the memory of any test machine. */
+    expect_refusal(&pf, (const char *const[]){"--block-size", "256", "--kv-budget", "500GB", NULL},
+                   "more than this machine's memory");
+    /* One block of 4 positions (384 B per token); every request needs more. */
+    expect_refusal(&pf, (const char *const[]){"--block-size", "4", "--kv-budget", "1536", NULL},
+                   "holds no request");
+    /* Output files are checked before the run, not after it. */
+    expect_refusal(&pf, (const char *const[]){"--out", "/nonexistent/dir/x.jsonl", NULL}, "--out");
+    expect_refusal(&pf, (const char *const[]){"--json", "/", NULL}, "cannot create");
     expect_refusal(&pf, (const char *const[]){"--watermark", "90", NULL}, "out of range");
     expect_refusal(&pf, (const char *const[]){"--reserve", "max", NULL}, "unknown option");
     program_files_remove(&pf);

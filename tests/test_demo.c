@@ -74,7 +74,9 @@ START_TEST(demo_refuses_bad_options)
                                            {"--kv-budget", "lots", "not a size"},
                                            {"--threads", "0", "--threads"},
                                            {"--requests", "/nonexistent/requests.tsv", "cannot open"},
-                                           {"--frobnicate", NULL, "unknown option"}};
+                                           {"--frobnicate", NULL, "unknown option"},
+                                           /* refused before chapter 1 runs, not after it */
+                                           {"--kv-budget", "1KiB", "holds no request"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *argv[] = {"demo", cases[i][0], cases[i][1], NULL};
         ProgramResult r;

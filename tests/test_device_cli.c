@@ -94,6 +94,48 @@ START_TEST(help_lists_the_device_options)
 }
 END_TEST
 
+/* The GPU tools (built with CUDA) and the CPU attention benchmark: --help
+ * works, and bad arguments are refused in one line before any device is
+ * opened, so that a typo is an error (not a SKIP) where there is no GPU. */
+START_TEST(tools_take_help_and_refuse_bad_arguments)
+{
+    static const char *const cases[][6] = {
+        {"decode-bench", "--batch", "12abc", NULL, NULL, "not a whole number"},
+        {"decode-bench", "--preset", "stories1B", NULL, NULL, "unknown preset 'stories1B'"},
+        {"decode-bench", "--context", "2000", NULL, NULL, "seq_len of 1024"},
+        {"decode-bench", "--markdown", "/", NULL, NULL, "--markdown /: cannot create"},
+        {"decode-bench", "--steps", NULL, NULL, NULL, "needs a value"},
+        {"decode-bench", "--bogus", NULL, NULL, NULL, "unknown argument '--bogus'"},
+        {"kernel-check", "--kernel", "flash", NULL, NULL, "no kernel 'flash'"},
+        {"kernel-check", "--repeats", "3x", NULL, NULL, "not a whole number"},
+        {"kernel-check", "--markdown", "/", NULL, NULL, "cannot create"},
+        {"paged_attention_bench", "64abc", NULL, NULL, NULL, "HEAD_DIM: '64abc' is not a whole number"},
+        {"paged_attention_bench", "63", NULL, NULL, NULL, "HEAD_DIM must be even"},
+        {"paged_attention_bench", "64", "3", "more", NULL, "too many arguments"},
+    };
+    static const char *const tools[] = {"decode-bench", "kernel-check", "paged_attention_bench"};
+    for (size_t i = 0; i < sizeof tools / sizeof tools[0]; i++) {
+        if (tools[i][0] != 'p' && !device_compiled_in())
+            continue; /* built only with CUDA */
+        const char *argv[] = {tools[i], "--help", NULL};
+        ProgramResult r;
+        ck_assert_int_eq(test_run_program(argv, &r), 0);
+        ck_assert_msg(r.status == 0 && strstr(r.out, "Usage: ") == r.out && r.err[0] == '\0',
+                      "%s --help: exit %d, stdout: %s, stderr: %s", tools[i], r.status, r.out, r.err);
+        test_result_free(&r);
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i][0][0] != 'p' && !device_compiled_in())
+            continue;
+        const char *argv[] = {cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], NULL};
+        ProgramResult r;
+        ck_assert_int_eq(test_run_program(argv, &r), 0);
+        expect_one_line_error(&r, cases[i][0], cases[i][5], NULL);
+        test_result_free(&r);
+    }
+}
+END_TEST
+
 Suite *suite_device_cli(void)
 {
     Suite *s = suite_create("device_cli");
@@ -103,6 +145,7 @@ Suite *suite_device_cli(void)
     tcase_add_test(tc, device_types_need_device_cuda);
     tcase_add_test(tc, bad_device_options_are_refused);
     tcase_add_test(tc, help_lists_the_device_options);
+    tcase_add_test(tc, tools_take_help_and_refuse_bad_arguments);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -105,6 +105,9 @@ START_TEST(impossible_budget_is_an_error)
     ck_assert_msg(strstr(err.msg, "26000000000") != NULL, "message lacks the bytes: %s", err.msg);
     KvBudget exact = {26 * KVMATH_GB, 26 * KVMATH_GB, 0, 0}; /* nothing left is also nothing for KV */
     ck_assert_int_eq(kvmath_kv_bytes_left(&exact, &left, &err), -1);
+    /* Two sizes that add up past 2^64 must not wrap round to a small sum. */
+    KvBudget huge = {18000000000000000000ULL, 10000000000000000000ULL, 10000000000000000000ULL, 0};
+    ck_assert_int_eq(kvmath_kv_bytes_left(&huge, &left, &err), -1);
 }
 END_TEST
 
@@ -203,6 +206,9 @@ START_TEST(bad_options_are_one_line_and_exit_1)
         {"kvcalc", "--seq-len", NULL},
         {"kvcalc", "--frobnicate", NULL},
         {"kvcalc", "stray", NULL},
+        /* 2^24 requests of 2^24 tokens at 655,360 B per token: past 2^64 bytes */
+        {"kvcalc", "--preset", "llama-2-70b", "--dtype", "fp32", "--seq-len", "16777216", "--batch", "16777216", NULL},
+        {"kvcalc", "--gpu-mem", "17000000TB", "--weights", "10000000TB", "--activations", "10000000TB", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ProgramResult r;

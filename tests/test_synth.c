@@ -243,11 +243,12 @@ START_TEST(bad_options_one_line)
         {"--out", NULL},
         {"--vocab", "300", "--out", m, "--tokenizer-out", t, NULL},
         {"--out", "/nonexistent/dir/model.bin", NULL},
+        {"--out", m, "--tokenizer-out", "/nonexistent/dir/tok.bin", NULL},
     };
     static const char *const words[] = {
         "--preset", "not a whole number", "not a whole number", "dim is 0", "does not divide", "multiple",
         "odd", "seq_len is -4", "--seed", "--format", "unknown option", "unexpected argument", "needs a value",
-        "354", "cannot create",
+        "354", "cannot create", "--tokenizer-out /nonexistent/dir/tok.bin: cannot create",
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         expect_tool_failure(cases[i], words[i]);

@@ -384,11 +384,37 @@ static int open_requests(const CliOptions *o, RequestFile *rf, char *shown, size
     return request_file_load(rf, path, err);
 }
 
-static int run_all(ChapterRun *cr, const Assets *a, const CliOptions *o, const RequestFile *rf, Err *err)
+/* The options chapters 3 and 4 run with. */
+static CliOptions serving_options(const CliOptions *o)
 {
     CliOptions serving = *o;
     serving.reserve = "max";
     serving.block_size = 16;
+    return serving;
+}
+
+/* Chapters 3 and 4 refuse an impossible --kv-budget in their check hook;
+ * asked before chapter 1 runs, the refusal is the only line, not one that
+ * comes after seconds of work. */
+static int check_serving_chapters(const Assets *a, const CliOptions *o, const RequestFile *rf, Err *err)
+{
+    const ServingChapter *chapters[] = {batching_chapter(), paged_chapter()};
+    CliOptions serving = serving_options(o);
+    for (int i = 0; i < 2; i++) {
+        ServingRun run;
+        int rc = serving_run_init(&run, &a->model, &a->tokenizer, &serving, rf, err);
+        if (rc == 0 && chapters[i]->check)
+            rc = chapters[i]->check(&run, err);
+        serving_run_free(&run);
+        if (rc)
+            return err_prefix(err, "chapter %d", i + 3);
+    }
+    return 0;
+}
+
+static int run_all(ChapterRun *cr, const Assets *a, const CliOptions *o, const RequestFile *rf, Err *err)
+{
+    CliOptions serving = serving_options(o);
     int rc = run_single_chapter(&cr[CH_NAIVE], CH_NAIVE, a, rf, err);
     if (rc == 0)
         rc = run_single_chapter(&cr[CH_KVCACHE], CH_KVCACHE, a, rf, err);
@@ -434,6 +460,8 @@ int main(int argc, char **argv)
     char line[PATH_MAX * 2 + 256];
     size_t budget = d.o.kv_budget ? d.o.kv_budget
                                   : 8u * (size_t)seq_len * model_kv_bytes_per_token(&a.model.cfg, sizeof(float));
+    if (status == 0)
+        status = check_serving_chapters(&a, &d.o, &rf, &err);
     if (status == 0) {
         fprintf(stderr, "demo: %s\n", assets_describe(&a, line, sizeof line));
         status = run_all(cr, &a, &d.o, &rf, &err);

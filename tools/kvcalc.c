@@ -189,6 +189,14 @@ static int parse_options(int argc, char **argv, Options *o, Err *err)
         return err_set(err, "--weights, --activations and --reserve need --gpu-mem");
     if (o->seq_len == 0)
         o->seq_len = (uint64_t)o->shape.seq_len;
+    /* A request or a batch past 2^64 bytes would wrap round to a small
+     * number: refuse it instead (the per-token bytes fit easily). */
+    uint64_t per_token = kvmath_bytes_per_token(&o->shape, o->dtype);
+    if (o->seq_len > UINT64_MAX / per_token || per_token * o->seq_len > UINT64_MAX / o->batch)
+        return err_set(err,
+                       "%" PRIu64 " request(s) of %" PRIu64 " tokens at %" PRIu64 " B per token is more than 2^64 "
+                       "bytes (16 EiB); kvcalc counts in 64 bits",
+                       o->batch, o->seq_len, per_token);
     /* Checked here, before anything is printed: an impossible budget is an
      * error, not a half-printed report. */
     uint64_t left;

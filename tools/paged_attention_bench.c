@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "block_pool.h"
+#include "cli.h"
 #include "mem.h"
 #include "ops.h"
 #include "paged.h"
@@ -147,14 +148,25 @@ static int bench_length(int head_dim, int n_pos, int repeats)
     return status;
 }
 
+#define USAGE "paged_attention_bench [HEAD_DIM (even, 2-256, default 64) [REPEATS (default 7)]]"
+
 int main(int argc, char **argv)
 {
-    int head_dim = argc > 1 ? atoi(argv[1]) : 64, repeats = argc > 2 ? atoi(argv[2]) : 7;
-    if (head_dim < 2 || head_dim > 256 || head_dim % 2 || repeats < 1) {
-        fprintf(stderr, "paged_attention_bench: error: usage: paged_attention_bench [HEAD_DIM (even, 2-256) "
-                        "[REPEATS]]\n");
+    if (argc > 1 && strcmp(argv[1], "--help") == 0) {
+        printf("Usage: " USAGE "\nPagedAttention against contiguous attention on the CPU, every block size, "
+               "128 to 2048 positions.\n");
+        return 0;
+    }
+    long dim = 64, rounds = 7;
+    Err err = {{0}};
+    if (argc > 3 || (argc > 1 && cli_parse_long("HEAD_DIM", argv[1], 2, 256, &dim, &err)) ||
+        (argc > 2 && cli_parse_long("REPEATS", argv[2], 1, 1000, &rounds, &err)) || dim % 2) {
+        /* + 2: the arguments are positional, without the "--" cli_parse_long puts in front */
+        fprintf(stderr, "paged_attention_bench: error: %s (usage: " USAGE ")\n",
+                err.msg[0] ? err.msg + 2 : argc > 3 ? "too many arguments" : "HEAD_DIM must be even");
         return 1;
     }
+    int head_dim = (int)dim, repeats = (int)rounds;
     printf("PagedAttention vs contiguous attention, one query head of %d over n positions, %d KV heads "
            "(best of %d rounds)\n\n",
            head_dim, KV_HEADS, repeats);

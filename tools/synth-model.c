@@ -18,6 +18,7 @@
 
 #include "mem.h"
 #include "model.h"
+#include "report.h"
 #include "synth.h"
 
 #define PROGRAM "synth-model"
@@ -191,12 +192,14 @@ int main(int argc, char **argv)
     if (parsed != 0)
         return parsed > 0 ? 0 : fail(&err);
 
-    /* Build both images before writing either, so that a shape without a
-     * possible tokenizer leaves no half-finished pair behind. */
+    /* Build both images, and find out that both files can be written,
+     * before writing either, so that a failure leaves no half-finished pair
+     * behind. */
     void *tok_image = NULL, *model_image = NULL;
     size_t tok_bytes = 0, model_bytes = 0;
     int status = 0;
-    if (model_config_validate(&o.spec.cfg, &err) ||
+    if (model_config_validate(&o.spec.cfg, &err) || report_check_writable("--out", o.out_path, &err) ||
+        (o.tokenizer_path && report_check_writable("--tokenizer-out", o.tokenizer_path, &err)) ||
         (o.tokenizer_path && synth_tokenizer_image(o.spec.cfg.vocab_size, &tok_image, &tok_bytes, &err)) ||
         synth_model_image(&o.spec, &model_image, &model_bytes, &err) ||
         synth_write_file(o.out_path, model_image, model_bytes, &err) ||

@@ -2,11 +2,9 @@
  * arena, reading --batching, refusing impossible budgets, the accounting after each step, and
  * the chapter's lines of the memory table. The scheduling itself is the
  * lab, in solutions/ch03/. */
-#define _GNU_SOURCE /* sysconf(_SC_PHYS_PAGES) */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "batching.h"
 #include "mem.h"
@@ -18,12 +16,6 @@ static size_t largest_bytes(ReservePolicy policy, const ServingRun *run, const R
 {
     int tokens = reserve_largest_tokens(policy, r->max_tokens, run->model->cfg.seq_len);
     return (size_t)tokens * run->kv_bytes_per_token;
-}
-
-static size_t physical_memory(void)
-{
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
 }
 
 int batching_mode_parse(const char *name, BatchingMode *mode, Err *err)
@@ -69,7 +61,7 @@ int batching_check(const ServingRun *run, Err *err)
                        cli_format_bytes(a, sizeof a, (double)budget), reserve_policy_name(policy),
                        smallest / run->kv_bytes_per_token, run->kv_bytes_per_token,
                        cli_format_bytes(b, sizeof b, (double)smallest), smallest_id);
-    size_t ram = physical_memory();
+    size_t ram = mem_physical_bytes();
     if (!run->no_kv_storage && ram > 0 && budget > ram)
         return err_set(err,
                        "--kv-budget %s is more than this machine's memory (%s); budgets at real-model scale are "

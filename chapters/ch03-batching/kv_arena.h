@@ -152,10 +152,12 @@ int reserve_round_up_pow2(int n);
  * @param policy      the policy
  * @param n_tokens    tokens the request has now: its prompt, plus what it
  *                    generated before it was requeued (grow only)
- * @param max_tokens  prompt + max_new_tokens, capped at seq_len: the most
- *                    tokens it may ever have
+ * @param max_tokens  prompt + max_new_tokens, capped at seq_len + 1
+ *                    (model_max_tokens()): the most tokens it may ever have;
+ *                    the last of them is never fed, so no region needs more
+ *                    than seq_len positions
  * @param seq_len     the model's longest sequence
- * @return positions the region holds, >= n_tokens
+ * @return positions the region holds, >= n_tokens, <= seq_len
  */
 int reserve_initial_tokens(ReservePolicy policy, int n_tokens, int max_tokens, int seq_len);
 
@@ -174,9 +176,9 @@ int reserve_grown_tokens(int current, int needed, int seq_len);
  * whose largest region does not fit the whole arena can never run to the end
  * and is rejected up front.
  * @param policy      the policy
- * @param max_tokens  prompt + max_new_tokens, capped at seq_len
+ * @param max_tokens  prompt + max_new_tokens, capped at seq_len + 1
  * @param seq_len     the model's longest sequence
- * @return positions
+ * @return positions, at most seq_len
  */
 int reserve_largest_tokens(ReservePolicy policy, int max_tokens, int seq_len);
 

@@ -148,6 +148,17 @@ typedef struct {
 const ServingChapter *paged_chapter(void);
 
 /**
+ * Refuses, before anything is printed, a KV budget the pool cannot be made
+ * from: one that holds no block, more blocks than an int names, or (when
+ * K/V are stored on the host) more than the machine's memory. paged_open()
+ * makes the same checks.
+ * @param run  the run (requests initialised)
+ * @param err  receives the reason on failure
+ * @return 0 when the pool can be made, -1 otherwise
+ */
+int paged_check(const ServingRun *run, Err *err);
+
+/**
  * Creates the server for a run: pool, tables, queue. Rejects requests that
  * could never fit in the whole pool. Prints the setup to @p log.
  * @param run              the run (requests initialised, none admitted)

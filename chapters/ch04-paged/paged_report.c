@@ -18,6 +18,7 @@ const ServingChapter *paged_chapter(void)
                     .summary = "Chapter 4: a paged KV cache (blocks, block tables, PagedAttention), continuous "
                                "batching, preemption and copy-on-write forks.",
                     .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_PAGED | CLI_DEVICE},
+        .check = paged_check,
         .open = paged_open,
         .close = paged_close,
         .seam = seam_of,

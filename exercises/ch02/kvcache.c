@@ -73,7 +73,7 @@ int kv_cache_grow(KvCache *kv, int new_capacity, Err *err)
                        new_capacity, kv->cfg.seq_len);
     size_t row_bytes = (size_t)kv->kv_dim * sizeof(float);
     int n_layers = kv->cfg.n_layers;
-    // TODO(lab ch02.grow): allocate new_capacity positions (mem_alloc, MEM_KV), copy rows 0..length-1 of every layer's keys and values, free the old buffer, attach the new one; count reallocations, bytes_copied and peak_held_bytes
+    // TODO(lab ch02.grow): allocate new_capacity positions (mem_alloc, MEM_KV), copy rows 0..length-1 of every layer's keys and values, free the old buffer, attach the new one; count reallocations, bytes_copied and peak_held_bytes (old + new bytes, while both exist)
     (void)row_bytes; (void)n_layers;
     LAB_TODO("move the cache into a buffer of new_capacity positions and count the move");
     return err_set(err, "kv_cache_grow is not written yet (cannot grow to %d positions)", new_capacity);

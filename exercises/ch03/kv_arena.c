@@ -59,7 +59,7 @@ int kv_arena_alloc(KvArena *a, size_t bytes, size_t *offset)
 {
     if (bytes == 0)
         return -1;
-    // TODO(lab ch03.first_fit): find the first hole (lowest address) that holds `bytes`, take its start, shrink or remove it
+    // TODO(lab ch03.first_fit): find the first hole (lowest address) that holds `bytes`, take its start, shrink or remove it, and take `bytes` off free_bytes
     (void)a; (void)offset; (void)remove_hole;
     LAB_TODO("first fit: take the start of the first hole that is large enough");
     return -1;
@@ -85,7 +85,7 @@ int kv_arena_release(KvArena *a, size_t offset, size_t bytes, Err *err)
         (i < a->n_holes && offset + bytes > a->holes[i].offset))
         return err_set(err, "release of [%zu, +%zu) overlaps free memory: freed twice, or the wrong size", offset,
                        bytes);
-    // TODO(lab ch03.coalesce): make [offset, offset+bytes) a hole before holes[i]; merge it with holes[i-1] and holes[i] when they touch
+    // TODO(lab ch03.coalesce): make [offset, offset+bytes) a hole before holes[i]; merge it with holes[i-1] and holes[i] when they touch; add `bytes` to free_bytes
     (void)insert_hole;
     LAB_TODO("turn the released range into a hole, merged with its neighbours");
     return 0;

@@ -91,22 +91,73 @@ static int pool_shape(const ServingRun *run, BlockShape *shape, Err *err)
     return 0;
 }
 
+/* Blocks kept free when admitting: --watermark percent of the pool. */
+static int watermark_blocks(int n_blocks, int percent)
+{
+    return (int)((long)n_blocks * percent / 100);
+}
+
+/* How many blocks the budget makes, refusing a budget that holds none, more
+ * than a block id can name, or (with K/V stored here) more than the
+ * machine's memory. */
+static int pool_blocks(const ServingRun *run, BlockShape *shape, int *n_blocks, Err *err)
+{
+    if (pool_shape(run, shape, err))
+        return -1;
+    size_t budget = serving_kv_budget(run), per_block = block_shape_bytes(shape);
+    size_t n = budget / per_block, ram = mem_physical_bytes();
+    char a[32], b[32];
+    if (n < 1)
+        return err_set(err, "KV budget %s holds no block: one block of %d tokens takes %s (%zu B per token)",
+                       cli_format_bytes(a, sizeof a, (double)budget), shape->block_size,
+                       cli_format_bytes(b, sizeof b, (double)per_block), run->kv_bytes_per_token);
+    if (n > INT_MAX / BLOCK_SIZE_MAX)
+        return err_set(err, "KV budget %s is %zu blocks, more than this pool can index",
+                       cli_format_bytes(a, sizeof a, (double)budget), n);
+    if (!run->no_kv_storage && ram > 0 && budget > ram)
+        return err_set(err,
+                       "--kv-budget %s is more than this machine's memory (%s); budgets at real-model scale are "
+                       "for the capacity simulator (accounting only)",
+                       cli_format_bytes(a, sizeof a, (double)budget), cli_format_bytes(b, sizeof b, (double)ram));
+    *n_blocks = (int)n;
+    return 0;
+}
+
+int paged_check(const ServingRun *run, Err *err)
+{
+    BlockShape shape;
+    int n_blocks;
+    if (pool_blocks(run, &shape, &n_blocks, err))
+        return -1;
+    /* As chapter 3 does: a pool that no request fits would reject them all. */
+    int usable = n_blocks - watermark_blocks(n_blocks, run->opts->watermark), smallest = -1;
+    for (int i = 0; i < run->n_reqs; i++) {
+        const Request *r = &run->reqs[i];
+        if (r->phase != REQ_WAITING)
+            continue;
+        if (cache_blocks_at_most(r, shape.block_size) <= usable)
+            return 0;
+        if (smallest < 0 || r->max_tokens < run->reqs[smallest].max_tokens)
+            smallest = i;
+    }
+    if (smallest < 0)
+        return 0;
+    const Request *r = &run->reqs[smallest];
+    char a[32];
+    return err_set(err,
+                   "--kv-budget %s holds no request: the smallest (request %d) may need %d blocks of %d tokens "
+                   "(%d positions) but the whole pool has %d (%d above the watermark)",
+                   cli_format_bytes(a, sizeof a, (double)serving_kv_budget(run)), r->spec->id,
+                   cache_blocks_at_most(r, shape.block_size), shape.block_size, r->max_tokens - 1, n_blocks, usable);
+}
+
 static int open_pool(PagedServer *s, ServingRun *run, Err *err)
 {
     BlockShape shape;
-    if (pool_shape(run, &shape, err))
+    int n_blocks;
+    if (pool_blocks(run, &shape, &n_blocks, err))
         return -1;
-    size_t budget = serving_kv_budget(run), per_block = block_shape_bytes(&shape);
-    size_t n_blocks = budget / per_block;
-    char a[32], b[32];
-    if (n_blocks < 1)
-        return err_set(err, "KV budget %s holds no block: one block of %d tokens takes %s (%zu B per token)",
-                       cli_format_bytes(a, sizeof a, (double)budget), shape.block_size,
-                       cli_format_bytes(b, sizeof b, (double)per_block), run->kv_bytes_per_token);
-    if (n_blocks > INT_MAX / BLOCK_SIZE_MAX)
-        return err_set(err, "KV budget %s is %zu blocks, more than this pool can index",
-                       cli_format_bytes(a, sizeof a, (double)budget), n_blocks);
-    if (block_pool_init(&s->kv.pool, &shape, (int)n_blocks, !run->no_kv_storage, err))
+    if (block_pool_init(&s->kv.pool, &shape, n_blocks, !run->no_kv_storage, err))
         return -1;
     int capacity = block_count_for_tokens(run->model->cfg.seq_len, shape.block_size);
     return block_tables_init(&s->kv.tables, run->n_reqs, capacity, err);
@@ -142,7 +193,7 @@ int paged_open(ServingRun *run, void **ctx, int *max_step_tokens, int *max_logit
         *ctx = NULL;
         return -1;
     }
-    s->watermark_blocks = (int)((long)s->kv.pool.n_blocks * o->watermark / 100);
+    s->watermark_blocks = watermark_blocks(s->kv.pool.n_blocks, o->watermark);
     int seq_len = run->model->cfg.seq_len;
     s->max_batched_tokens = seq_len > PAGED_MIN_BATCHED_TOKENS ? seq_len : PAGED_MIN_BATCHED_TOKENS;
     /* Decodes always run (one token per running request); admission keeps

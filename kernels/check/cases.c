@@ -1218,6 +1218,14 @@ const char *kcase_kernel_names(void)
     return "rmsnorm rope swiglu residual embedding convert matmul kv_write attention paged_attention block_copy";
 }
 
+int kcase_kernel_known(const char *name)
+{
+    for (size_t i = 0; i < N_KERNELS; i++)
+        if (strcmp(name, KERNELS[i].name) == 0)
+            return 1;
+    return 0;
+}
+
 int kcase_run(const Device *dev, const char *kernel, const KcaseOptions *o, KcaseReport report, void *ctx, Err *err)
 {
     Run run = {dev, o, report, ctx, 0};

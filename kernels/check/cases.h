@@ -55,6 +55,14 @@ int kcase_run(const Device *dev, const char *kernel, const KcaseOptions *o, Kcas
               Err *err);
 
 /**
+ * Whether kcase_run() knows a kernel of this name (checked before a device
+ * is opened, so that a typo is an error even where there is no GPU).
+ * @param name  a kernel name
+ * @return 1 if known, 0 otherwise
+ */
+int kcase_kernel_known(const char *name);
+
+/**
  * The kernel names kcase_run() knows, separated by spaces.
  * @return a static string
  */

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "cuda_check.h"
 #include "device.h"
 #include "device_forward.h"
@@ -87,8 +88,11 @@ static int write_model(const char *preset, const char *model_path, const char *t
 {
     SynthSpec spec = {.shared_classifier = 1, .ak42 = 0, .seed = 110};
     Err err = {{0}};
-    if (synth_preset(preset, &spec.cfg))
-        return fail("unknown preset");
+    if (synth_preset(preset, &spec.cfg)) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "--write-model: unknown preset '%s' (%s)", preset, synth_preset_names());
+        return fail(msg);
+    }
     void *image;
     size_t bytes;
     if (synth_model_image(&spec, &image, &bytes, &err) || synth_write_file(model_path, image, bytes, &err))
@@ -102,39 +106,71 @@ static int write_model(const char *preset, const char *model_path, const char *t
     return 0;
 }
 
+static void usage(void)
+{
+    printf("Usage: decode-bench [options]\n"
+           "       decode-bench --write-model PRESET MODEL_FILE TOKENIZER_FILE\n"
+           "Batched decode of a synthetic model on the GPU against the device's copy bandwidth (goal: %.0f%%).\n\n"
+           "  --preset NAME         %s (default stories110M)\n"
+           "  --batch N             sequences decoded together (default 64)\n"
+           "  --context N           positions each sequence holds before the timed steps (default 512)\n"
+           "  --steps N             timed decode steps (default 20)\n"
+           "  --kv-dtype T          f32, f16 or bf16 (default f32)\n"
+           "  --weight-dtype T      f32, f16 or bf16 (default f32)\n"
+           "  --no-graph            launch every kernel instead of replaying a CUDA graph\n"
+           "  --markdown FILE       append the result as a Markdown table row\n"
+           "  --help                show this help\n"
+           "Without a GPU it prints a SKIP line and exits 0.\n",
+           100 * GOAL_FRACTION, synth_preset_names());
+}
+
+/* Refuses every bad argument before a device is opened: a typo must not
+ * cost a model upload, nor read as a SKIP on a machine without a GPU. */
 static int parse(int argc, char **argv, BenchOptions *o, Err *err)
 {
+    static const char *const with_value[] = {"--preset", "--batch", "--context", "--steps",
+                                             "--markdown", "--kv-dtype", "--weight-dtype", NULL};
     *o = (BenchOptions){"stories110M", 64, 512, 20, 1, DTYPE_F32, DTYPE_F32, NULL};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i];
         if (strcmp(a, "--no-graph") == 0) {
             o->graph = 0;
             continue;
         }
-        if (!v)
-            return err_set(err, "bad argument '%s'", a);
-        i++;
+        int known = 0;
+        for (int k = 0; with_value[k]; k++)
+            known |= strcmp(a, with_value[k]) == 0;
+        if (!known)
+            return err_set(err, "unknown argument '%s' (see --help)", a);
+        if (i + 1 >= argc)
+            return err_set(err, "option '%s' needs a value (see --help)", a);
+        const char *v = argv[++i];
+        long n;
         if (strcmp(a, "--preset") == 0)
             o->preset = v;
-        else if (strcmp(a, "--batch") == 0)
-            o->batch = atoi(v);
-        else if (strcmp(a, "--context") == 0)
-            o->context = atoi(v);
-        else if (strcmp(a, "--steps") == 0)
-            o->steps = atoi(v);
         else if (strcmp(a, "--markdown") == 0)
             o->markdown = v;
-        else if (strcmp(a, "--kv-dtype") == 0) {
-            if (dtype_parse(v, &o->kv_type, err))
-                return -1;
-        } else if (strcmp(a, "--weight-dtype") == 0) {
-            if (dtype_parse(v, &o->weight_type, err))
-                return -1;
-        } else
-            return err_set(err, "bad argument '%s'", a);
+        else if (strcmp(a, "--kv-dtype") == 0 || strcmp(a, "--weight-dtype") == 0) {
+            if (dtype_parse(v, a[2] == 'k' ? &o->kv_type : &o->weight_type, err))
+                return err_prefix(err, "%s", a);
+        } else if (cli_parse_long(a + 2, v, 1, 1 << 20, &n, err)) {
+            return -1;
+        } else if (strcmp(a, "--batch") == 0) {
+            o->batch = (int)n;
+        } else if (strcmp(a, "--context") == 0) {
+            o->context = (int)n;
+        } else {
+            o->steps = (int)n;
+        }
     }
-    if (o->batch < 1 || o->context < 1 || o->steps < 1)
-        return err_set(err, "--batch, --context and --steps must be positive");
+    ModelConfig cfg;
+    if (synth_preset(o->preset, &cfg))
+        return err_set(err, "--preset: unknown preset '%s' (%s)", o->preset, synth_preset_names());
+    if (o->context + o->steps + 2 > cfg.seq_len)
+        return err_set(err, "--context %d + --steps %d (+ 2 warm-up steps) do not fit %s's seq_len of %d",
+                       o->context, o->steps, o->preset, cfg.seq_len);
+    if (o->markdown && report_check_writable("--markdown", o->markdown, err))
+        return -1;
     return 0;
 }
 
@@ -278,6 +314,11 @@ int main(int argc, char **argv)
 {
     if (argc == 5 && strcmp(argv[1], "--write-model") == 0)
         return write_model(argv[2], argv[3], argv[4]);
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0) {
+            usage();
+            return 0;
+        }
     BenchOptions o;
     Err err = {{0}};
     if (parse(argc, argv, &o, &err))

@@ -14,7 +14,9 @@
 #include <string.h>
 
 #include "cases.h"
+#include "cli.h"
 #include "device.h"
+#include "report.h"
 
 typedef struct {
     FILE *markdown;
@@ -61,6 +63,21 @@ static int usage(const char *msg)
     return 1;
 }
 
+/* Everything on the command line is checked before a device is opened, so
+ * that a typo is an error, not a SKIP, on a machine without a GPU. */
+static int check_arguments(const char *kernel, const char *markdown_path)
+{
+    char msg[512];
+    Err err = {{0}};
+    if (kernel && !kcase_kernel_known(kernel)) {
+        snprintf(msg, sizeof msg, "no kernel '%s' (kernels: %s)", kernel, kcase_kernel_names());
+        return usage(msg);
+    }
+    if (markdown_path && report_check_writable("--markdown", markdown_path, &err))
+        return usage(err.msg);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     KcaseOptions o = {.quick = 0, .time = 1, .repeats = 20};
@@ -74,15 +91,25 @@ int main(int argc, char **argv)
             kernel = argv[++i];
         else if (strcmp(argv[i], "--markdown") == 0 && i + 1 < argc)
             markdown_path = argv[++i];
-        else if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
-            o.repeats = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) {
+            long n;
+            Err err = {{0}};
+            if (cli_parse_long("repeats", argv[++i], 1, 100000, &n, &err))
+                return usage(err.msg);
+            o.repeats = (int)n;
+        }
         else if (strcmp(argv[i], "--help") == 0) {
             printf("Usage: kernel-check [--kernel NAME] [--quick] [--no-time] [--repeats N] [--markdown FILE]\n"
                    "Kernels: %s\n", kcase_kernel_names());
             return 0;
-        } else
-            return usage("bad argument");
+        } else {
+            char msg[256];
+            snprintf(msg, sizeof msg, "bad argument '%s'", argv[i]);
+            return usage(msg);
+        }
     }
+    if (check_arguments(kernel, markdown_path))
+        return 1;
     Device dev;
     Err err = {{0}};
     if (device_open(&dev, &err)) {

@@ -69,7 +69,7 @@ int kv_cache_grow(KvCache *kv, int new_capacity, Err *err)
                        new_capacity, kv->cfg.seq_len);
     size_t row_bytes = (size_t)kv->kv_dim * sizeof(float);
     int n_layers = kv->cfg.n_layers;
-    // LAB BEGIN(ch02.grow): allocate new_capacity positions (mem_alloc, MEM_KV), copy rows 0..length-1 of every layer's keys and values, free the old buffer, attach the new one; count reallocations, bytes_copied and peak_held_bytes
+    // LAB BEGIN(ch02.grow): allocate new_capacity positions (mem_alloc, MEM_KV), copy rows 0..length-1 of every layer's keys and values, free the old buffer, attach the new one; count reallocations, bytes_copied and peak_held_bytes (old + new bytes, while both exist)
     size_t old_bytes = kv_cache_bytes(&kv->cfg, kv->capacity);
     size_t new_bytes = kv_cache_bytes(&kv->cfg, new_capacity);
     float *storage = mem_alloc(MEM_KV, new_bytes);

@@ -55,7 +55,7 @@ int kv_arena_alloc(KvArena *a, size_t bytes, size_t *offset)
 {
     if (bytes == 0)
         return -1;
-    // LAB BEGIN(ch03.first_fit): find the first hole (lowest address) that holds `bytes`, take its start, shrink or remove it
+    // LAB BEGIN(ch03.first_fit): find the first hole (lowest address) that holds `bytes`, take its start, shrink or remove it, and take `bytes` off free_bytes
     for (int i = 0; i < a->n_holes; i++) {
         KvRange *h = &a->holes[i];
         if (h->bytes < bytes)
@@ -96,7 +96,7 @@ int kv_arena_release(KvArena *a, size_t offset, size_t bytes, Err *err)
         (i < a->n_holes && offset + bytes > a->holes[i].offset))
         return err_set(err, "release of [%zu, +%zu) overlaps free memory: freed twice, or the wrong size", offset,
                        bytes);
-    // LAB BEGIN(ch03.coalesce): make [offset, offset+bytes) a hole before holes[i]; merge it with holes[i-1] and holes[i] when they touch
+    // LAB BEGIN(ch03.coalesce): make [offset, offset+bytes) a hole before holes[i]; merge it with holes[i-1] and holes[i] when they touch; add `bytes` to free_bytes
     int touches_left = i > 0 && a->holes[i - 1].offset + a->holes[i - 1].bytes == offset;
     int touches_right = i < a->n_holes && offset + bytes == a->holes[i].offset;
     if (touches_left && touches_right) {

@@ -28,6 +28,8 @@ START_TEST(lab_reserve_sizes)
     } cases[] = {
         {RESERVE_MAX, 5, 53, 512, 512, "max reserves the model's seq_len"},
         {RESERVE_REQUEST, 5, 53, 512, 53, "request reserves max_tokens (prompt + max_new_tokens)"},
+        {RESERVE_REQUEST, 5, 513, 512, 512,
+         "a request may hold seq_len + 1 tokens, but the last is never fed: no region needs more than seq_len"},
         {RESERVE_POW2, 5, 53, 512, 64, "pow2 rounds max_tokens up to a power of two"},
         {RESERVE_POW2, 5, 300, 300, 300, "pow2 never reserves more than seq_len"},
         {RESERVE_GROW, 5, 53, 512, 16, "grow starts at RESERVE_GROW_MIN_TOKENS at least"},
