@@ -14,7 +14,9 @@
 
 #include "assets.h"
 #include "forward.h"
+#include "generate.h"
 #include "mem.h"
+#include "naive.h"
 #include "ops.h"
 #include "sampler.h"
 #include "synth.h"
@@ -239,5 +241,27 @@ int test_json_ints(const char *text, const char *key, int *out, int max)
         out[n++] = (int)v;
         p = end;
     }
+    return n;
+}
+
+int test_solo_tokens(const Model *m, const Tokenizer *t, const char *prompt, int steps, int *out)
+{
+    Generation g;
+    Err err = {{0}};
+    ck_assert_msg(generation_init(&g, m, t, prompt, &err) == 0, "%s", err.msg);
+    NaiveKv kv;
+    ck_assert(naive_kv_init(&kv, &m->cfg, &err) == 0);
+    SingleStreamKv strat = naive_strategy(&kv);
+    ForwardState fs;
+    ck_assert(forward_state_init(&fs, &m->cfg, m->cfg.seq_len, 1, &err) == 0);
+    Sampler s;
+    ck_assert(sampler_init(&s, m->cfg.vocab_size, 0.0f, 0.9f, 1, &err) == 0);
+    ck_assert_msg(generate(&g, m, t, &s, &fs, &strat, steps, NULL, &err) == 0, "%s", err.msg);
+    int n = g.n_tokens - g.n_prompt;
+    memcpy(out, g.tokens + g.n_prompt, (size_t)n * sizeof(int));
+    sampler_free(&s);
+    forward_state_free(&fs);
+    naive_kv_free(&kv);
+    generation_free(&g);
     return n;
 }

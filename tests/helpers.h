@@ -10,6 +10,7 @@
 
 #include "dtype.h"
 #include "model.h"
+#include "tokenizer.h"
 
 /**
  * Path of a file in ../shared/models (searched like the programs do), or
@@ -115,5 +116,17 @@ int test_json_ints(const char *text, const char *key, int *out, int max);
  * @param out    receives the path (PATH_MAX bytes)
  */
 void test_write_temp(const void *data, size_t n, char *out);
+
+/**
+ * A prompt's greedy tokens when it runs alone, through chapter 1's loop
+ * (recompute everything): the reference every batched chapter must match.
+ * @param m       the model
+ * @param t       the tokenizer
+ * @param prompt  the prompt text
+ * @param steps   most new tokens
+ * @param out     receives the new tokens (room for seq_len + 1)
+ * @return how many new tokens
+ */
+int test_solo_tokens(const Model *m, const Tokenizer *t, const char *prompt, int steps, int *out);
 
 #endif

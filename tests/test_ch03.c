@@ -282,29 +282,6 @@ static void finish_run(TestRun *tr)
 
 static const BatchingState *state(const TestRun *tr) { return tr->run.chapter_ctx; }
 
-/* Solo reference: chapter 1's loop on one prompt (recompute everything). */
-static int solo_tokens(const Model *m, const Tokenizer *t, const char *prompt, int steps, int *out)
-{
-    Generation g;
-    Err err = {{0}};
-    ck_assert_msg(generation_init(&g, m, t, prompt, &err) == 0, "%s", err.msg);
-    NaiveKv kv;
-    ck_assert(naive_kv_init(&kv, &m->cfg, &err) == 0);
-    SingleStreamKv strat = naive_strategy(&kv);
-    ForwardState fs;
-    ck_assert(forward_state_init(&fs, &m->cfg, m->cfg.seq_len, 1, &err) == 0);
-    Sampler s;
-    ck_assert(sampler_init(&s, m->cfg.vocab_size, 0.0f, 0.9f, 1, &err) == 0);
-    ck_assert_msg(generate(&g, m, t, &s, &fs, &strat, steps, NULL, &err) == 0, "%s", err.msg);
-    int n = g.n_tokens - g.n_prompt;
-    memcpy(out, g.tokens + g.n_prompt, (size_t)n * sizeof(int));
-    sampler_free(&s);
-    forward_state_free(&fs);
-    naive_kv_free(&kv);
-    generation_free(&g);
-    return n;
-}
-
 /* Solo tokens of every request of a run, computed once per model. */
 typedef struct {
     int n_reqs;
@@ -320,7 +297,7 @@ static void solo_compute(SoloTokens *st, const TestModel *tm, const ServingRun *
     st->tokens = calloc((size_t)run->n_reqs * (size_t)seq_len, sizeof(int));
     for (int i = 0; i < run->n_reqs; i++) {
         const RequestSpec *spec = run->reqs[i].spec;
-        st->count[i] = solo_tokens(&tm->m, &tm->t, spec->prompt, spec->max_new_tokens,
+        st->count[i] = test_solo_tokens(&tm->m, &tm->t, spec->prompt, spec->max_new_tokens,
                                    st->tokens + (size_t)i * (size_t)seq_len);
     }
 }

@@ -227,29 +227,6 @@ static void account(void *ctx, ServingRun *run)
     serving_account_default(run);
 }
 
-/* Solo reference: chapter 1's loop on one prompt. */
-static int solo_tokens(const Model *m, const Tokenizer *t, const char *prompt, int steps, int *out)
-{
-    Generation g;
-    Err err = {{0}};
-    ck_assert_msg(generation_init(&g, m, t, prompt, &err) == 0, "%s", err.msg);
-    NaiveKv kv;
-    ck_assert(naive_kv_init(&kv, &m->cfg, &err) == 0);
-    SingleStreamKv strat = naive_strategy(&kv);
-    ForwardState fs;
-    ck_assert(forward_state_init(&fs, &m->cfg, m->cfg.seq_len, 1, &err) == 0);
-    Sampler s;
-    ck_assert(sampler_init(&s, m->cfg.vocab_size, 0.0f, 0.9f, 1, &err) == 0);
-    ck_assert_msg(generate(&g, m, t, &s, &fs, &strat, steps, NULL, &err) == 0, "%s", err.msg);
-    int n = g.n_tokens - g.n_prompt;
-    memcpy(out, g.tokens + g.n_prompt, (size_t)n * sizeof(int));
-    sampler_free(&s);
-    forward_state_free(&fs);
-    naive_kv_free(&kv);
-    generation_free(&g);
-    return n;
-}
-
 static void check_against_solo(const Model *m, const Tokenizer *t, const char *requests)
 {
     RequestFile rf;
@@ -267,7 +244,7 @@ static void check_against_solo(const Model *m, const Tokenizer *t, const char *r
     int *want = malloc((size_t)m->cfg.seq_len * sizeof(int));
     for (int i = 0; i < run.n_reqs; i++) {
         Request *r = &run.reqs[i];
-        int n = solo_tokens(m, t, rf.items[i].prompt, rf.items[i].max_new_tokens, want);
+        int n = test_solo_tokens(m, t, rf.items[i].prompt, rf.items[i].max_new_tokens, want);
         ck_assert_int_eq(r->n_tokens - r->n_prompt, n);
         ck_assert_msg(memcmp(r->tokens + r->n_prompt, want, (size_t)n * sizeof(int)) == 0,
                       "request %d differs from its solo run", i);
