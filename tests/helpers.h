@@ -118,8 +118,24 @@ int test_json_ints(const char *text, const char *key, int *out, int max);
 void test_write_temp(const void *data, size_t n, char *out);
 
 /**
- * A prompt's greedy tokens when it runs alone, through chapter 1's loop
- * (recompute everything): the reference every batched chapter must match.
+ * A prompt's tokens when it runs alone through the generation loop with a
+ * plain contiguous cache written in the test helpers (independent of every
+ * chapter's code, so of any lab exercise): the reference every batched
+ * chapter must match.
+ * @param m            the model
+ * @param t            the tokenizer
+ * @param prompt       the prompt text
+ * @param steps        most new tokens
+ * @param temperature  0 for greedy
+ * @param seed         the sampler's seed
+ * @param out          receives the new tokens (room for seq_len + 1)
+ * @return how many new tokens
+ */
+int test_solo_tokens_sampled(const Model *m, const Tokenizer *t, const char *prompt, int steps, float temperature,
+                             unsigned long long seed, int *out);
+
+/**
+ * Greedy test_solo_tokens_sampled() (temperature 0, seed 1).
  * @param m       the model
  * @param t       the tokenizer
  * @param prompt  the prompt text

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "generate.h"
+#include "helpers.h"
 #include "lab/grading.h"
 #include "mem.h"
 #include "ops.h"
@@ -200,70 +201,11 @@ END_TEST
 
 /* ------------------------------------------------------------ end to end */
 
-typedef struct {
-    ModelConfig cfg;
-    float *keys, *values; /* [layers][seq_len][kv_dim] */
-    int stored;
-} ContigKv;
-
-static float *contig_row(float *base, const ModelConfig *c, int layer, int pos)
-{
-    return base + ((size_t)layer * c->seq_len + (size_t)pos) * (size_t)model_kv_dim(c);
-}
-
-static int contig_prepare(void *ctx, int n_tokens, int *cached, Err *err)
-{
-    (void)n_tokens;
-    (void)err;
-    *cached = ((ContigKv *)ctx)->stored;
-    return 0;
-}
-
-static void contig_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
-{
-    ContigKv *kv = ctx;
-    size_t n = (size_t)model_kv_dim(&kv->cfg) * sizeof(float);
-    memcpy(contig_row(kv->keys, &kv->cfg, layer, e->pos), k, n);
-    memcpy(contig_row(kv->values, &kv->cfg, layer, e->pos), v, n);
-    if (e->pos + 1 > kv->stored)
-        kv->stored = e->pos + 1;
-}
-
-static void contig_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out,
-                          float *scores)
-{
-    ContigKv *kv = ctx;
-    const ModelConfig *c = &kv->cfg;
-    int off = (head / model_kv_mul(c)) * model_head_dim(c);
-    attention_reference(out, q, contig_row(kv->keys, c, layer, 0) + off, contig_row(kv->values, c, layer, 0) + off,
-                        e->pos + 1, model_kv_dim(c), model_head_dim(c), scores);
-}
-
 /* The tokens a request gets alone, with a contiguous cache. */
 static int solo(const Model *m, const Tokenizer *t, const char *prompt, int steps, float temperature,
                 unsigned long long seed, int *out)
 {
-    const ModelConfig *c = &m->cfg;
-    Generation g;
-    Err err = {{0}};
-    ck_assert(generation_init(&g, m, t, prompt, &err) == 0);
-    size_t floats = (size_t)c->n_layers * c->seq_len * model_kv_dim(c);
-    ContigKv kv = {*c, calloc(floats, sizeof(float)), calloc(floats, sizeof(float)), 0};
-    SingleStreamKv strat = {.seam = {.ctx = &kv, .store = contig_store, .attend = contig_attend},
-                            .prepare = contig_prepare};
-    ForwardState fs;
-    ck_assert(forward_state_init(&fs, c, c->seq_len, 1, &err) == 0);
-    Sampler s;
-    ck_assert(sampler_init(&s, c->vocab_size, temperature, 0.9f, seed, &err) == 0);
-    ck_assert(generate(&g, m, t, &s, &fs, &strat, steps, NULL, &err) == 0);
-    int n = g.n_tokens - g.n_prompt;
-    memcpy(out, g.tokens + g.n_prompt, (size_t)n * sizeof(int));
-    sampler_free(&s);
-    forward_state_free(&fs);
-    free(kv.keys);
-    free(kv.values);
-    generation_free(&g);
-    return n;
+    return test_solo_tokens_sampled(m, t, prompt, steps, temperature, seed, out);
 }
 
 /* Serves @p requests on a small synthetic model (GQA) in a pool of
