@@ -31,10 +31,18 @@ CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) $(SAN) -Wall -Wextra -Wer
 LDLIBS_ALL = $(SAN) -fopenmp -lm $(LDLIBS)
 
 CHAPTER_DIRS := $(sort $(wildcard chapters/ch*))
-INCLUDES := -Icommon $(addprefix -I,$(CHAPTER_DIRS))
+# common/ is one folder per concern (model, cpu, serving, accounting, cuda,
+# base), each with its own -I.
+COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*.[ch]))))
+COMMON_INCLUDES := $(addprefix -I,$(COMMON_DIRS))
+INCLUDES := $(COMMON_INCLUDES) $(addprefix -I,$(CHAPTER_DIRS)) -Itools/lib -Ikernels/check
 
-COMMON_SRCS := $(sort $(wildcard common/*.c))
+COMMON_SRCS := $(sort $(wildcard common/*/*.c))
 COMMON_OBJS := $(COMMON_SRCS:%.c=$(BUILD)/obj/%.o)
+# Code only the tools (kvcalc, kvsim) and their tests use.
+TOOL_LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tools/lib/*.c)))
+# CPU references of the K/V kernels, for the kernel checks and their tests.
+KV_REF_OBJS := $(BUILD)/obj/kernels/check/kv_ref.o
 
 # ---------------------------------------------------------------- CUDA
 # CUDA=auto builds the CUDA path (--device cuda, kernels/, build/kernel-check)
@@ -72,14 +80,14 @@ KERNEL_SRCS := $(sort $(wildcard kernels/*.cu))
 KERNEL_OBJS := $(KERNEL_SRCS:kernels/%.cu=$(CUDA_BUILD)/%.o)
 NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 NVCCFLAGS_ALL = -std=c++17 -O3 $(NVCC_GENCODE) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
-                -Icommon -Ikernels -MMD -MP -DKVLAB_CUDA_LIBDIR='"$(CUDA_LIBDIR)"' $(NVCCFLAGS)
-INCLUDES += -Ikernels -Ikernels/check -I$(CUDA_HOME)/include
+                $(COMMON_INCLUDES) -Ikernels -MMD -MP -DKVLAB_CUDA_LIBDIR='"$(CUDA_LIBDIR)"' $(NVCCFLAGS)
+INCLUDES += -Ikernels -I$(CUDA_HOME)/include
 CFLAGS_ALL += -DKVLAB_CUDA
 COMMON_OBJS += $(KERNEL_OBJS)
 LDLIBS_ALL += -L$(CUDA_LIBDIR) -lcudart_static -lstdc++ -ldl -lrt -lpthread
 # The kernel checks (random inputs, every version against its CPU reference)
 # are shared by build/kernel-check and the GPU test suites.
-KCHECK_OBJS := $(BUILD)/obj/kernels/check/cases.o
+KCHECK_OBJS := $(BUILD)/obj/kernels/check/cases.o $(KV_REF_OBJS)
 CUDA_PROGRAMS := $(BUILD)/kernel-check $(BUILD)/decode-bench
 endif
 
@@ -164,7 +172,7 @@ else
 endif
 
 # Tools link everything but the chapters' main() files.
-$(BUILD)/%: $(BUILD)/obj/tools/%.o $(ALL_CH_OBJS) $(COMMON_OBJS)
+$(BUILD)/%: $(BUILD)/obj/tools/%.o $(TOOL_LIB_OBJS) $(ALL_CH_OBJS) $(COMMON_OBJS)
 	$(CC) $^ -o $@ $(LDLIBS_ALL)
 # Made through a pattern rule, a tool's object would count as intermediate
 # and be deleted (and rebuilt by every make); keep it.
@@ -181,7 +189,7 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(MODE_STAMP)
 	$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests -c $< -o $@
 
 $(BUILD)/test-kvlab: $(TEST_OBJS) $(BUILD)/obj/tests/runner.o $(BUILD)/obj/tests/helpers.o $(ALL_CH_OBJS) $(COMMON_OBJS) \
-                     $(KCHECK_OBJS)
+                     $(TOOL_LIB_OBJS) $(sort $(KCHECK_OBJS) $(KV_REF_OBJS))
 	$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
 
 deps:
@@ -278,7 +286,7 @@ check-exercises:
 # Doxygen silently skips the functions of a header without a @file comment,
 # so that is checked first.
 # kernels/*.cuh are device-side helpers for the .cu files, not API: not documented.
-DOC_HEADERS = $(wildcard common/*.h chapters/*/*.h kernels/*.h)
+DOC_HEADERS = $(wildcard common/*/*.h chapters/*/*.h kernels/*.h kernels/check/kv_ref.h tools/lib/*.h)
 docs:
 	@scripts/deps.sh doxygen
 	@status=0; for h in $(DOC_HEADERS); do grep -q '@file' "$$h" || { \

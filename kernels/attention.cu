@@ -8,7 +8,7 @@
  *     in the request's own [layer][position][kv_dim] cache;
  *   chapter 3, reserved regions: one entry per request of the batch, base =
  *     the first row of the request's region in the shared arena.
- * CPU reference: attention_reference() in common/ops.c, per (entry, head).
+ * CPU reference: attention_reference() in common/cpu/ops.c, per (entry, head).
  *
  * v1 "thread-per-head": one thread per (entry, head) runs the CPU code:
  *    scores into a scratch row in global memory, softmax, weighted sum.

@@ -3,7 +3,7 @@
  * to a fresh one, in every layer, for K and V. With the device layout
  * [layer][rows][kv_dim], a block of one layer is a contiguous run of
  * block_size rows, so copying a block is 2 x n_layers contiguous copies.
- * CPU reference: kv_block_copy_reference() in common/kv_ref.c.
+ * CPU reference: kv_block_copy_reference() in kernels/check/kv_ref.c.
  *
  * v1 "memcpy-per-run": one cudaMemcpyAsync per (pair, layer, K/V).
  *    Teaches: simple and correct, but each call costs a few microseconds of

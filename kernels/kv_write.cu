@@ -5,7 +5,7 @@
  * Chapter 2: slot = position; chapter 3: region start + position;
  * chapter 4: block_table[pos / bs] x bs + pos % bs. A negative slot means
  * "do not store" (a token that is recomputed but not kept).
- * CPU reference: kv_write_reference() in common/kv_ref.c.
+ * CPU reference: kv_write_reference() in kernels/check/kv_ref.c.
  *
  * v1 "element-per-thread": one thread per element of K (and the same
  *    element of V). Teaches: a scatter of rows; each row is written

@@ -1,5 +1,5 @@
 /* Matrix product over a batch of tokens: out[t][o] = sum_i w[o][i] x[t][i],
- * the projections of the forward pass (matmul() in common/ops.c). This is
+ * the projections of the forward pass (matmul() in common/cpu/ops.c). This is
  * where nearly all of a step's arithmetic and, at small batch, nearly all
  * of its memory traffic (reading the weights once) happen.
  *

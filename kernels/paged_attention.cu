@@ -4,7 +4,7 @@
  *   block_tables[entry_table[i]][p / block_size] x block_size + p % block_size
  * of the layer's pool ([n_blocks x block_size][kv_dim]); block_size is a
  * power of two, so the division is a shift and the remainder a mask.
- * CPU reference: paged_attention_reference() in common/kv_ref.c.
+ * CPU reference: paged_attention_reference() in kernels/check/kv_ref.c.
  *
  * v1 "one-pass": attention.cu's v3 with the row lookup swapped: one block
  *    per (entry, head), thread groups reading whole rows with 16-byte loads,

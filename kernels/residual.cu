@@ -1,4 +1,4 @@
-/* Residual connection: out[i] += other[i] (add_inplace() in common/ops.c).
+/* Residual connection: out[i] += other[i] (add_inplace() in common/cpu/ops.c).
  *
  * v1 "element-per-thread": one thread per element.
  * v2 "vec4": four elements per thread with float4 loads and stores.

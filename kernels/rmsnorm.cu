@@ -1,5 +1,5 @@
 /* RMSNorm: out = weight * x / sqrt(mean(x^2) + 1e-5), one row per token.
- * CPU reference: rmsnorm() in common/ops.c.
+ * CPU reference: rmsnorm() in common/cpu/ops.c.
  *
  * v1 "thread-per-row": one thread walks a whole row, exactly the CPU loop.
  *    Teaches: the direct transcription is correct but leaves the GPU idle;

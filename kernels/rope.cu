@@ -1,7 +1,7 @@
 /* RoPE: rotate each consecutive pair (x0, x1) of every head of q and k by
  * the angle of the token's position:
  *   x0' = x0 cos - x1 sin,   x1' = x0 sin + x1 cos.
- * CPU reference: rope_rotate() in common/ops.c, with the same cos/sin
+ * CPU reference: rope_rotate() in common/cpu/ops.c, with the same cos/sin
  * tables (rope_tables(), uploaded once).
  *
  * v1 "pair-per-thread": one thread per pair, one launch for q and one for

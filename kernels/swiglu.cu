@@ -1,5 +1,5 @@
 /* SwiGLU gate: gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g).
- * CPU reference: swiglu() in common/ops.c.
+ * CPU reference: swiglu() in common/cpu/ops.c.
  *
  * v1 "element-per-thread": one thread per element. Teaches: the plain
  *    elementwise map; memory-bound, so its speed is bytes moved over
