@@ -85,8 +85,9 @@ void cli_defaults(CliOptions *opts);
 CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *opts, Err *err);
 
 /**
- * Parses a whole number of an option strictly: all of @p text, in range
- * ("12abc" and "" are refused, unlike atoi).
+ * Parses a whole number of an option strictly (parse_long()): digits and
+ * an optional leading '-', nothing else, in range (" 12", "+12", "12abc"
+ * and "" are refused, unlike strtol).
  * @param name  the option without its dashes, for the message
  * @param text  the value
  * @param min   smallest allowed
@@ -99,7 +100,9 @@ int cli_parse_long(const char *name, const char *text, long min, long max, long 
 
 /**
  * Parses a size such as 4096, 512KiB, 4MiB, 2GiB, 1.5GB or 80GB (KiB/MiB/GiB
- * are powers of 1024, KB/MB/GB powers of 1000; a bare K/M/G means 1024).
+ * are powers of 1024, KB/MB/GB powers of 1000; a bare K/M/G means 1024)
+ * strictly and exactly (parse_size()): no sign, no exponent, nothing past
+ * 2^64 - 1 bytes.
  * @param text   the size
  * @param bytes  receives the size in bytes
  * @param err    receives the reason on failure
