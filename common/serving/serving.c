@@ -2,6 +2,7 @@
 #include "serving.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,28 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
     return 0;
 }
 
+/* Requests x samples, and the bookkeeping they need (the Request, its
+ * token list, its sampler's scratch), checked before anything is
+ * allocated: an int product that wrapped round, or a run that would use
+ * up the machine's memory before its first step, gets one line instead. */
+static int check_request_count(int lines, int samples, const ModelConfig *c, Err *err)
+{
+    if (lines > INT_MAX / samples)
+        return err_set(err, "%d requests x --n %d is more than %d requests", lines, samples, INT_MAX);
+    size_t n = (size_t)lines * (size_t)samples;
+    size_t per_request = sizeof(Request) + (size_t)model_max_tokens(c) * sizeof(int) +
+                         (size_t)c->vocab_size * sizeof(ProbIndex) + 2 * MEM_ALIGN;
+    size_t ram = mem_physical_bytes();
+    if (ram && n > ram / 2 / per_request) {
+        char need[32], have[32];
+        return err_set(err, "%zu requests (%d lines x --n %d) need %s of bookkeeping, more than half of this "
+                       "machine's %s", n, lines, samples,
+                       cli_format_bytes(need, sizeof need, (double)n * (double)per_request),
+                       cli_format_bytes(have, sizeof have, (double)ram));
+    }
+    return 0;
+}
+
 int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const CliOptions *opts,
                      const RequestFile *rf, Err *err)
 {
@@ -178,6 +201,8 @@ int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const 
     run->opts = opts;
     run->kv_bytes_per_token = model_kv_bytes_per_token(&m->cfg, sizeof(float));
     int n = opts->n_samples > 0 ? opts->n_samples : 1;
+    if (check_request_count(rf->count, n, &m->cfg, err))
+        return -1;
     run->n_reqs = rf->count * n;
     run->reqs = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(Request));
     if (!run->reqs)
