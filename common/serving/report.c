@@ -1,23 +1,16 @@
 #include "report.h"
 
-#include <errno.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "mem.h"
+#include "outfile.h"
 
 int report_check_writable(const char *option, const char *path, Err *err)
 {
-    int existed = access(path, F_OK) == 0;
-    FILE *f = fopen(path, "a");
-    if (!f)
-        return err_set(err, "%s %s: cannot create: %s", option, path, strerror(errno));
-    fclose(f);
-    if (!existed)
-        unlink(path);
-    return 0;
+    return outfile_check(option, path, err);
 }
 
 double now_seconds(void)
@@ -189,11 +182,11 @@ static void json_kv(JsonWriter *j, const RunReport *r)
 
 int report_write_json(const char *path, const RunReport *r, Err *err)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return err_set(err, "--json %s: cannot create: %s", path, strerror(errno));
+    OutFile out;
+    if (outfile_open(&out, "--json", path, err))
+        return -1;
     JsonWriter j;
-    json_init(&j, f, 1);
+    json_init(&j, out.f, 1);
     json_begin_object(&j, NULL);
     json_string(&j, "chapter", r->chapter);
     json_string(&j, "device", r->device);
@@ -208,7 +201,5 @@ int report_write_json(const char *path, const RunReport *r, Err *err)
     if (r->extra_json)
         r->extra_json(&j, r->extra);
     json_end_object(&j);
-    if (fclose(f) != 0)
-        return err_set(err, "--json %s: write failed", path);
-    return 0;
+    return outfile_commit(&out, err);
 }

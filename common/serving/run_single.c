@@ -185,11 +185,13 @@ int run_single_main(const SingleStreamChapter *ch, int argc, char **argv)
         .tokens_generated = r.gen.n_tokens - r.gen.n_prompt, .elapsed_s = r.gen.elapsed_s,
         .extra_table = table_hook, .extra_json = json_hook, .extra = &rc,
     };
-    if (!o.quiet)
-        report_print(stderr, &report);
+    /* The table only once the report file is safely written: a failed
+     * write is then the one line on stderr. */
     int status = 0;
     if (o.json_path && report_write_json(o.json_path, &report, &err))
         status = fail(name, &err);
+    else if (!o.quiet)
+        report_print(stderr, &report);
     run_close(ch, &r);
     return status;
 }

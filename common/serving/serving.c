@@ -12,6 +12,7 @@
 #include "generate.h"
 #include "mem.h"
 #include "ops.h"
+#include "outfile.h"
 #include "serving_device.h"
 
 /* ------------------------------------------------------------ breakdown */
@@ -613,14 +614,12 @@ static void write_request_line(FILE *f, const ServingRun *run, const Request *r)
 
 int serving_write_jsonl(const ServingRun *run, const char *path, Err *err)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return err_set(err, "--out %s: cannot create: %s", path, strerror(errno));
+    OutFile out;
+    if (outfile_open(&out, "--out", path, err))
+        return -1;
     for (int i = 0; i < run->n_reqs; i++)
-        write_request_line(f, run, &run->reqs[i]);
-    if (fclose(f) != 0)
-        return err_set(err, "--out %s: write failed", path);
-    return 0;
+        write_request_line(out.f, run, &run->reqs[i]);
+    return outfile_commit(&out, err);
 }
 
 /* ------------------------------------------------------------ program */
@@ -762,10 +761,12 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
             .tokens_generated = run.tokens_generated, .elapsed_s = run.elapsed_s, .extra_table = serving_table,
             .extra_json = serving_json, .extra = &sr,
         };
-        if (!o.quiet)
-            report_print(stderr, &report);
+        /* The table only once every file is safely written: a failed
+         * write is then the one line on stderr. */
         if (o.json_path && report_write_json(o.json_path, &report, &err))
             status = fail(name, &err);
+        else if (!o.quiet)
+            report_print(stderr, &report);
     }
     serving_run_close(ch, &run);
     serving_run_free(&run);
