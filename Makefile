@@ -14,6 +14,7 @@
 #   make demo         every chapter on the same requests, side by side
 #   make models       fetch the real TinyStories checkpoints (needs internet)
 #   make cuda-check   compile every CUDA file for sm_80 and sm_90 (no GPU needed)
+#   make fuzz         every libFuzzer target (tests/fuzz/) under ASan+UBSan, FUZZ_SECONDS each
 #
 # Variables: BUILD (output folder), LAB (solutions or exercises),
 # OPT (optimisation flags), CUDA=0 to build without nvcc.
@@ -121,7 +122,7 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
-.PHONY: all test test-sanitize lab lab-run grade check-stubs docs bench demo models cuda-check exercises check-exercises deps clean
+.PHONY: all test test-sanitize lab lab-run grade check-stubs docs bench demo models cuda-check exercises check-exercises deps clean fuzz fuzz-build
 all: $(PROGRAMS) $(TOOLS)
 
 # Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
@@ -308,10 +309,45 @@ demo: all
 bench: all
 	BUILD=$(BUILD) scripts/bench.sh
 
+# ---------------------------------------------------------------- fuzzing
+# `make fuzz`: the libFuzzer targets tests/fuzz/fuzz_*.c, built by clang
+# with ASan and UBSan, each run for FUZZ_SECONDS (default 60) from its seed
+# corpus tests/fuzz/corpus/NAME/ (never written to: new inputs go to
+# build/fuzz/work/), FUZZ_JOBS targets at a time (default 1). Any crash,
+# leak, timeout or sanitizer report fails, and the reproducer is printed
+# (scripts/fuzz.sh). The targets link only the parsers' sources, without
+# OpenMP. FUZZ_TARGETS="fuzz_requests" runs some of them.
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
+FUZZ_CC ?= clang
+FUZZ_BUILD := build/fuzz
+FUZZ_TARGETS ?= $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_LIB_SRCS := $(sort $(wildcard common/base/*.c common/accounting/*.c common/model/model.c common/model/gguf.c \
+                   common/model/tokenizer.c common/model/bpe.c common/model/synth.c common/model/sampler.c \
+                   common/cpu/ops.c common/serving/requests.c common/serving/cli.c))
+FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fno-omit-frame-pointer \
+              -fsanitize=address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror \
+              -Wno-unknown-pragmas -Wno-source-uses-openmp -ffp-contract=off -MMD -MP $(COMMON_INCLUDES) -Itests/fuzz
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZ_BUILD)/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(FUZZ_LIB_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ -lm
+
+fuzz-build:
+	@scripts/deps.sh clang
+	@$(MAKE) --no-print-directory $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
+
+fuzz: fuzz-build
+	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) scripts/fuzz.sh $(FUZZ_TARGETS)
+
 clean:
 	rm -rf build html
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(wildcard $(FUZZ_BUILD)/obj/*/*.d $(FUZZ_BUILD)/obj/*/*/*.d)
 ifneq ($(CUDA_OK),)
 -include $(wildcard $(CUDA_BUILD)/*.d)
 endif
