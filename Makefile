@@ -3,6 +3,7 @@
 #   make              build every program into build/
 #   make test         unit, chapter and golden tests (installs Check if missing)
 #   make test-sanitize  the same tests under AddressSanitizer and UBSan
+#   make test-integer the same tests built by clang with -fsanitize=integer
 #   make lab CH=n     build chapter n with YOUR exercise files and grade them
 #                     (LAB=solutions grades the reference; TEST=name runs one test)
 #   make grade        grade every lab against the solutions (must be full marks)
@@ -122,7 +123,7 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
-.PHONY: all test test-sanitize lab lab-run grade check-stubs docs bench demo models cuda-check exercises check-exercises deps clean fuzz fuzz-build
+.PHONY: all test test-sanitize test-integer lab lab-run grade check-stubs docs bench demo models cuda-check exercises check-exercises deps clean fuzz fuzz-build
 all: $(PROGRAMS) $(TOOLS)
 
 # Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
@@ -204,6 +205,17 @@ test: deps
 test-sanitize: deps
 	@$(MAKE) --no-print-directory test BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"
+
+# The same tests built by clang with its integer checks (-fsanitize=integer:
+# signed overflow, division by zero, bad shifts, and implicit conversions
+# that truncate a value or change its sign), less unsigned wrap-around,
+# which the random number generators and hashes do on purpose. CPU only;
+# clang's -Wunused-but-set-variable sees more than gcc's and is not an error.
+test-integer: deps
+	@scripts/deps.sh clang libomp-dev
+	@$(MAKE) --no-print-directory test BUILD=build/isan CUDA=0 CC=clang OPT="-O1 -g -fno-omit-frame-pointer" \
+		SAN="-fsanitize=integer -fno-sanitize=unsigned-integer-overflow,unsigned-shift-base -fno-sanitize-recover=all" \
+		CFLAGS="-Wno-unused-but-set-variable"
 
 # The real TinyStories checkpoints (needs internet; not part of the tests).
 # MODELS="stories15M.bin tokenizer.bin" fetches only those.
