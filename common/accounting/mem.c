@@ -47,7 +47,13 @@ void mem_untrack(MemCategory cat, MemPlace place, size_t bytes)
 
 void *mem_alloc(MemCategory cat, size_t bytes)
 {
-    if (bytes > SIZE_MAX - HEADER_BYTES)
+    /* One buffer larger than the machine's memory can never be used: say
+     * "out of memory" now rather than after zeroing it through the swap
+     * (or being killed for it, where the system overcommits). */
+    static size_t physical;
+    if (physical == 0)
+        physical = mem_physical_bytes();
+    if (bytes > SIZE_MAX - HEADER_BYTES || (physical && bytes > physical))
         return NULL;
     void *raw = NULL;
     if (posix_memalign(&raw, MEM_ALIGN, HEADER_BYTES + bytes) != 0)

@@ -38,6 +38,7 @@ typedef enum {
 
 /**
  * Allocates @p bytes of zeroed host memory, 64-byte aligned, and records it.
+ * A request larger than the machine's physical memory fails at once.
  * @param cat    category to charge
  * @param bytes  size; 0 is allowed and returns a valid, freeable pointer
  * @return the buffer, or NULL when the system is out of memory
