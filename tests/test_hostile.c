@@ -642,7 +642,7 @@ static const HostileCase CHECKPOINTS[] = {
      {"ch01-naive", "--model", "@model-vocab-min.bin", "--tokenizer", "@tok.bin"}},
     {"seq_len = 2^31 - 1", REFUSED, "seq_len is 2147483647", 0,
      {"ch02-kvcache", "--model", "@model-seq-len-huge.bin", "--tokenizer", "@tok.bin"}},
-    {"every size at its largest plausible value (the size product is checked)", REFUSED, "truncated", 0,
+    {"every size at its largest plausible value (the size product is checked)", REFUSED, "model-all-largest.bin: ", 0,
      {"ch01-naive", "--model", "@model-all-largest.bin", "--tokenizer", "@tok.bin"}},
     {"kvcalc --model with an absurd header", REFUSED, "dim is 2147483647", 0,
      {"kvcalc", "--model", "@model-dim-huge.bin"}},

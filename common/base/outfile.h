@@ -34,6 +34,7 @@
 #include "err.h"
 
 #ifndef PATH_MAX
+/** Longest path (Linux's value, where <limits.h> does not say). */
 #define PATH_MAX 4096
 #endif
 

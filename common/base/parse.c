@@ -122,7 +122,8 @@ int parse_size(const char *text, uint64_t *bytes, Err *err)
     size_t frac = text[whole] == '.' ? digits_at(text + whole + 1) : 0;
     const char *unit = text + whole + (text[whole] == '.' ? 1 + frac : 0);
     uint64_t scale;
-    if (whole == 0 || (text[whole] == '.' && frac == 0))
+    /* A unit is letters: "1e99MiB" and "2.5.1GB" are malformed numbers. */
+    if (whole == 0 || (text[whole] == '.' && frac == 0) || unit[strcspn(unit, "0123456789.+-")] != '\0')
         return err_set(err, "'%s' is not a size (%s; no sign, no exponent)", text, examples);
     if (size_unit(unit, &scale))
         return err_set(err, "'%s' has an unknown unit '%s' (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)", text,
