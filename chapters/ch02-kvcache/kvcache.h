@@ -107,6 +107,27 @@ int kv_cache_init(KvCache *kv, const ModelConfig *cfg, KvAllocPolicy policy, int
 void kv_cache_free(KvCache *kv);
 
 /**
+ * Points keys and values at the two halves of one allocation of
+ * @p capacity positions and records the capacity (kv_cache_init() and
+ * kv_cache_grow() use it).
+ * @param kv        the cache
+ * @param storage   [2][n_layers][capacity][kv_dim] floats
+ * @param capacity  positions the allocation holds
+ */
+void kv_cache_attach(KvCache *kv, float *storage, int capacity);
+
+/**
+ * Makes room for @p n_tokens positions before a step: the grow policy
+ * doubles the capacity until they fit (one kv_cache_grow(), however many
+ * doublings, capped at seq_len); max fails, since it never grows.
+ * @param kv        the cache
+ * @param n_tokens  positions the step needs
+ * @param err       receives the reason on failure
+ * @return 0 on success, -1 when the positions cannot fit
+ */
+int kv_cache_make_room(KvCache *kv, int n_tokens, Err *err);
+
+/**
  * Moves the cache into a new buffer of @p new_capacity positions: allocate,
  * copy rows 0..length-1 of every layer's keys and values, free the old
  * buffer. Counts the reallocation, the bytes copied and the peak of KV

@@ -10,7 +10,6 @@
 #include <limits.h>
 #include <string.h>
 
-#include "lab.h"
 #include "mem.h"
 #include "paged.h"
 
@@ -18,17 +17,6 @@
  * must fit in one step (there is no chunked prefill here), and 2048 tokens
  * keep the matmuls busy when prompts are short. */
 #define PAGED_MIN_BATCHED_TOKENS 2048
-
-int paged_can_admit(int n_free, int needed, int watermark_blocks)
-{
-    // LAB BEGIN(ch04.admit): admit only if taking `needed` blocks still leaves at least `watermark_blocks` free
-    return n_free - needed >= watermark_blocks;
-    // LAB STUB:
-    // (void)n_free; (void)needed; (void)watermark_blocks;
-    // LAB_TODO("the admission rule: enough free blocks, with the watermark to spare");
-    // return 0;
-    // LAB END
-}
 
 /* ------------------------------------------------------------ set-up */
 
