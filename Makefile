@@ -20,22 +20,40 @@
 
 CC      ?= gcc
 BUILD   ?= build
-LAB     ?= solutions
+# LAB=DIR takes every chapter's lab files from DIR/chNN/; by default they
+# come from solutions/, or exercises/ where there are no solutions.
+LAB_GIVEN := $(filter command line environment,$(origin LAB))
+LAB     ?= $(if $(wildcard solutions/ch*),solutions,exercises)
 OPT     ?= -O3 -march=native
 SAN     ?=
 
 # Determinism: no FMA contraction, so that every summation happens exactly
 # as written and the chapters agree bit for bit.
 CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) $(SAN) -Wall -Wextra -Werror \
-             -ffp-contract=off -fopenmp -MMD -MP $(INCLUDES) $(CFLAGS)
+             -ffp-contract=off -fopenmp -MMD -MP $(CFLAGS)
 LDLIBS_ALL = $(SAN) -fopenmp -lm $(LDLIBS)
 
-CHAPTER_DIRS := $(sort $(wildcard chapters/ch*))
+CHAPTER_DIRS := $(sort $(wildcard chapters/ch[0-9][0-9]-*))
+# ch01 ch02 ...: the chapters, by the first word of their folder's name.
+CHAPTER_IDS := $(foreach d,$(CHAPTER_DIRS),$(firstword $(subst -, ,$(notdir $(d)))))
 # common/ is one folder per concern (model, cpu, serving, accounting, cuda,
 # base), each with its own -I.
 COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*.[ch]))))
 COMMON_INCLUDES := $(addprefix -I,$(COMMON_DIRS))
-INCLUDES := $(COMMON_INCLUDES) $(addprefix -I,$(CHAPTER_DIRS)) -Itools/lib -Ikernels/check
+# What each object may include, so that a wrong include fails to build:
+# - common/ sees only common/ (and, with CUDA, the kernels' API);
+# - a chapter's sources (chapters/chNN-*/ and its lab files, LAB/chNN/)
+#   see common/ and their own chapter folder, never another chapter;
+# - tools/, kernels/check/ and tests/ may use every chapter.
+# DEVICE_INCLUDES is the CUDA toolkit and kernels/ when CUDA is on.
+DEVICE_INCLUDES :=
+ALL_INCLUDES = $(COMMON_INCLUDES) $(addprefix -I,$(CHAPTER_DIRS)) -Itools/lib -Ikernels/check $(DEVICE_INCLUDES)
+# The chapter a source belongs to (ch03 for chapters/ch03-batching/x.c,
+# solutions/ch03/x.c or build/stubs/ch03.admit/ch03/x.c), or nothing.
+chapter_of = $(lastword $(filter $(CHAPTER_IDS),$(subst -, ,$(subst /, ,$(dir $(1))))))
+includes_of = $(if $(filter common/%,$(1)),$(COMMON_INCLUDES) $(DEVICE_INCLUDES),$(if $(call chapter_of,$(1)),\
+              $(COMMON_INCLUDES) -I$(filter chapters/$(call chapter_of,$(1))-%,$(CHAPTER_DIRS)) $(DEVICE_INCLUDES),\
+              $(ALL_INCLUDES)))
 
 COMMON_SRCS := $(sort $(wildcard common/*/*.c))
 COMMON_OBJS := $(COMMON_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -81,7 +99,7 @@ KERNEL_OBJS := $(KERNEL_SRCS:kernels/%.cu=$(CUDA_BUILD)/%.o)
 NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 NVCCFLAGS_ALL = -std=c++17 -O3 $(NVCC_GENCODE) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
                 $(COMMON_INCLUDES) -Ikernels -MMD -MP -DKVLAB_CUDA_LIBDIR='"$(CUDA_LIBDIR)"' $(NVCCFLAGS)
-INCLUDES += -Ikernels -I$(CUDA_HOME)/include
+DEVICE_INCLUDES := -Ikernels -I$(CUDA_HOME)/include
 CFLAGS_ALL += -DKVLAB_CUDA
 COMMON_OBJS += $(KERNEL_OBJS)
 LDLIBS_ALL += -L$(CUDA_LIBDIR) -lcudart_static -lstdc++ -ldl -lrt -lpthread
@@ -91,22 +109,21 @@ KCHECK_OBJS := $(BUILD)/obj/kernels/check/cases.o $(KV_REF_OBJS)
 CUDA_PROGRAMS := $(BUILD)/kernel-check $(BUILD)/decode-bench
 endif
 
-# Each chapter is its folder's sources plus its lab files from $(LAB)/chNN/,
-# plus the lab files of the chapters before it (chapters build on each other).
-# With LAB_ONLY=n, only chapter n's lab files come from $(LAB) and the other
-# chapters' from solutions/, so that a lab is graded on its own chapter alone.
-lab_dir = $(if $(LAB_ONLY),$(if $(filter $(1),$(LAB_ONLY)),$(LAB),solutions),$(LAB))
+# A chapter program is its folder's sources, its lab files and common/,
+# nothing of another chapter. The lab files of chapter n come from
+# $(LAB)/chNN/ when LAB_ONLY=n (make lab), else from solutions/chNN/, or
+# from exercises/chNN/ where there are no solutions (the handout).
+lab_default = $(if $(wildcard solutions/ch0$(1)/*.c),solutions,exercises)
+lab_dir = $(if $(LAB_ONLY),$(if $(filter $(1),$(LAB_ONLY)),$(LAB),$(call lab_default,$(1))),$(if $(LAB_GIVEN),$(LAB),$(call lab_default,$(1))))
 lab_srcs = $(sort $(wildcard $(call lab_dir,$(1))/ch0$(1)/*.c))
 chapter_srcs = $(filter-out %/main.c,$(sort $(wildcard chapters/ch0$(1)-*/*.c)))
-LAB_OBJS_1 := $(patsubst %.c,$(BUILD)/obj/%.o,$(call lab_srcs,1))
-LAB_OBJS_2 := $(LAB_OBJS_1) $(patsubst %.c,$(BUILD)/obj/%.o,$(call lab_srcs,2))
-LAB_OBJS_3 := $(LAB_OBJS_2) $(patsubst %.c,$(BUILD)/obj/%.o,$(call lab_srcs,3))
-LAB_OBJS_4 := $(LAB_OBJS_3) $(patsubst %.c,$(BUILD)/obj/%.o,$(call lab_srcs,4))
-CH_OBJS_1 := $(LAB_OBJS_1) $(patsubst %.c,$(BUILD)/obj/%.o,$(call chapter_srcs,1))
-CH_OBJS_2 := $(CH_OBJS_1) $(LAB_OBJS_2) $(patsubst %.c,$(BUILD)/obj/%.o,$(call chapter_srcs,2))
-CH_OBJS_3 := $(CH_OBJS_2) $(LAB_OBJS_3) $(patsubst %.c,$(BUILD)/obj/%.o,$(call chapter_srcs,3))
-CH_OBJS_4 := $(CH_OBJS_3) $(LAB_OBJS_4) $(patsubst %.c,$(BUILD)/obj/%.o,$(call chapter_srcs,4))
-ALL_CH_OBJS := $(sort $(CH_OBJS_4))
+ch_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(call chapter_srcs,$(1)) $(call lab_srcs,$(1)))
+CH_OBJS_1 := $(call ch_objs,1)
+CH_OBJS_2 := $(call ch_objs,2)
+CH_OBJS_3 := $(call ch_objs,3)
+CH_OBJS_4 := $(call ch_objs,4)
+# Tools and the test binary are not chapter programs: they link them all.
+ALL_CH_OBJS := $(sort $(CH_OBJS_1) $(CH_OBJS_2) $(CH_OBJS_3) $(CH_OBJS_4))
 
 PROGRAMS := $(BUILD)/ch01-naive
 ifneq ($(wildcard chapters/ch02-*/main.c),)
@@ -135,7 +152,7 @@ $(MODE_STAMP):
 
 $(BUILD)/obj/%.o: %.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(call includes_of,$<) -c $< -o $@
 
 $(BUILD)/ch01-naive: $(BUILD)/obj/chapters/ch01-naive/main.o $(CH_OBJS_1) $(COMMON_OBJS)
 	$(CC) $^ -o $@ $(LDLIBS_ALL)
@@ -186,7 +203,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 
 $(BUILD)/obj/tests/%.o: tests/%.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(ALL_INCLUDES) $(CHECK_CFLAGS) -Itests -c $< -o $@
 
 $(BUILD)/test-kvlab: $(TEST_OBJS) $(BUILD)/obj/tests/runner.o $(BUILD)/obj/tests/helpers.o $(ALL_CH_OBJS) $(COMMON_OBJS) \
                      $(TOOL_LIB_OBJS) $(sort $(KCHECK_OBJS) $(KV_REF_OBJS))
