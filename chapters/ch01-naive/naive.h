@@ -17,6 +17,8 @@
 #ifndef KVLAB_CH01_NAIVE_H
 #define KVLAB_CH01_NAIVE_H
 
+#include "cli.h"
+#include "device_kv.h"
 #include "err.h"
 #include "forward.h"
 #include "generate.h"
@@ -89,5 +91,22 @@ void naive_attend(void *ctx, int layer, const BatchEntry *e, int head, const flo
  * @return the strategy (seam + prepare)
  */
 SingleStreamKv naive_strategy(NaiveKv *kv);
+
+/**
+ * `--device cuda`: the same transient K/V on the device
+ * (device_kv_open_recompute(), a ::DeviceKvOpenFn); a step feeds up to
+ * seq_len tokens.
+ * @param kv        receives the store
+ * @param dev       the device
+ * @param cfg       model shape
+ * @param kv_type   element type of K/V
+ * @param opts      the options (unused)
+ * @param n_prompt  prompt length (unused)
+ * @param max_step  receives seq_len
+ * @param err       receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int naive_device_open(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
+                      const CliOptions *opts, int n_prompt, int *max_step, Err *err);
 
 #endif

@@ -40,6 +40,8 @@
 
 #include <stddef.h>
 
+#include "cli.h"
+#include "device_kv.h"
 #include "err.h"
 #include "forward.h"
 #include "generate.h"
@@ -192,6 +194,25 @@ void kv_cache_usage(void *ctx, size_t *reserved, size_t *used);
  * @return the strategy (seam, prepare, usage)
  */
 SingleStreamKv kv_cache_strategy(KvCache *kv);
+
+/**
+ * `--device cuda`: the same cache under the same policy on the device
+ * (device_kv_open_contiguous(), a ::DeviceKvOpenFn): seq_len positions
+ * for --kv-alloc max, or the prompt rounded up to a power of two (at least
+ * 16), doubled when full, for grow. The first step feeds the prompt, the
+ * others one token.
+ * @param kv        receives the store
+ * @param dev       the device
+ * @param cfg       model shape
+ * @param kv_type   element type of K/V
+ * @param opts      the options (--kv-alloc)
+ * @param n_prompt  prompt length
+ * @param max_step  receives n_prompt
+ * @param err       receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int kv_cache_device_open(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
+                         const CliOptions *opts, int n_prompt, int *max_step, Err *err);
 
 /**
  * Name of a policy, as written on the command line.

@@ -335,9 +335,8 @@ static int feed_batch(BatchingState *b, ServingRun *run, Err *err)
     return 0;
 }
 
-int batching_schedule(void *ctx, ServingRun *run, Err *err)
+int batching_schedule(BatchingState *b, ServingRun *run, Err *err)
 {
-    BatchingState *b = ctx;
     b->step_external = 0;
     b->step_external_seen = 0;
     if (b->fault.msg[0]) {
@@ -366,9 +365,8 @@ int batching_schedule(void *ctx, ServingRun *run, Err *err)
     return feed_batch(b, run, err);
 }
 
-void batching_finished(void *ctx, ServingRun *run, Request *r)
+void batching_finished(BatchingState *b, ServingRun *run, Request *r)
 {
-    BatchingState *b = ctx;
     /* Static or continuous: WHEN REGIONS ARE RELEASED. Continuous batching
      * frees a finished request's region at once, for the next step's
      * admissions. A static batch keeps it until the batch ends: everybody

@@ -3,6 +3,7 @@
  * are placed and moved exactly where and when the books on the host say.
  * See "On the device" in batching.h. */
 #include "batching.h"
+#include "serving_device.h"
 
 /* The books' byte offset as a token slot of the device arena. Every region
  * starts a whole number of tokens from the arena's start (regions are
@@ -32,34 +33,32 @@ static void repeat_move(void *ctx, const KvRegion *from, const KvRegion *to, int
         err_prefix(&d->fault, "moving %d positions of K/V on the device", n_pos);
 }
 
-/* ServingDeviceKv.sync: where every request's region is now (none: 0 rows). */
-static int place_regions(ServingDeviceKv *d, ServingRun *run, Err *err)
+int batching_device_sync(const BatchingState *b, ServingRun *run, Err *err)
 {
-    const BatchingState *b = d->chapter;
+    ServingDeviceKv *d = &run->device->kv;
     for (int i = 0; i < run->n_reqs; i++) {
         const KvRegion *reg = &b->regions[i];
         long long first = 0;
-        if (reg->tokens > 0 && slot_of(b, reg->offset, &first, err))
-            return -1;
-        if (device_kv_arena_place(d->kv, i, first, reg->tokens, err))
-            return -1;
+        if ((reg->tokens > 0 && slot_of(b, reg->offset, &first, err)) ||
+            device_kv_arena_place(d->kv, i, first, reg->tokens, err))
+            return err_prefix(err, "step %ld", run->step);
     }
     return 0;
 }
 
-int batching_device_open(void *ctx, ServingRun *run, const Device *dev, Dtype kv_type, int max_step_tokens,
-                         ServingDeviceKv *d, Err *err)
+int batching_device_open(BatchingState *b, ServingRun *run, Err *err)
 {
-    BatchingState *b = ctx;
-    size_t per_token = model_kv_bytes_per_token(&b->cfg, dtype_bytes(kv_type));
+    ServingDeviceKv *d = &run->device->kv;
+    const DeviceRun *r = &run->device->run;
+    size_t per_token = model_kv_bytes_per_token(&b->cfg, dtype_bytes(r->kv_type));
     if (b->bytes_per_token != per_token)
-        return err_set(err, "the books count %zu B per token, but a token's %s K/V take %zu B", b->bytes_per_token,
-                       dtype_name(kv_type), per_token);
+        return err_set(err, "--device cuda: the books count %zu B per token, but a token's %s K/V take %zu B",
+                       b->bytes_per_token, dtype_name(r->kv_type), per_token);
     long long slots = (long long)(b->arena.capacity / b->bytes_per_token);
-    if (device_kv_open_arena(d->kv, dev, &b->cfg, kv_type, slots, run->n_reqs, max_step_tokens, err))
-        return -1;
+    if (device_kv_open_arena(d->kv, &r->dev, &b->cfg, r->kv_type, slots, run->n_reqs, run->max_step_tokens, err))
+        return err_prefix(err, "--device cuda");
+    d->chapter = b;
     b->on_move = repeat_move;
     b->on_move_ctx = d;
-    d->sync = place_regions;
     return 0;
 }

@@ -179,30 +179,38 @@ static void close_model(LabModel *lm)
     mem_free(lm->tok_image);
 }
 
+/* One in-process run of chapter 3, as its program steps it. */
+typedef struct {
+    RequestFile rf;
+    CliOptions o;
+    ServingRun run;
+    BatchingState *state;
+} LabRun;
+
 /* Runs chapter 3 in-process; returns 0, or -1 with the reason in err. */
 static int run_chapter_batching(const LabModel *lm, const char *requests, const char *reserve, const char *batching,
-                                size_t budget, RequestFile *rf, CliOptions *o, ServingRun *run, Err *err)
+                                size_t budget, LabRun *lr, Err *err)
 {
-    ck_assert(request_file_parse(rf, requests, strlen(requests), "lab", err) == 0);
-    cli_defaults(o);
-    o->reserve = reserve;
-    o->batching = batching;
-    o->kv_budget = budget;
-    ck_assert(serving_run_init(run, &lm->m, &lm->t, o, rf, err) == 0);
-    return serving_run(batching_chapter(), run, NULL, err);
+    ck_assert(request_file_parse(&lr->rf, requests, strlen(requests), "lab", err) == 0);
+    cli_defaults(&lr->o);
+    lr->o.reserve = reserve;
+    lr->o.batching = batching;
+    lr->o.kv_budget = budget;
+    ck_assert(serving_run_init(&lr->run, &lm->m, &lm->t, &lr->o, &lr->rf, err) == 0);
+    return batching_serve(&lr->run, &lr->state, NULL, err);
 }
 
-static int run_chapter(const LabModel *lm, const char *requests, const char *reserve, size_t budget,
-                       RequestFile *rf, CliOptions *o, ServingRun *run, Err *err)
+static int run_chapter(const LabModel *lm, const char *requests, const char *reserve, size_t budget, LabRun *lr,
+                       Err *err)
 {
-    return run_chapter_batching(lm, requests, reserve, "static", budget, rf, o, run, err);
+    return run_chapter_batching(lm, requests, reserve, "static", budget, lr, err);
 }
 
-static void end_chapter(RequestFile *rf, ServingRun *run)
+static void end_chapter(LabRun *lr)
 {
-    serving_run_close(batching_chapter(), run);
-    serving_run_free(run);
-    request_file_free(rf);
+    batching_close(lr->state);
+    serving_run_free(&lr->run);
+    request_file_free(&lr->rf);
 }
 
 START_TEST(lab_admission_in_file_order)
@@ -213,21 +221,20 @@ START_TEST(lab_admission_in_file_order)
      * the second finishes (after step 7). */
     LabModel lm;
     open_model(&lm, 3);
-    RequestFile rf;
-    CliOptions o;
-    ServingRun run;
+    LabRun lr;
+    ServingRun *run = &lr.run;
     Err err = {{0}};
-    int rc = run_chapter(&lm, "4\ta\n8\tb\n12\tc\n", "request", 20 * 256, &rf, &o, &run, &err);
+    int rc = run_chapter(&lm, "4\ta\n8\tb\n12\tc\n", "request", 20 * 256, &lr, &err);
     ck_assert_msg(rc == 0, "the run failed: %s; hint: batching_admit() must admit at least the first waiting "
                   "request into an empty arena", err.msg);
     static const long want[] = {0, 0, 8};
     for (int i = 0; i < 3; i++)
-        ck_assert_msg(run.reqs[i].admitted_step == want[i],
+        ck_assert_msg(run->reqs[i].admitted_step == want[i],
                       "request %d: expected to be admitted at step %ld, got %ld; hint: admit in file order while "
                       "the reservation fits, stop at the first that does not, and start the next batch only when "
-                      "the current one has finished", i, want[i], run.reqs[i].admitted_step);
-    ck_assert_msg(run.max_concurrent == 2, "expected 2 requests at once, got %d", run.max_concurrent);
-    end_chapter(&rf, &run);
+                      "the current one has finished", i, want[i], run->reqs[i].admitted_step);
+    ck_assert_msg(run->max_concurrent == 2, "expected 2 requests at once, got %d", run->max_concurrent);
+    end_chapter(&lr);
     close_model(&lm);
 }
 END_TEST
@@ -242,22 +249,21 @@ START_TEST(lab_continuous_admission)
      * 8). */
     LabModel lm;
     open_model(&lm, 3);
-    RequestFile rf;
-    CliOptions o;
-    ServingRun run;
+    LabRun lr;
+    ServingRun *run = &lr.run;
     Err err = {{0}};
-    int rc = run_chapter_batching(&lm, "4\ta\n8\tb\n4\tc\n", "request", "continuous", 16 * 256, &rf, &o, &run, &err);
+    int rc = run_chapter_batching(&lm, "4\ta\n8\tb\n4\tc\n", "request", "continuous", 16 * 256, &lr, &err);
     ck_assert_msg(rc == 0, "the run failed: %s; hint: batching_admit() must admit at least the first waiting "
                   "request into an empty arena", err.msg);
     static const long want[] = {0, 0, 4};
     for (int i = 0; i < 3; i++)
-        ck_assert_msg(run.reqs[i].admitted_step == want[i],
+        ck_assert_msg(run->reqs[i].admitted_step == want[i],
                       "--batching continuous, request %d: expected to be admitted at step %ld, got %ld; hint: "
                       "batching_admit() is called at every step with the running requests already in b->batch: "
                       "admit while b->n_batch < b->max_batch, and look at every WAITING request in file order",
-                      i, want[i], run.reqs[i].admitted_step);
-    ck_assert_msg(run.step == 8, "expected 8 steps, got %ld", run.step);
-    end_chapter(&rf, &run);
+                      i, want[i], run->reqs[i].admitted_step);
+    ck_assert_msg(run->step == 8, "expected 8 steps, got %ld", run->step);
+    end_chapter(&lr);
     close_model(&lm);
 }
 END_TEST
@@ -336,15 +342,14 @@ START_TEST(lab_same_tokens_every_policy)
     open_model(&lm, 7);
     int want[64];
     for (int p = 0; p < 4; p++) {
-        RequestFile rf;
-        CliOptions o;
-        ServingRun run;
+        LabRun lr;
+        ServingRun *run = &lr.run;
         Err err = {{0}};
-        int rc = run_chapter(&lm, requests, policies[p], budgets[p], &rf, &o, &run, &err);
+        int rc = run_chapter(&lm, requests, policies[p], budgets[p], &lr, &err);
         ck_assert_msg(rc == 0, "--reserve %s: the run failed: %s; hint: check the reservation size, first fit, "
                       "the hole merging and the admission loop", policies[p], err.msg);
-        for (int i = 0; i < run.n_reqs; i++) {
-            const Request *r = &run.reqs[i];
+        for (int i = 0; i < run->n_reqs; i++) {
+            const Request *r = &run->reqs[i];
             int n = reference_tokens(&lm, r->spec->prompt, r->spec->max_new_tokens, want);
             int got = r->n_tokens - r->n_prompt;
             ck_assert_msg(got == n && memcmp(r->tokens + r->n_prompt, want, (size_t)n * sizeof(int)) == 0,
@@ -352,9 +357,9 @@ START_TEST(lab_same_tokens_every_policy)
                           "hint: every request must keep its own region for all its positions", policies[p], i, n,
                           got);
         }
-        ck_assert_msg(run.max_concurrent >= 2, "--reserve %s: expected at least 2 requests at once, got %d",
-                      policies[p], run.max_concurrent);
-        end_chapter(&rf, &run);
+        ck_assert_msg(run->max_concurrent >= 2, "--reserve %s: expected at least 2 requests at once, got %d",
+                      policies[p], run->max_concurrent);
+        end_chapter(&lr);
     }
     close_model(&lm);
 }

@@ -234,11 +234,11 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
     o.temperature = temperature;
     ServingRun run;
     ck_assert(serving_run_init(&run, &m, &t, &o, &rf, &err) == 0);
-    int rc = serving_run(paged_chapter(), &run, NULL, &err);
+    PagedServer *s = NULL;
+    int rc = paged_serve(&run, &s, NULL, &err);
     ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: the allocator, the "
                            "admission rule and copy-on-write all take part",
                   err.msg);
-    PagedServer *s = run.chapter_ctx;
     if (want_preempt)
         ck_assert_msg(s->preemptions > 0, "expected preemptions in a pool of %d blocks, got none", blocks);
     for (int i = 0; i < run.n_reqs; i++) {
@@ -254,7 +254,7 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
     ck_assert_msg(s->kv.pool.n_free == s->kv.pool.n_blocks, "expected every block free at the end, got %d of %d; "
                                                             "hint: release must return blocks to the free stack",
                   s->kv.pool.n_free, s->kv.pool.n_blocks);
-    serving_run_close(paged_chapter(), &run);
+    paged_close(s);
     serving_run_free(&run);
     request_file_free(&rf);
     tokenizer_free(&t);
