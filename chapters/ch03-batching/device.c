@@ -1,9 +1,93 @@
 /* Chapter 3 on the device (--device cuda): the K/V bytes of the arena live
  * in device memory, one token slot per bytes_per_token of the books, and
  * are placed and moved exactly where and when the books on the host say.
- * See "On the device" in batching.h. */
+ * The store is a row store (common/cuda/device_kv.h) in which each
+ * request owns a region of consecutive rows. See "On the device" in
+ * batching.h. */
 #include "batching.h"
+
+#include <string.h>
+
 #include "serving_device.h"
+
+/* ------------------------------------------------------------ the arena store */
+
+#ifdef KVLAB_CUDA
+
+#include "cuda_check.h"
+
+int device_kv_open_arena(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype t, long long arena_rows,
+                         int max_seqs, int max_tokens, Err *err)
+{
+    if (max_seqs <= 0)
+        return err_set(err, "K/V arena: needs at least one sequence");
+    return device_row_store_open(kv, sizeof(DeviceRowStore), "arena", dev, cfg, t, cfg->n_layers, arena_rows, MEM_KV,
+                                 max_tokens, max_seqs, err);
+}
+
+int device_kv_arena_place(DeviceKv *kv, int seq, long long first_row, long long rows, Err *err)
+{
+    DeviceRowStore *s = device_row_store_of(kv, "arena");
+    if (!s)
+        return err_set(err, "device_kv_arena_place: not an arena store");
+    if (seq < 0 || seq >= s->max_seqs || first_row < 0 || rows < 0 || first_row + rows > s->cache.rows ||
+        rows > s->cfg.seq_len)
+        return err_set(err, "region [%lld, %lld) of sequence %d does not fit the arena of %lld rows", first_row,
+                       first_row + rows, seq, s->cache.rows);
+    s->region_first[seq] = first_row;
+    s->region_rows[seq] = rows;
+    return 0;
+}
+
+int device_kv_arena_copy_rows(DeviceKv *kv, long long src_row, long long dst_row, long long rows, Err *err)
+{
+    DeviceRowStore *s = device_row_store_of(kv, "arena");
+    if (!s)
+        return err_set(err, "device_kv_arena_copy_rows: not an arena store");
+    long long n = s->cache.rows;
+    if (rows < 0 || src_row < 0 || dst_row < 0 || src_row + rows > n || dst_row + rows > n ||
+        (src_row < dst_row + rows && dst_row < src_row + rows))
+        return err_set(err, "copying rows [%lld, %lld) to [%lld, ...) leaves the arena or overlaps", src_row,
+                       src_row + rows, dst_row);
+    if (rows == 0)
+        return 0;
+    size_t rb = device_kv_row_bytes(&s->cache), lb = device_kv_layer_bytes(&s->cache);
+    void *bases[2] = {s->cache.k, s->cache.v};
+    for (int i = 0; i < 2; i++)
+        CUDA_CHECK(err, cudaMemcpy2DAsync((char *)bases[i] + (size_t)dst_row * rb, lb,
+                                          (char *)bases[i] + (size_t)src_row * rb, lb, (size_t)rows * rb,
+                                          (size_t)s->cache.layers, cudaMemcpyDeviceToDevice, s->dev->stream));
+    return 0;
+}
+
+#else /* built without CUDA: device_open() fails first */
+
+#define NO_CUDA "this build has no CUDA support"
+
+int device_kv_open_arena(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype t, long long arena_rows,
+                         int max_seqs, int max_tokens, Err *err)
+{
+    (void)dev, (void)cfg, (void)t, (void)arena_rows, (void)max_seqs, (void)max_tokens;
+    memset(kv, 0, sizeof *kv);
+    return err_set(err, NO_CUDA);
+}
+
+int device_kv_arena_place(DeviceKv *kv, int seq, long long first_row, long long rows, Err *err)
+{
+    (void)kv, (void)seq, (void)first_row, (void)rows;
+    return err_set(err, NO_CUDA);
+}
+
+int device_kv_arena_copy_rows(DeviceKv *kv, long long src_row, long long dst_row, long long rows, Err *err)
+{
+    (void)kv, (void)src_row, (void)dst_row, (void)rows;
+    return err_set(err, NO_CUDA);
+}
+
+#endif
+
+/* ------------------------------------------------------------ kept in step with the books */
+
 
 /* The books' byte offset as a token slot of the device arena. Every region
  * starts a whole number of tokens from the arena's start (regions are
