@@ -3,12 +3,16 @@
 #   make              build every program into build/
 #   make test         unit, chapter and golden tests (installs Check if missing)
 #   make test-sanitize  the same tests under AddressSanitizer and UBSan
-#   make lab CH=n     build chapter n with YOUR exercise files and grade them
+#   make lab CH=n     build chapter n with YOUR exercise files and grade them; also writes
+#                     build/lab/chNN/results.json for an autograder
 #                     (LAB=solutions grades the reference; TEST=name runs one test)
 #   make grade        grade every lab against the solutions (must be full marks)
 #   make exercises    regenerate exercises/ from the LAB markers in solutions/
 #   make check-exercises  fail if exercises/ is out of date
 #   make check-stubs  every stub must fail its lab (exercises score below full marks)
+#   make check-mutants  every wrong answer of tests/mutants/ loses marks, named by its hint
+#   make handout      dist/kvlab-handout/ and .tar.gz: the project without the answers
+#   make check-handout  a handout, built and graded end to end in a scratch folder
 #   make docs         the book and API reference as one HTML site (html/)
 #   make bench        benchmarks (not tests): writes build/bench/report.md
 #   make demo         every chapter on the same requests, side by side
@@ -138,7 +142,7 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
-.PHONY: all test test-sanitize lab lab-run grade check-stubs docs bench demo models cuda-check exercises check-exercises deps clean
+.PHONY: all test test-sanitize lab lab-run grade check-stubs check-mutants handout check-handout docs bench demo models cuda-check exercises check-exercises deps clean
 all: $(PROGRAMS) $(TOOLS)
 
 # Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
@@ -212,9 +216,14 @@ $(BUILD)/test-kvlab: $(TEST_OBJS) $(BUILD)/obj/tests/runner.o $(BUILD)/obj/tests
 deps:
 	@scripts/deps.sh check pkg-config
 
+# Whether the lab code in this build is the answers: in the handout (no
+# solutions/) it is the untouched exercises, and the suites that need the
+# answers say SKIP instead of failing (tests/suites.h).
+LAB_ANSWERS := $(if $(and $(wildcard solutions/ch*),$(filter solutions,$(LAB))),1,0)
+
 test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/test-kvlab
-	KVLAB_BUILD=$(BUILD) $(BUILD)/test-kvlab
+	KVLAB_BUILD=$(BUILD) KVLAB_LAB_ANSWERS=$(LAB_ANSWERS) $(BUILD)/test-kvlab
 
 # The sanitizers get their own build folder, so the two builds never mix.
 test-sanitize: deps
@@ -240,6 +249,12 @@ LAB_UNDER_TEST := $(if $(filter command line environment,$(origin LAB)),$(LAB),e
 lab_two_digits = $(if $(filter 1 2 3 4 5 6 7 8 9,$(1)),0$(1),$(1))
 LAB_CH := $(call lab_two_digits,$(strip $(CH)))
 
+# In the handout (no solutions/) the targets that grade or regenerate from
+# the answers say so in one line instead of failing strangely.
+need_solutions = @if ! ls -d solutions/ch[0-9][0-9] >/dev/null 2>&1; then \
+	echo "make $@: needs solutions/, which this tree (a handout?) does not have; make lab CH=n grades your work" >&2; \
+	exit 1; fi
+
 .SECONDEXPANSION:
 $(BUILD)/lab-ch0%: $(BUILD)/obj/tests/lab/ch0%.o $(LAB_SUPPORT_OBJS) $$(CH_OBJS_$$*) $(COMMON_OBJS)
 	$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
@@ -248,10 +263,12 @@ lab: deps
 	@if [ -z "$(LAB_CH)" ] || [ ! -f "tests/lab/ch$(LAB_CH).c" ]; then \
 		echo "make lab: give a chapter that has a lab, e.g. make lab CH=1 (labs: $(patsubst 0%,%,$(LAB_CHAPTERS)))" >&2; \
 		exit 1; fi
-	@$(MAKE) --no-print-directory lab-run LAB_RUN_CH=$(LAB_CH) LAB_RUN=$(LAB_UNDER_TEST)
+	@$(MAKE) --no-print-directory lab-run LAB_RUN_CH=$(LAB_CH) LAB_RUN=$(LAB_UNDER_TEST) \
+		LAB_RESULTS=$(BUILD)/lab/ch$(LAB_CH)/results.json
 
 # Every lab against the solutions: full marks or failure.
 grade: deps
+	$(need_solutions)
 	@status=0; for nn in $(LAB_CHAPTERS); do \
 		$(MAKE) --no-print-directory lab-run LAB_RUN_CH=$$nn LAB_RUN=solutions LAB_EXPECT=full || status=1; \
 	done; exit $$status
@@ -260,6 +277,7 @@ grade: deps
 # marks, and so does each region stubbed alone (with the solution in every
 # other region), which shows that the tests catch each stub on its own.
 check-stubs: deps
+	$(need_solutions)
 	@status=0; for nn in $(LAB_CHAPTERS); do \
 		$(MAKE) --no-print-directory lab-run LAB_RUN_CH=$$nn LAB_RUN=exercises LAB_EXPECT=incomplete || status=1; \
 		for id in $$(scripts/make-exercises.sh --list | grep "^ch$$nn\."); do \
@@ -270,11 +288,21 @@ check-stubs: deps
 		done; \
 	done; exit $$status
 
+# The mutation check: every plausible wrong answer in tests/mutants/ must
+# lose marks, and the first failing test must name the function with the
+# bug (scripts/check-mutants.sh; a mutant costs one object, a link and a
+# lab run, in the persistent folder $(BUILD)/mutants/). The labs are CPU
+# code: no CUDA needed.
+check-mutants: deps
+	$(need_solutions)
+	@BUILD=$(BUILD) MAKE="$(MAKE)" CUDA=0 scripts/check-mutants.sh $(MUTANTS)
+
 # One lab: LAB_RUN_CH (two digits), LAB_RUN (the folder holding chNN/),
-# LAB_BUILD (its build folder), LAB_EXPECT (empty, full or incomplete).
+# LAB_BUILD (its build folder), LAB_EXPECT (empty, full or incomplete),
+# LAB_RESULTS (where results.json goes, in Gradescope's format; empty: none).
 LAB_BUILD ?= $(BUILD)/lab-$(LAB_RUN)
 lab-run:
-	@mkdir -p $(BUILD)
+	@mkdir -p $(BUILD) $(if $(LAB_RESULTS),$(dir $(LAB_RESULTS)))
 	@echo "make lab: building chapter $(patsubst 0%,%,$(LAB_RUN_CH)) with $(LAB_RUN)/ in $(LAB_BUILD)/"
 	@# Relinking is cheap, and a binary left over from another LAB folder would lie.
 	@rm -f $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) $(patsubst chapters/%/main.c,$(LAB_BUILD)/%,$(wildcard chapters/ch$(LAB_RUN_CH)-*/main.c))
@@ -285,15 +313,33 @@ lab-run:
 		echo "make lab: chapter $(patsubst 0%,%,$(LAB_RUN_CH)) does not build with $(LAB_RUN)/ (the compiler's messages are above)" >&2; \
 		exit 1; }
 	@KVLAB_BUILD=$(LAB_BUILD) $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) --title "Lab ch$(LAB_RUN_CH) with $(LAB_RUN)/ch$(LAB_RUN_CH)/" \
-		$(if $(LAB_EXPECT),--expect $(LAB_EXPECT)) $(TEST)
+		$(if $(LAB_EXPECT),--expect $(LAB_EXPECT)) $(if $(LAB_RESULTS),--results $(LAB_RESULTS)) $(TEST)
+	@$(if $(LAB_RESULTS),echo "make lab: results for an autograder in $(LAB_RESULTS)")
+
+# ---------------------------------------------------------------- the handout
+# What an instructor hands out: dist/kvlab-handout/ and its .tar.gz, the
+# project without solutions/, tests/mutants/ and the maintainers' checks,
+# checked to hold no line of any answer (scripts/make-handout.sh).
+# check-handout builds one in a scratch folder and runs it end to end:
+# make, make test, every lab below full marks untouched and at full marks
+# with the solutions copied in, results.json (scripts/check-handout.sh).
+handout:
+	$(need_solutions)
+	@scripts/make-handout.sh dist
+
+check-handout: deps
+	$(need_solutions)
+	@MAKE="$(MAKE)" scripts/check-handout.sh
 
 # ---------------------------------------------------------------- exercises
 # exercises/ is generated from the LAB markers in solutions/; FORCE=1
 # overwrites exercise files that look hand-edited.
 exercises:
+	$(need_solutions)
 	@scripts/make-exercises.sh $(if $(FORCE),--force)
 
 check-exercises:
+	$(need_solutions)
 	@tests/lab/make-exercises-test.sh
 	@scripts/make-exercises.sh --check
 
