@@ -1134,4 +1134,4 @@ Suite *suite_ch03(void)
     return s;
 }
 
-REGISTER_SUITE(ch03)
+REGISTER_LAB_SUITE(ch03)

@@ -731,4 +731,4 @@ Suite *suite_ch04(void)
     return s;
 }
 
-REGISTER_SUITE(ch04)
+REGISTER_LAB_SUITE(ch04)

@@ -670,4 +670,4 @@ Suite *suite_kvsim(void)
     return s;
 }
 
-REGISTER_SUITE(kvsim)
+REGISTER_LAB_SUITE(kvsim)

@@ -354,4 +354,4 @@ Suite *suite_serving_device(void)
     return s;
 }
 
-REGISTER_SUITE(serving_device)
+REGISTER_LAB_SUITE(serving_device)
