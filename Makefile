@@ -11,6 +11,7 @@
 #   make check-exercises  fail if exercises/ is out of date
 #   make check-stubs  every stub must fail its lab (exercises score below full marks)
 #   make check-mutants  every wrong answer of tests/mutants/ loses marks, named by its hint
+#   make check-layout a chapter can include only common/ and itself; programs link only their chapter
 #   make handout      dist/kvlab-handout/ and .tar.gz: the project without the answers
 #   make check-handout  a handout, built and graded end to end in a scratch folder
 #   make docs         the book and API reference as one HTML site (html/)
@@ -142,7 +143,7 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
-.PHONY: all test test-sanitize lab lab-run grade check-stubs check-mutants handout check-handout docs bench demo models cuda-check exercises check-exercises deps clean
+.PHONY: all test test-sanitize lab lab-run grade check-stubs check-mutants handout check-handout check-layout docs bench demo models cuda-check exercises check-exercises deps clean
 all: $(PROGRAMS) $(TOOLS)
 
 # Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
@@ -256,7 +257,11 @@ need_solutions = @if ! ls -d solutions/ch[0-9][0-9] >/dev/null 2>&1; then \
 	exit 1; fi
 
 .SECONDEXPANSION:
-$(BUILD)/lab-ch0%: $(BUILD)/obj/tests/lab/ch0%.o $(LAB_SUPPORT_OBJS) $$(CH_OBJS_$$*) $(COMMON_OBJS)
+# An instructor's hidden tests, tests/lab/hidden/chNN.c, join the lab when
+# present (book/instructors.md; the handout leaves that folder out).
+hidden_lab_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/lab/hidden/ch0$(1).c))
+$(BUILD)/lab-ch0%: $(BUILD)/obj/tests/lab/ch0%.o $(LAB_SUPPORT_OBJS) $$(CH_OBJS_$$*) $(COMMON_OBJS) \
+                   $$(call hidden_lab_objs,$$*)
 	$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
 
 lab: deps
@@ -315,6 +320,38 @@ lab-run:
 	@KVLAB_BUILD=$(LAB_BUILD) $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) --title "Lab ch$(LAB_RUN_CH) with $(LAB_RUN)/ch$(LAB_RUN_CH)/" \
 		$(if $(LAB_EXPECT),--expect $(LAB_EXPECT)) $(if $(LAB_RESULTS),--results $(LAB_RESULTS)) $(TEST)
 	@$(if $(LAB_RESULTS),echo "make lab: results for an autograder in $(LAB_RESULTS)")
+
+# ---------------------------------------------------------------- layout
+# The layout's rules, checked: with the flags a chapter's sources get, no
+# other chapter's header can be included (and the chapter's own can); with
+# common/'s flags no chapter header can; and no chapter program holds a
+# symbol defined by another chapter's objects.
+CHAPTER_HEADERS := $(sort $(wildcard chapters/*/*.h))
+probe_include = printf '\043include "%s"\n' $(notdir $(2)) | $(CC) -std=c11 -D_POSIX_C_SOURCE=200809L $(CFLAGS) \
+                -fsyntax-only -x c - $(1) 2>/dev/null
+check-layout: all
+	@status=0; \
+	$(foreach d,$(CHAPTER_DIRS),$(foreach h,$(CHAPTER_HEADERS),\
+	  if [ "$(filter $(d)/%,$(h))" ]; then \
+	    $(call probe_include,$(call includes_of,$(d)/x.c),$(h)) || { echo "check-layout: $(d) cannot include its own $(h)"; status=1; }; \
+	  else \
+	    ! $(call probe_include,$(call includes_of,$(d)/x.c),$(h)) || { echo "check-layout: $(d) can include $(h)"; status=1; }; \
+	  fi;)) \
+	$(foreach h,$(CHAPTER_HEADERS),\
+	  ! $(call probe_include,$(call includes_of,common/x.c),$(h)) || { echo "check-layout: common/ can include $(h)"; status=1; };) \
+	for d in $(CHAPTER_DIRS); do \
+	  prog=$(BUILD)/$$(basename $$d); [ -f "$$prog" ] || continue; \
+	  nm -g --defined-only "$$prog" | awk '{print $$3}' | sort -u > $(BUILD)/layout-prog.txt; \
+	  for o in $(CHAPTER_DIRS); do [ "$$o" = "$$d" ] && continue; \
+	    objs=$$(ls $(BUILD)/obj/$$o/*.o 2>/dev/null | grep -v '/main\.o$$'); [ -n "$$objs" ] || continue; \
+	    nm -g --defined-only $$objs | awk 'NF == 3 {print $$3}' | sort -u > $(BUILD)/layout-other.txt; \
+	    common=$$(comm -12 $(BUILD)/layout-prog.txt $(BUILD)/layout-other.txt | head -3 | tr '\n' ' '); \
+	    [ -z "$$common" ] || { echo "check-layout: $$prog holds code of $$o: $$common"; status=1; }; \
+	  done; \
+	done; \
+	rm -f $(BUILD)/layout-prog.txt $(BUILD)/layout-other.txt; \
+	[ $$status -eq 0 ] && echo "check-layout: each chapter sees common/ and itself only, common/ sees no chapter, each program holds only its own chapter"; \
+	exit $$status
 
 # ---------------------------------------------------------------- the handout
 # What an instructor hands out: dist/kvlab-handout/ and its .tar.gz, the

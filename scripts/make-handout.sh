@@ -6,6 +6,7 @@
 #
 #   solutions/         the answers (exercises/ has the same files, cut out)
 #   tests/mutants/     wrong answers, written as edits of the right ones
+#   tests/lab/hidden/  an instructor's hidden lab tests, if any
 #   .ci/, scripts/make-handout.sh, scripts/check-handout.sh,
 #   scripts/check-mutants.sh   the maintainers' checks, which need solutions/
 #
@@ -30,7 +31,7 @@ scripts/make-exercises.sh --check >/dev/null || {
 rm -rf "$dest" "$out/$name.tar.gz"
 mkdir -p "$dest"
 git ls-files --cached --others --exclude-standard |
-    grep -v -e '^solutions/' -e '^tests/mutants/' -e '^\.ci/' -e '^dist/' \
+    grep -v -e '^solutions/' -e '^tests/mutants/' -e '^tests/lab/hidden/' -e '^\.ci/' -e '^dist/' \
         -e '^scripts/make-handout\.sh$' -e '^scripts/check-handout\.sh$' -e '^scripts/check-mutants\.sh$' |
     while IFS= read -r f; do
         [ -f "$f" ] || continue # deleted in the working tree

@@ -13,7 +13,7 @@
  * maximum and average number of requests
  * running at once, KV utilization, where the reserved KV memory went (the
  * PagedAttention paper's four-way split), preemptions, and requests served
- * per simulated step. See common/kvsim.h for the workload model and
+ * per simulated step. See tools/lib/kvsim.h for the workload model and
  * book/ch05-side-by-side.md for the scenarios. */
 #define _GNU_SOURCE /* getopt_long */
 #include <errno.h>

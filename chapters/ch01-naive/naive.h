@@ -12,7 +12,17 @@
  * attention scores), so the total for T tokens grows as T^2: the waste that
  * chapter 2's cache removes.
  *
- * The functions below are the chapter's lab (solutions/ch01/naive.c).
+ * ## Where each idea is
+ *
+ * | idea | file | function |
+ * |---|---|---|
+ * | the program: open, generate, report | chapters/ch01-naive/main.c | main() |
+ * | the loop: plan a step, forward, sample, print | common/serving/generate.c | generate() |
+ * | how many positions a step may skip: none (lab) | solutions/ch01/naive_prepare.c | naive_prepare() |
+ * | keep a token's K/V for the rest of the layer (lab) | solutions/ch01/naive_store.c | naive_store() |
+ * | causal attention over the positions of this step (lab) | solutions/ch01/naive_attend.c | naive_attend() |
+ * | the transient buffers, and the strategy handed to the loop | chapters/ch01-naive/naive.c | naive_kv_init(), naive_strategy() |
+ * | the same on the device | chapters/ch01-naive/device.c | naive_device_open() |
  */
 #ifndef KVLAB_CH01_NAIVE_H
 #define KVLAB_CH01_NAIVE_H

@@ -33,7 +33,18 @@
  * Reallocation happens in kv_cache_prepare(), between steps, never inside
  * the forward pass, whose store and attend only ever touch rows that exist.
  *
- * The functions below are the chapter's lab (solutions/ch02/kvcache.c).
+ * ## Where each idea is
+ *
+ * | idea | file | function |
+ * |---|---|---|
+ * | the program: open, generate, report the cache | chapters/ch02-kvcache/main.c | main() |
+ * | the loop: plan a step, forward, sample, print | common/serving/generate.c | generate() |
+ * | positions already cached: all but the newest (lab) | solutions/ch02/kv_cache_prepare.c | kv_cache_prepare() |
+ * | append a token's K/V at row (layer, pos) (lab) | solutions/ch02/kv_cache_store.c | kv_cache_store() |
+ * | attention over the cached positions (lab) | solutions/ch02/kv_cache_attend.c | kv_cache_attend() |
+ * | move a full cache into one twice as large (lab) | solutions/ch02/kv_cache_grow.c | kv_cache_grow() |
+ * | the buffer, its size, when it doubles | chapters/ch02-kvcache/kvcache.c | kv_cache_init(), kv_cache_make_room() |
+ * | the same cache on the device | chapters/ch02-kvcache/device.c | kv_cache_device_open() |
  */
 #ifndef KVLAB_CH02_KVCACHE_H
 #define KVLAB_CH02_KVCACHE_H

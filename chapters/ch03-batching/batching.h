@@ -121,15 +121,30 @@
  *
  * ## On the device
  *
- * With `--device cuda` the chapter runs in that mode too, and its K/V
- * bytes live in a device arena of token slots (batching_device_open()):
- * the region at byte offset o of the books is the slots from
- * o / bytes_per_token on, and every move the books make is repeated on the
- * device through the on_move hook, in the order the books made it.
+ * With `--device cuda` the chapter keeps only the books on the host too,
+ * and its K/V bytes live in a device arena of token slots
+ * (batching_device_open()): the region at byte offset o of the books is
+ * the slots from o / bytes_per_token on, every move the books make is
+ * repeated on the device through the on_move hook, in the order the books
+ * made it, and before each forward step the device learns where every
+ * region is (batching_device_sync()).
  *
- * The functions below are the chapter's lab (solutions/ch03/batching.c),
- * with the allocator and the reservation policies of kv_arena.h
- * (solutions/ch03/kv_arena.c).
+ * ## Where each idea is
+ *
+ * | idea | file | function |
+ * |---|---|---|
+ * | the program: open, loop, report | chapters/ch03-batching/main.c | main() |
+ * | one step: schedule, forward, sample, account, release | chapters/ch03-batching/server.c | batching_step() |
+ * | the arena for a run; budgets refused; the step's size | chapters/ch03-batching/server.c | batching_check(), batching_open() |
+ * | when admission runs, growth, requeues, the batch's end | chapters/ch03-batching/batching.c | batching_schedule(), batching_make_room(), batching_finished() |
+ * | whom to admit: first come, first served (lab) | solutions/ch03/batching_admit.c | batching_admit() |
+ * | how much each policy reserves (lab) | solutions/ch03/reserve_initial_tokens.c | reserve_initial_tokens() |
+ * | first fit: where a region goes (lab) | solutions/ch03/kv_arena_alloc.c | kv_arena_alloc() |
+ * | a freed region merges with its neighbours (lab) | solutions/ch03/kv_arena_release.c | kv_arena_release() |
+ * | the arena's holes, growth sizes, largest regions | chapters/ch03-batching/kv_arena.c | kv_arena_init(), reserve_grown_tokens() |
+ * | the K/V seam: a request's rows in its region | chapters/ch03-batching/batching.c | batching_store(), batching_attend() |
+ * | the breakdown, fragmentation, the memory table | chapters/ch03-batching/server.c | batching_account(), batching_report_table() |
+ * | the same arena on the device | chapters/ch03-batching/device.c | batching_device_open(), batching_device_sync() |
  */
 #ifndef KVLAB_CH03_BATCHING_H
 #define KVLAB_CH03_BATCHING_H

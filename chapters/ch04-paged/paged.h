@@ -23,7 +23,7 @@
  *
  * The forward pass reads K/V through the block tables (paged_attention()):
  * no gather into a contiguous copy, and the same arithmetic in the same
- * order as common/ops.h's reference, so the tokens are bit for bit those of
+ * order as common/cpu/ops.h's reference, so the tokens are bit for bit those of
  * the contiguous chapters whatever the block size, the budget or the number
  * of preemptions.
  *

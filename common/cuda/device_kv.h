@@ -19,9 +19,9 @@
  * them so that the kernel checks and the CUDA tests, which exercise all of
  * them, reach them in one place (common/ itself calls none of them). What
  * is common is here and in device_kv.c: the ::DeviceKv a store hands the
- * forward pass, the per-layer storage (::DeviceKvLayers, CUDA builds), and
+ * forward pass, the per-layer storage (DeviceKvLayers, CUDA builds), and
  * the store of chapters 1 to 3 in which a sequence's positions are
- * consecutive rows from a first row (::DeviceRowStore, CUDA builds).
+ * consecutive rows from a first row (DeviceRowStore, CUDA builds).
  *
  * Chapters 1 and 2 use their stores through run_single (a
  * ::DeviceKvOpenFn). Chapters 3 and 4 keep their allocator on the host

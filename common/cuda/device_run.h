@@ -6,7 +6,7 @@
  * A device run owns the device, the uploaded weights, the device
  * activations and the chapter's device K/V store. It hands the generation
  * loop a ::SingleStreamKv whose `step` runs device_forward(), so
- * common/generate.c drives the CPU and the GPU alike.
+ * common/serving/generate.c drives the CPU and the GPU alike.
  */
 #ifndef KVLAB_DEVICE_RUN_H
 #define KVLAB_DEVICE_RUN_H

@@ -393,17 +393,6 @@ int serving_step_begin(ServingRun *run)
     return 1;
 }
 
-/* The step's batch through the model: on the CPU through the chapter's
- * seam, or on the device. Either way the logits come back to the host. */
-static int run_batch(ServingRun *run, const KvSeam *seam, Err *err)
-{
-    if (run->device)
-        return serving_device_forward(run->device, run, &run->logits, err);
-    forward(run->model, &run->fs, seam, run->entries, run->n_entries);
-    run->logits = run->fs.logits;
-    return 0;
-}
-
 int serving_step_forward(ServingRun *run, const KvSeam *seam, Err *err)
 {
     if (run->n_entries == 0)
@@ -414,9 +403,19 @@ int serving_step_forward(ServingRun *run, const KvSeam *seam, Err *err)
         run->max_concurrent = running;
     run->running_sum += running;
     run->busy_steps++;
+    /* The batch through the model: on the CPU through the chapter's seam,
+     * or on the device; either way the logits come back to the host. A
+     * simulation runs no model. */
     run->logits = NULL;
-    if (!run->simulated && run_batch(run, seam, err))
-        return -1;
+    if (run->simulated) {
+        /* nothing to run: the fed positions only count as cached */
+    } else if (run->device) {
+        if (serving_device_forward(run->device, run, &run->logits, err))
+            return -1;
+    } else {
+        forward(run->model, &run->fs, seam, run->entries, run->n_entries);
+        run->logits = run->fs.logits;
+    }
     for (int i = 0; i < run->n_entries; i++) {
         Request *r = &run->reqs[run->entries[i].seq];
         if (run->entries[i].pos + 1 > r->n_cached)

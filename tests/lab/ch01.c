@@ -1,7 +1,7 @@
 /* Chapter 1 lab: the tests `make lab CH=1` grades.
  *
- * The student writes three pieces of solutions/ch01/naive.c (in their copy,
- * exercises/ch01/naive.c): naive_prepare (how many positions are cached:
+ * The student writes three functions, one file each in exercises/ch01/
+ * (the answers: solutions/ch01/): naive_prepare (how many positions are cached:
  * none), naive_store (put a token's K and V in row e->pos) and naive_attend
  * (causal attention of one head over positions 0..e->pos, with grouped-query
  * heads). Each piece is tested alone on small cases whose answer can be

@@ -1,5 +1,6 @@
-/* Chapter 2 lab tests: the contiguous KV cache (solutions/ch02/kvcache.c,
- * or your exercises/ch02/kvcache.c under `make lab CH=2`).
+/* Chapter 2 lab tests: the contiguous KV cache (kv_cache_prepare(),
+ * kv_cache_store(), kv_cache_attend(), kv_cache_grow(): solutions/ch02/, or
+ * your exercises/ch02/ under `make lab CH=2`).
  *
  * Small cases you can check by hand first (prepare, store, attend, grow),
  * then whole generations that must give exactly the logits of a reference

@@ -1,6 +1,7 @@
 /* Chapter 3 lab: the reservation policies, the first-fit arena, and the
- * admission of a batch, static or continuous (solutions/ch03/kv_arena.c
- * and batching.c, or your exercises/ch03/ versions).
+ * admission of a batch, static or continuous (reserve_initial_tokens(),
+ * kv_arena_alloc(), kv_arena_release(), batching_admit(): solutions/ch03/,
+ * or your exercises/ch03/ versions).
  *
  * Every test builds its own synthetic model: nothing here needs a download,
  * and nothing depends on the other chapters' labs (the reference tokens come

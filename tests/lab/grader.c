@@ -104,6 +104,15 @@ static char *read_stream(FILE *f)
     return buf;
 }
 
+/* The chapter's tests, then the instructor's hidden ones if linked in. */
+static Suite *graded_suite(void)
+{
+    Suite *s = lab_suite();
+    if (lab_hidden_tests)
+        lab_hidden_tests(s);
+    return s;
+}
+
 /* Runs one test in a fresh runner, with stdout and stderr of the child
  * going to a temporary file. Returns -1 when the test could not be run. */
 static int run_one(const char *name, Outcome *o)
@@ -112,7 +121,7 @@ static int run_one(const char *name, Outcome *o)
     FILE *capture = tmpfile();
     if (!capture)
         return -1;
-    SRunner *sr = srunner_create(lab_suite());
+    SRunner *sr = srunner_create(graded_suite());
     srunner_set_fork_status(sr, no_fork ? CK_NOFORK : CK_FORK);
     fflush(stdout);
     fflush(stderr);
@@ -372,7 +381,7 @@ int main(int argc, char **argv)
     }
 
     /* Build the suite once to learn the test names, then once per run. */
-    srunner_free(srunner_create(lab_suite()));
+    srunner_free(srunner_create(graded_suite()));
     registry_frozen = 1;
     if (n_tests == 0) {
         fprintf(stderr, "grader: lab_suite() added no test with lab_add_test()\n");
