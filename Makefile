@@ -4,12 +4,17 @@
 #   make test         unit, chapter and golden tests (installs Check if missing)
 #   make test-sanitize  the same tests under AddressSanitizer and UBSan
 #   make test-integer the same tests built by clang with -fsanitize=integer
-#   make lab CH=n     build chapter n with YOUR exercise files and grade them
+#   make lab CH=n     build chapter n with YOUR exercise files and grade them; also writes
+#                     build/lab/chNN/results.json for an autograder
 #                     (LAB=solutions grades the reference; TEST=name runs one test)
 #   make grade        grade every lab against the solutions (must be full marks)
 #   make exercises    regenerate exercises/ from the LAB markers in solutions/
 #   make check-exercises  fail if exercises/ is out of date
 #   make check-stubs  every stub must fail its lab (exercises score below full marks)
+#   make check-mutants  every wrong answer of tests/mutants/ loses marks, named by its hint
+#   make check-layout a chapter can include only common/ and itself; programs link only their chapter
+#   make handout      dist/kvlab-handout/ and .tar.gz: the project without the answers
+#   make check-handout  a handout, built and graded end to end in a scratch folder
 #   make docs         the book and API reference as one HTML site (html/)
 #   make bench        benchmarks (not tests): writes build/bench/report.md
 #   make demo         every chapter on the same requests, side by side
@@ -22,22 +27,40 @@
 
 CC      ?= gcc
 BUILD   ?= build
-LAB     ?= solutions
+# LAB=DIR takes every chapter's lab files from DIR/chNN/; by default they
+# come from solutions/, or exercises/ where there are no solutions.
+LAB_GIVEN := $(filter command line environment,$(origin LAB))
+LAB     ?= $(if $(wildcard solutions/ch*),solutions,exercises)
 OPT     ?= -O3 -march=native
 SAN     ?=
 
 # Determinism: no FMA contraction, so that every summation happens exactly
 # as written and the chapters agree bit for bit.
 CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) $(SAN) -Wall -Wextra -Werror \
-             -ffp-contract=off -fopenmp -MMD -MP $(INCLUDES) $(CFLAGS)
+             -ffp-contract=off -fopenmp -MMD -MP $(CFLAGS)
 LDLIBS_ALL = $(SAN) -fopenmp -lm $(LDLIBS)
 
-CHAPTER_DIRS := $(sort $(wildcard chapters/ch*))
+CHAPTER_DIRS := $(sort $(wildcard chapters/ch[0-9][0-9]-*))
+# ch01 ch02 ...: the chapters, by the first word of their folder's name.
+CHAPTER_IDS := $(foreach d,$(CHAPTER_DIRS),$(firstword $(subst -, ,$(notdir $(d)))))
 # common/ is one folder per concern (model, cpu, serving, accounting, cuda,
 # base), each with its own -I.
 COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*.[ch]))))
 COMMON_INCLUDES := $(addprefix -I,$(COMMON_DIRS))
-INCLUDES := $(COMMON_INCLUDES) $(addprefix -I,$(CHAPTER_DIRS)) -Itools/lib -Ikernels/check
+# What each object may include, so that a wrong include fails to build:
+# - common/ sees only common/ (and, with CUDA, the kernels' API);
+# - a chapter's sources (chapters/chNN-*/ and its lab files, LAB/chNN/)
+#   see common/ and their own chapter folder, never another chapter;
+# - tools/, kernels/check/ and tests/ may use every chapter.
+# DEVICE_INCLUDES is the CUDA toolkit and kernels/ when CUDA is on.
+DEVICE_INCLUDES :=
+ALL_INCLUDES = $(COMMON_INCLUDES) $(addprefix -I,$(CHAPTER_DIRS)) -Itools/lib -Ikernels/check $(DEVICE_INCLUDES)
+# The chapter a source belongs to (ch03 for chapters/ch03-batching/x.c,
+# solutions/ch03/x.c or build/stubs/ch03.admit/ch03/x.c), or nothing.
+chapter_of = $(lastword $(filter $(CHAPTER_IDS),$(subst -, ,$(subst /, ,$(dir $(1))))))
+includes_of = $(if $(filter common/%,$(1)),$(COMMON_INCLUDES) $(DEVICE_INCLUDES),$(if $(call chapter_of,$(1)),\
+              $(COMMON_INCLUDES) -I$(filter chapters/$(call chapter_of,$(1))-%,$(CHAPTER_DIRS)) $(DEVICE_INCLUDES),\
+              $(ALL_INCLUDES)))
 
 COMMON_SRCS := $(sort $(wildcard common/*/*.c))
 COMMON_OBJS := $(COMMON_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -83,7 +106,7 @@ KERNEL_OBJS := $(KERNEL_SRCS:kernels/%.cu=$(CUDA_BUILD)/%.o)
 NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 NVCCFLAGS_ALL = -std=c++17 -O3 $(NVCC_GENCODE) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
                 $(COMMON_INCLUDES) -Ikernels -MMD -MP -DKVLAB_CUDA_LIBDIR='"$(CUDA_LIBDIR)"' $(NVCCFLAGS)
-INCLUDES += -Ikernels -I$(CUDA_HOME)/include
+DEVICE_INCLUDES := -Ikernels -I$(CUDA_HOME)/include
 CFLAGS_ALL += -DKVLAB_CUDA
 COMMON_OBJS += $(KERNEL_OBJS)
 LDLIBS_ALL += -L$(CUDA_LIBDIR) -lcudart_static -lstdc++ -ldl -lrt -lpthread
@@ -93,22 +116,21 @@ KCHECK_OBJS := $(BUILD)/obj/kernels/check/cases.o $(KV_REF_OBJS)
 CUDA_PROGRAMS := $(BUILD)/kernel-check $(BUILD)/decode-bench
 endif
 
-# Each chapter is its folder's sources plus its lab files from $(LAB)/chNN/,
-# plus the lab files of the chapters before it (chapters build on each other).
-# With LAB_ONLY=n, only chapter n's lab files come from $(LAB) and the other
-# chapters' from solutions/, so that a lab is graded on its own chapter alone.
-lab_dir = $(if $(LAB_ONLY),$(if $(filter $(1),$(LAB_ONLY)),$(LAB),solutions),$(LAB))
+# A chapter program is its folder's sources, its lab files and common/,
+# nothing of another chapter. The lab files of chapter n come from
+# $(LAB)/chNN/ when LAB_ONLY=n (make lab), else from solutions/chNN/, or
+# from exercises/chNN/ where there are no solutions (the handout).
+lab_default = $(if $(wildcard solutions/ch0$(1)/*.c),solutions,exercises)
+lab_dir = $(if $(LAB_ONLY),$(if $(filter $(1),$(LAB_ONLY)),$(LAB),$(call lab_default,$(1))),$(if $(LAB_GIVEN),$(LAB),$(call lab_default,$(1))))
 lab_srcs = $(sort $(wildcard $(call lab_dir,$(1))/ch0$(1)/*.c))
 chapter_srcs = $(filter-out %/main.c,$(sort $(wildcard chapters/ch0$(1)-*/*.c)))
-LAB_OBJS_1 := $(patsubst %.c,$(BUILD)/obj/%.o,$(call lab_srcs,1))
-LAB_OBJS_2 := $(LAB_OBJS_1) $(patsubst %.c,$(BUILD)/obj/%.o,$(call lab_srcs,2))
-LAB_OBJS_3 := $(LAB_OBJS_2) $(patsubst %.c,$(BUILD)/obj/%.o,$(call lab_srcs,3))
-LAB_OBJS_4 := $(LAB_OBJS_3) $(patsubst %.c,$(BUILD)/obj/%.o,$(call lab_srcs,4))
-CH_OBJS_1 := $(LAB_OBJS_1) $(patsubst %.c,$(BUILD)/obj/%.o,$(call chapter_srcs,1))
-CH_OBJS_2 := $(CH_OBJS_1) $(LAB_OBJS_2) $(patsubst %.c,$(BUILD)/obj/%.o,$(call chapter_srcs,2))
-CH_OBJS_3 := $(CH_OBJS_2) $(LAB_OBJS_3) $(patsubst %.c,$(BUILD)/obj/%.o,$(call chapter_srcs,3))
-CH_OBJS_4 := $(CH_OBJS_3) $(LAB_OBJS_4) $(patsubst %.c,$(BUILD)/obj/%.o,$(call chapter_srcs,4))
-ALL_CH_OBJS := $(sort $(CH_OBJS_4))
+ch_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(call chapter_srcs,$(1)) $(call lab_srcs,$(1)))
+CH_OBJS_1 := $(call ch_objs,1)
+CH_OBJS_2 := $(call ch_objs,2)
+CH_OBJS_3 := $(call ch_objs,3)
+CH_OBJS_4 := $(call ch_objs,4)
+# Tools and the test binary are not chapter programs: they link them all.
+ALL_CH_OBJS := $(sort $(CH_OBJS_1) $(CH_OBJS_2) $(CH_OBJS_3) $(CH_OBJS_4))
 
 PROGRAMS := $(BUILD)/ch01-naive
 ifneq ($(wildcard chapters/ch02-*/main.c),)
@@ -123,7 +145,7 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
-.PHONY: all test test-sanitize test-integer lab lab-run grade check-stubs docs bench demo models cuda-check exercises check-exercises deps clean fuzz fuzz-build
+.PHONY: all test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout docs bench demo models cuda-check exercises check-exercises deps clean fuzz fuzz-build
 all: $(PROGRAMS) $(TOOLS)
 
 # Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
@@ -137,7 +159,7 @@ $(MODE_STAMP):
 
 $(BUILD)/obj/%.o: %.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(call includes_of,$<) -c $< -o $@
 
 $(BUILD)/ch01-naive: $(BUILD)/obj/chapters/ch01-naive/main.o $(CH_OBJS_1) $(COMMON_OBJS)
 	$(CC) $^ -o $@ $(LDLIBS_ALL)
@@ -188,7 +210,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 
 $(BUILD)/obj/tests/%.o: tests/%.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(ALL_INCLUDES) $(CHECK_CFLAGS) -Itests -c $< -o $@
 
 $(BUILD)/test-kvlab: $(TEST_OBJS) $(BUILD)/obj/tests/runner.o $(BUILD)/obj/tests/helpers.o $(ALL_CH_OBJS) $(COMMON_OBJS) \
                      $(TOOL_LIB_OBJS) $(sort $(KCHECK_OBJS) $(KV_REF_OBJS))
@@ -197,9 +219,14 @@ $(BUILD)/test-kvlab: $(TEST_OBJS) $(BUILD)/obj/tests/runner.o $(BUILD)/obj/tests
 deps:
 	@scripts/deps.sh check pkg-config
 
+# Whether the lab code in this build is the answers: in the handout (no
+# solutions/) it is the untouched exercises, and the suites that need the
+# answers say SKIP instead of failing (tests/suites.h).
+LAB_ANSWERS := $(if $(and $(wildcard solutions/ch*),$(filter solutions,$(LAB))),1,0)
+
 test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/test-kvlab
-	KVLAB_BUILD=$(BUILD) $(BUILD)/test-kvlab
+	KVLAB_BUILD=$(BUILD) KVLAB_LAB_ANSWERS=$(LAB_ANSWERS) $(BUILD)/test-kvlab
 
 # The sanitizers get their own build folder, so the two builds never mix.
 test-sanitize: deps
@@ -236,18 +263,30 @@ LAB_UNDER_TEST := $(if $(filter command line environment,$(origin LAB)),$(LAB),e
 lab_two_digits = $(if $(filter 1 2 3 4 5 6 7 8 9,$(1)),0$(1),$(1))
 LAB_CH := $(call lab_two_digits,$(strip $(CH)))
 
+# In the handout (no solutions/) the targets that grade or regenerate from
+# the answers say so in one line instead of failing strangely.
+need_solutions = @if ! ls -d solutions/ch[0-9][0-9] >/dev/null 2>&1; then \
+	echo "make $@: needs solutions/, which this tree (a handout?) does not have; make lab CH=n grades your work" >&2; \
+	exit 1; fi
+
 .SECONDEXPANSION:
-$(BUILD)/lab-ch0%: $(BUILD)/obj/tests/lab/ch0%.o $(LAB_SUPPORT_OBJS) $$(CH_OBJS_$$*) $(COMMON_OBJS)
+# An instructor's hidden tests, tests/lab/hidden/chNN.c, join the lab when
+# present (book/instructors.md; the handout leaves that folder out).
+hidden_lab_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/lab/hidden/ch0$(1).c))
+$(BUILD)/lab-ch0%: $(BUILD)/obj/tests/lab/ch0%.o $(LAB_SUPPORT_OBJS) $$(CH_OBJS_$$*) $(COMMON_OBJS) \
+                   $$(call hidden_lab_objs,$$*)
 	$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
 
 lab: deps
 	@if [ -z "$(LAB_CH)" ] || [ ! -f "tests/lab/ch$(LAB_CH).c" ]; then \
 		echo "make lab: give a chapter that has a lab, e.g. make lab CH=1 (labs: $(patsubst 0%,%,$(LAB_CHAPTERS)))" >&2; \
 		exit 1; fi
-	@$(MAKE) --no-print-directory lab-run LAB_RUN_CH=$(LAB_CH) LAB_RUN=$(LAB_UNDER_TEST)
+	@$(MAKE) --no-print-directory lab-run LAB_RUN_CH=$(LAB_CH) LAB_RUN=$(LAB_UNDER_TEST) \
+		LAB_RESULTS=$(BUILD)/lab/ch$(LAB_CH)/results.json
 
 # Every lab against the solutions: full marks or failure.
 grade: deps
+	$(need_solutions)
 	@status=0; for nn in $(LAB_CHAPTERS); do \
 		$(MAKE) --no-print-directory lab-run LAB_RUN_CH=$$nn LAB_RUN=solutions LAB_EXPECT=full || status=1; \
 	done; exit $$status
@@ -256,6 +295,7 @@ grade: deps
 # marks, and so does each region stubbed alone (with the solution in every
 # other region), which shows that the tests catch each stub on its own.
 check-stubs: deps
+	$(need_solutions)
 	@status=0; for nn in $(LAB_CHAPTERS); do \
 		$(MAKE) --no-print-directory lab-run LAB_RUN_CH=$$nn LAB_RUN=exercises LAB_EXPECT=incomplete || status=1; \
 		for id in $$(scripts/make-exercises.sh --list | grep "^ch$$nn\."); do \
@@ -266,11 +306,21 @@ check-stubs: deps
 		done; \
 	done; exit $$status
 
+# The mutation check: every plausible wrong answer in tests/mutants/ must
+# lose marks, and the first failing test must name the function with the
+# bug (scripts/check-mutants.sh; a mutant costs one object, a link and a
+# lab run, in the persistent folder $(BUILD)/mutants/). The labs are CPU
+# code: no CUDA needed.
+check-mutants: deps
+	$(need_solutions)
+	@BUILD=$(BUILD) MAKE="$(MAKE)" CUDA=0 scripts/check-mutants.sh $(MUTANTS)
+
 # One lab: LAB_RUN_CH (two digits), LAB_RUN (the folder holding chNN/),
-# LAB_BUILD (its build folder), LAB_EXPECT (empty, full or incomplete).
+# LAB_BUILD (its build folder), LAB_EXPECT (empty, full or incomplete),
+# LAB_RESULTS (where results.json goes, in Gradescope's format; empty: none).
 LAB_BUILD ?= $(BUILD)/lab-$(LAB_RUN)
 lab-run:
-	@mkdir -p $(BUILD)
+	@mkdir -p $(BUILD) $(if $(LAB_RESULTS),$(dir $(LAB_RESULTS)))
 	@echo "make lab: building chapter $(patsubst 0%,%,$(LAB_RUN_CH)) with $(LAB_RUN)/ in $(LAB_BUILD)/"
 	@# Relinking is cheap, and a binary left over from another LAB folder would lie.
 	@rm -f $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) $(patsubst chapters/%/main.c,$(LAB_BUILD)/%,$(wildcard chapters/ch$(LAB_RUN_CH)-*/main.c))
@@ -281,15 +331,65 @@ lab-run:
 		echo "make lab: chapter $(patsubst 0%,%,$(LAB_RUN_CH)) does not build with $(LAB_RUN)/ (the compiler's messages are above)" >&2; \
 		exit 1; }
 	@KVLAB_BUILD=$(LAB_BUILD) $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) --title "Lab ch$(LAB_RUN_CH) with $(LAB_RUN)/ch$(LAB_RUN_CH)/" \
-		$(if $(LAB_EXPECT),--expect $(LAB_EXPECT)) $(TEST)
+		$(if $(LAB_EXPECT),--expect $(LAB_EXPECT)) $(if $(LAB_RESULTS),--results $(LAB_RESULTS)) $(TEST)
+	@$(if $(LAB_RESULTS),echo "make lab: results for an autograder in $(LAB_RESULTS)")
+
+# ---------------------------------------------------------------- layout
+# The layout's rules, checked: with the flags a chapter's sources get, no
+# other chapter's header can be included (and the chapter's own can); with
+# common/'s flags no chapter header can; and no chapter program holds a
+# symbol defined by another chapter's objects.
+CHAPTER_HEADERS := $(sort $(wildcard chapters/*/*.h))
+probe_include = printf '\043include "%s"\n' $(notdir $(2)) | $(CC) -std=c11 -D_POSIX_C_SOURCE=200809L $(CFLAGS) \
+                -fsyntax-only -x c - $(1) 2>/dev/null
+check-layout: all
+	@status=0; \
+	$(foreach d,$(CHAPTER_DIRS),$(foreach h,$(CHAPTER_HEADERS),\
+	  if [ "$(filter $(d)/%,$(h))" ]; then \
+	    $(call probe_include,$(call includes_of,$(d)/x.c),$(h)) || { echo "check-layout: $(d) cannot include its own $(h)"; status=1; }; \
+	  else \
+	    ! $(call probe_include,$(call includes_of,$(d)/x.c),$(h)) || { echo "check-layout: $(d) can include $(h)"; status=1; }; \
+	  fi;)) \
+	$(foreach h,$(CHAPTER_HEADERS),\
+	  ! $(call probe_include,$(call includes_of,common/x.c),$(h)) || { echo "check-layout: common/ can include $(h)"; status=1; };) \
+	for d in $(CHAPTER_DIRS); do \
+	  prog=$(BUILD)/$$(basename $$d); [ -f "$$prog" ] || continue; \
+	  nm -g --defined-only "$$prog" | awk '{print $$3}' | sort -u > $(BUILD)/layout-prog.txt; \
+	  for o in $(CHAPTER_DIRS); do [ "$$o" = "$$d" ] && continue; \
+	    objs=$$(ls $(BUILD)/obj/$$o/*.o 2>/dev/null | grep -v '/main\.o$$'); [ -n "$$objs" ] || continue; \
+	    nm -g --defined-only $$objs | awk 'NF == 3 {print $$3}' | sort -u > $(BUILD)/layout-other.txt; \
+	    common=$$(comm -12 $(BUILD)/layout-prog.txt $(BUILD)/layout-other.txt | head -3 | tr '\n' ' '); \
+	    [ -z "$$common" ] || { echo "check-layout: $$prog holds code of $$o: $$common"; status=1; }; \
+	  done; \
+	done; \
+	rm -f $(BUILD)/layout-prog.txt $(BUILD)/layout-other.txt; \
+	[ $$status -eq 0 ] && echo "check-layout: each chapter sees common/ and itself only, common/ sees no chapter, each program holds only its own chapter"; \
+	exit $$status
+
+# ---------------------------------------------------------------- the handout
+# What an instructor hands out: dist/kvlab-handout/ and its .tar.gz, the
+# project without solutions/, tests/mutants/ and the maintainers' checks,
+# checked to hold no line of any answer (scripts/make-handout.sh).
+# check-handout builds one in a scratch folder and runs it end to end:
+# make, make test, every lab below full marks untouched and at full marks
+# with the solutions copied in, results.json (scripts/check-handout.sh).
+handout:
+	$(need_solutions)
+	@scripts/make-handout.sh dist
+
+check-handout: deps
+	$(need_solutions)
+	@MAKE="$(MAKE)" scripts/check-handout.sh
 
 # ---------------------------------------------------------------- exercises
 # exercises/ is generated from the LAB markers in solutions/; FORCE=1
 # overwrites exercise files that look hand-edited.
 exercises:
+	$(need_solutions)
 	@scripts/make-exercises.sh $(if $(FORCE),--force)
 
 check-exercises:
+	$(need_solutions)
 	@tests/lab/make-exercises-test.sh
 	@scripts/make-exercises.sh --check
 

@@ -47,6 +47,13 @@ done
 # Default folders are relative to the project root.
 [ "$explicit_dirs" -eq 1 ] || cd "$(dirname "$0")/.."
 
+# A handout has exercises/ and no solutions/: generating from nothing would
+# wipe a student's work.
+if ! ls -d "$solutions"/ch[0-9][0-9] >/dev/null 2>&1; then
+    echo "make-exercises: no $solutions/chNN/ here (a handout has none): nothing to generate exercises from" >&2
+    exit 1
+fi
+
 if [ "$mode" = list ]; then
     cat "$solutions"/ch[0-9][0-9]/*.[ch] 2>/dev/null |
         sed -n "s/^[ \t]*\/\/ LAB BEGIN(\(ch[0-9][0-9]\.[a-z0-9_]*\)): .*/\1/p"

@@ -3,6 +3,8 @@
  *   build/test-kvlab                 all suites
  *   build/test-kvlab model ops       only the suites named
  *   CK_VERBOSITY=verbose ...         one line per test
+ *   KVLAB_LAB_ANSWERS=0 ...          the lab code is the exercises (the
+ *                                    handout): skip what needs the answers
  *
  * Exit status 0 when every test passed. */
 #include <stdio.h>
@@ -16,10 +18,11 @@
 static struct {
     const char *name;
     SuiteMaker make;
+    int needs_answers;
 } suites[MAX_SUITES];
 static int n_suites;
 
-void test_register_suite(const char *name, SuiteMaker make)
+void test_register_suite(const char *name, SuiteMaker make, int needs_answers)
 {
     if (n_suites == MAX_SUITES) {
         fprintf(stderr, "test-kvlab: more than %d suites; raise MAX_SUITES\n", MAX_SUITES);
@@ -27,7 +30,14 @@ void test_register_suite(const char *name, SuiteMaker make)
     }
     suites[n_suites].name = name;
     suites[n_suites].make = make;
+    suites[n_suites].needs_answers = needs_answers;
     n_suites++;
+}
+
+int test_lab_answers(void)
+{
+    const char *answers = getenv("KVLAB_LAB_ANSWERS");
+    return !(answers && strcmp(answers, "0") == 0);
 }
 
 static int compare_names(const void *a, const void *b)
@@ -53,6 +63,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_suites; i++) {
         if (!wanted(suites[i].name, argc, argv))
             continue;
+        if (suites[i].needs_answers && !test_lab_answers()) {
+            printf("SKIP suite %s: it runs the chapters' lab code, and here that code is the untouched exercises "
+                   "(no solutions/: the handout); make lab CH=n grades your own\n", suites[i].name);
+            continue;
+        }
         if (!runner)
             runner = srunner_create(suites[i].make());
         else

@@ -453,4 +453,4 @@ Suite *suite_block_pool(void)
     return s;
 }
 
-REGISTER_SUITE(block_pool)
+REGISTER_LAB_SUITE(block_pool)

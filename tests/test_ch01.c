@@ -43,4 +43,4 @@ Suite *suite_ch01(void)
     return s;
 }
 
-REGISTER_SUITE(ch01)
+REGISTER_LAB_SUITE(ch01)

@@ -628,4 +628,4 @@ Suite *suite_ch02(void)
     return s;
 }
 
-REGISTER_SUITE(ch02)
+REGISTER_LAB_SUITE(ch02)

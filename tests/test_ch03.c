@@ -252,6 +252,7 @@ typedef struct {
     RequestFile rf;
     CliOptions o;
     ServingRun run;
+    BatchingState *state; /* open after run_to_end(), until finish_run() */
 } TestRun;
 
 /* Loads the requests and encodes them; the run is not started. */
@@ -260,6 +261,7 @@ static void prepare_run(TestRun *tr, const TestModel *tm, const char *requests, 
     Err err = {{0}};
     ck_assert_msg(request_file_parse(&tr->rf, requests, strlen(requests), "t", &err) == 0, "%s", err.msg);
     cli_defaults(&tr->o);
+    tr->state = NULL;
     tr->o.reserve = reserve;
     ck_assert_msg(serving_run_init(&tr->run, &tm->m, &tm->t, &tr->o, &tr->rf, &err) == 0, "%s", err.msg);
 }
@@ -267,20 +269,21 @@ static void prepare_run(TestRun *tr, const TestModel *tm, const char *requests, 
 static void run_to_end(TestRun *tr, FILE *log)
 {
     Err err = {{0}};
-    ck_assert_msg(serving_run(batching_chapter(), &tr->run, log, &err) == 0, "%s", err.msg);
+    ck_assert_msg(batching_serve(&tr->run, &tr->state, log, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(tr->run.n_done, tr->run.n_reqs);
 }
 
 static void finish_run(TestRun *tr)
 {
-    serving_run_close(batching_chapter(), &tr->run);
+    batching_close(tr->state);
+    tr->state = NULL;
     serving_run_free(&tr->run);
     request_file_free(&tr->rf);
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
     ck_assert_uint_eq(mem_current(MEM_KV_METADATA, MEM_HOST), 0);
 }
 
-static const BatchingState *state(const TestRun *tr) { return tr->run.chapter_ctx; }
+static const BatchingState *state(const TestRun *tr) { return tr->state; }
 
 /* Solo tokens of every request of a run, computed once per model. */
 typedef struct {
@@ -829,7 +832,7 @@ START_TEST(oversized_request_is_rejected)
     prepare_run(&tr, &tm, "62\ta\n5\tb\n", "max");
     tr.o.kv_budget = 20 * 256;
     Err err = {{0}};
-    ck_assert_int_eq(serving_run(batching_chapter(), &tr.run, NULL, &err), -1);
+    ck_assert_int_eq(batching_serve(&tr.run, &tr.state, NULL, &err), -1);
     ck_assert_msg(strstr(err.msg, "holds no request") && strstr(err.msg, "64 positions"), "%s", err.msg);
     finish_run(&tr);
     close_model(&tm);
@@ -868,7 +871,7 @@ END_TEST
  * fp16: 819,200 B per position, 1,677,721,600 B for 2,048 positions) with
  * 48 GiB for K/V. 40 requests of 100 prompt tokens and 500 new ones, run
  * by the serving core's no-model loop (what kvsim does). */
-static void simulate_13b(const char *reserve, ServingRun *run, Model *m, CliOptions *o)
+static void simulate_13b(const char *reserve, ServingRun *run, BatchingState **state, Model *m, CliOptions *o)
 {
     memset(m, 0, sizeof *m);
     m->cfg = (ModelConfig){5120, 13824, 40, 40, 40, 32000, 2048};
@@ -882,13 +885,13 @@ static void simulate_13b(const char *reserve, ServingRun *run, Model *m, CliOpti
     ck_assert_msg(serving_sim_init(run, m, o, model_kv_bytes_per_token(&m->cfg, 2), specs, 40, &err) == 0, "%s",
                   err.msg);
     ck_assert_uint_eq(run->kv_bytes_per_token, 819200);
-    ck_assert_msg(serving_run_simulated(batching_chapter(), run, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(batching_serve(run, state, NULL, &err) == 0, "%s", err.msg);
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
 }
 
-static void free_simulated(ServingRun *run)
+static void free_simulated(ServingRun *run, BatchingState *state)
 {
-    serving_run_close(batching_chapter(), run);
+    batching_close(state);
     serving_run_free(run);
 }
 
@@ -897,13 +900,14 @@ START_TEST(accounting_only_13b_scale)
     Model m;
     CliOptions o;
     ServingRun run;
+    BatchingState *state;
     /* max: 48 GiB / 1.5625 GiB = 30.72 -> batches of 30 and 10, 500 steps
      * each. Per request, positions held at step k are 100 + k, k = 0..499:
      * 50,000 + 124,750 = 174,750 of 2,048 x 500 = 1,024,000 reserved:
      * token states 17.07%. Final length 599 (the 600th token is never
      * fed): internal (2048 - 599) x 500 = 724,500; the rest, 124,750, was
      * reserved for tokens still to come. */
-    simulate_13b("max", &run, &m, &o);
+    simulate_13b("max", &run, &state, &m, &o);
     ck_assert_int_eq(run.max_concurrent, 30);
     ck_assert_int_eq(run.step, 1000);
     double fr[4];
@@ -912,19 +916,19 @@ START_TEST(accounting_only_13b_scale)
     ck_assert_double_eq_tol(fr[1], 124750.0 / 1024000.0, 1e-12);
     ck_assert_double_eq_tol(fr[2], 724500.0 / 1024000.0, 1e-12);
     ck_assert_uint_eq(mem_peak(MEM_KV, MEM_HOST), 0);
-    free_simulated(&run);
+    free_simulated(&run, state);
     /* grow: first regions of 128 (100 + 1, rounded up), then 256, 512,
      * 1024: three moves per request copying 128 + 256 + 512 positions; all
      * 40 fit in one batch (40 x 1024 x 819,200 B = 31.25 GiB). */
-    simulate_13b("grow", &run, &m, &o);
-    const BatchingStats *s = &((const BatchingState *)run.chapter_ctx)->stats;
+    simulate_13b("grow", &run, &state, &m, &o);
+    const BatchingStats *s = &state->stats;
     ck_assert_int_eq(run.max_concurrent, 40);
     ck_assert_int_eq(s->requeues, 0);
     ck_assert_int_eq(s->grow_moves, 120);
     ck_assert_double_eq(s->grow_bytes_copied, 40.0 * 896 * 819200);
     ck_assert_uint_eq(mem_peak(MEM_KV, MEM_HOST), 0);
     expect_breakdown_sums_to_one(&run);
-    free_simulated(&run);
+    free_simulated(&run, state);
 }
 END_TEST
 
@@ -1130,4 +1134,4 @@ Suite *suite_ch03(void)
     return s;
 }
 
-REGISTER_SUITE(ch03)
+REGISTER_LAB_SUITE(ch03)

@@ -77,6 +77,7 @@ typedef struct {
     RequestFile rf;
     CliOptions o;
     ServingRun run;
+    PagedServer *server;
 } PagedRun;
 
 static void paged_run(PagedRun *pr, const Fixture *f, const char *requests, CliOptions o)
@@ -85,13 +86,13 @@ static void paged_run(PagedRun *pr, const Fixture *f, const char *requests, CliO
     ck_assert_msg(request_file_parse(&pr->rf, requests, strlen(requests), "t", &err) == 0, "%s", err.msg);
     pr->o = o;
     ck_assert_msg(serving_run_init(&pr->run, &f->m, &f->t, &pr->o, &pr->rf, &err) == 0, "%s", err.msg);
-    ck_assert_msg(serving_run(paged_chapter(), &pr->run, NULL, &err) == 0, "block size %d, budget %zu: %s",
+    ck_assert_msg(paged_serve(&pr->run, &pr->server, NULL, &err) == 0, "block size %d, budget %zu: %s",
                   o.block_size, o.kv_budget, err.msg);
 }
 
 static PagedServer *server_of(PagedRun *pr)
 {
-    return pr->run.chapter_ctx;
+    return pr->server;
 }
 
 /* Everything a finished run must leave behind: every block free, the
@@ -109,7 +110,7 @@ static void paged_run_close(PagedRun *pr)
     kv_breakdown_fractions(&pr->run.breakdown, fr);
     ck_assert_double_eq_tol(fr[0] + fr[1] + fr[2] + fr[3], 1.0, 1e-9);
     ck_assert_double_eq(fr[3], 0.0); /* any free block serves anyone: no external fragmentation */
-    serving_run_close(paged_chapter(), &pr->run);
+    paged_close(pr->server);
     serving_run_free(&pr->run);
     request_file_free(&pr->rf);
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
@@ -347,8 +348,10 @@ START_TEST(budget_below_one_block_is_an_error)
     CliOptions o = greedy(16, 100);
     ServingRun run;
     ck_assert(serving_run_init(&run, &f.m, &f.t, &o, &rf, &err) == 0);
-    ck_assert_int_eq(serving_run(paged_chapter(), &run, NULL, &err), -1);
+    PagedServer *server = NULL;
+    ck_assert_int_eq(paged_serve(&run, &server, NULL, &err), -1);
     ck_assert_msg(strstr(err.msg, "holds no block"), "%s", err.msg);
+    paged_close(server);
     serving_run_free(&run);
     request_file_free(&rf);
     fixture_free(&f);
@@ -484,14 +487,6 @@ END_TEST
 
 /* ------------------------------------------------ accounting only (kvsim) */
 
-/* One step of the serving core's no-model loop (what kvsim runs): the fed
- * requests get K/V for what they were fed and a dummy token, and end at
- * their length. */
-static void simulate_step(ServingRun *run)
-{
-    Err err = {{0}};
-    ck_assert_msg(serving_sim_step(paged_chapter(), run, &err) == 0, "%s", err.msg);
-}
 
 /* A run of N requests driven without a model: LLaMA-7B in f16 (32 layers
  * x 4096 x 2 x 2 B = 512 KiB per token, 8 MiB per block of 16), no weights,
@@ -502,7 +497,17 @@ typedef struct {
     Model m;
     CliOptions o;
     ServingRun run;
+    PagedServer *server;
 } Sim;
+
+/* One step without a model, the program's own (what kvsim runs): the fed
+ * requests get K/V for what they were fed and a dummy token, and end at
+ * their length. */
+static void simulate_step(Sim *sim)
+{
+    Err err = {{0}};
+    ck_assert_msg(paged_step(sim->server, &sim->run, &err) == 0, "%s", err.msg);
+}
 
 static void sim_open(Sim *sim, int n_blocks, int watermark)
 {
@@ -516,12 +521,12 @@ static void sim_open(Sim *sim, int n_blocks, int watermark)
     Err err = {{0}};
     ck_assert_msg(serving_sim_init(&sim->run, &sim->m, &sim->o, model_kv_bytes_per_token(&sim->m.cfg, 2), specs,
                                    SIM_N, &err) == 0, "%s", err.msg);
-    ck_assert_msg(serving_sim_open(paged_chapter(), &sim->run, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(paged_open(&sim->run, &sim->server, NULL, &err) == 0, "%s", err.msg);
 }
 
 static void sim_close(Sim *sim)
 {
-    serving_run_close(paged_chapter(), &sim->run);
+    paged_close(sim->server);
     serving_run_free(&sim->run);
 }
 
@@ -538,28 +543,28 @@ START_TEST(accounting_only_at_7b_scale)
     Sim sim;
     sim_open(&sim, 38, 0);
     ServingRun *run = &sim.run;
-    PagedServer *s = run->chapter_ctx;
+    PagedServer *s = sim.server;
     ck_assert_int_eq(s->kv.pool.n_blocks, 38);
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
     /* Step 0: five prompts of 7 blocks fit (35 of 38), the sixth waits. */
-    simulate_step(run);
+    simulate_step(&sim);
     ck_assert_int_eq(block_pool_used(&s->kv.pool), 35);
     ck_assert_uint_eq(run->timeline.reserved, (size_t)35 * (8u << 20));
     ck_assert_uint_eq(run->timeline.used, (size_t)500 * (512u << 10));
     ck_assert_int_eq(run->reqs[5].phase, REQ_WAITING);
     /* Steps 1-12 write positions 100-111 into the 7th block. */
     for (int k = 0; k < 12; k++)
-        simulate_step(run);
+        simulate_step(&sim);
     ck_assert_int_eq(s->preemptions, 0);
     /* Step 13: all five start an 8th block; 3 are free: the fourth request
      * preempts the newest (the fifth, 7 blocks back), then gets its block. */
-    simulate_step(run);
+    simulate_step(&sim);
     ck_assert_int_eq(s->preemptions, 1);
     ck_assert_int_eq(run->reqs[4].phase, REQ_WAITING);
     ck_assert_int_eq(run->reqs[4].n_cached, 0);
     ck_assert_int_eq(block_pool_used(&s->kv.pool), 32);
     while (run->n_done < SIM_N)
-        simulate_step(run);
+        simulate_step(&sim);
     ck_assert_int_eq(run->max_concurrent, 5);
     ck_assert_int_eq(s->kv.pool.n_free, 38);
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
@@ -580,12 +585,12 @@ START_TEST(admission_keeps_the_watermark)
     for (int k = 0; k < 2; k++) {
         Sim sim;
         sim_open(&sim, 38, watermarks[k]);
-        PagedServer *s = sim.run.chapter_ctx;
+        PagedServer *s = sim.server;
         ck_assert_int_eq(s->watermark_blocks, 3 + k);
-        simulate_step(&sim.run);
+        simulate_step(&sim);
         ck_assert_int_eq(sim_running(&sim), admitted[k]);
         while (sim.run.n_done < SIM_N)
-            simulate_step(&sim.run);
+            simulate_step(&sim);
         sim_close(&sim);
     }
 }
@@ -726,4 +731,4 @@ Suite *suite_ch04(void)
     return s;
 }
 
-REGISTER_SUITE(ch04)
+REGISTER_LAB_SUITE(ch04)

@@ -101,4 +101,4 @@ Suite *suite_demo(void)
     return s;
 }
 
-REGISTER_SUITE(demo)
+REGISTER_LAB_SUITE(demo)

@@ -1,4 +1,4 @@
-/* The forward pass (common/forward.c) on synthetic models of several shapes:
+/* The forward pass (common/cpu/forward.c) on synthetic models of several shapes:
  *
  *  (a) a whole sequence in one call gives the same logits, bit for bit, as
  *      feeding it one token at a time (what lets chapter 1 and chapter 2

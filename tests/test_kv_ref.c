@@ -1,4 +1,4 @@
-/* The CPU references of the K/V kernels (common/kv_ref.h): what the CUDA
+/* The CPU references of the K/V kernels (kernels/check/kv_ref.h): what the CUDA
  * kernels are validated against must itself be right. */
 #include <check.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* The memory arithmetic (common/kvmath.h) and build/kvcalc: the figures of
+/* The memory arithmetic (tools/lib/kvmath.h) and build/kvcalc: the figures of
  * the source material, pinned to the byte. */
 #include <check.h>
 #include <limits.h>

@@ -148,7 +148,7 @@ static CliOptions sim_options(const char *reserve, size_t budget, int max_batch)
     return o;
 }
 
-static void run_sim(const ServingChapter *ch, const CliOptions *o, const SimRequestSpec *reqs, int n,
+static void run_sim(ServeChapter ch, const CliOptions *o, const SimRequestSpec *reqs, int n,
                     KvsimResult *res)
 {
     Model m = llama7b();
@@ -179,7 +179,7 @@ START_TEST(chapter3_max_by_hand)
         reqs[i] = (SimRequestSpec){.prompt_tokens = 100, .max_new_tokens = 28};
     CliOptions o = sim_options("max", (size_t)4 << 30, 64);
     KvsimResult r;
-    run_sim(batching_chapter(), &o, reqs, 6, &r);
+    run_sim(SERVE_BATCHING, &o, reqs, 6, &r);
     ck_assert_int_eq(r.max_concurrent, 4);
     ck_assert_double_eq_tol(r.avg_concurrent, 3.0, 1e-12);
     ck_assert_int_eq(r.steps, 56);
@@ -218,7 +218,7 @@ START_TEST(chapter4_paged_by_hand)
         reqs[i] = (SimRequestSpec){.prompt_tokens = 100, .max_new_tokens = 28};
     CliOptions o = sim_options("max", (size_t)4 << 30, 64);
     KvsimResult r;
-    run_sim(paged_chapter(), &o, reqs, 6, &r);
+    run_sim(SERVE_PAGED, &o, reqs, 6, &r);
     ck_assert_int_eq(r.max_concurrent, 6);
     ck_assert_double_eq_tol(r.avg_concurrent, 6.0, 1e-12);
     ck_assert_int_eq(r.steps, 28);
@@ -246,13 +246,13 @@ START_TEST(held_by_finished_by_hand)
     SimRequestSpec reqs[2] = {{.prompt_tokens = 100, .max_new_tokens = 4}, {.prompt_tokens = 100, .max_new_tokens = 8}};
     CliOptions o = sim_options("max", (size_t)2 << 30, 64);
     KvsimResult r;
-    run_sim(batching_chapter(), &o, reqs, 2, &r);
+    run_sim(SERVE_BATCHING, &o, reqs, 2, &r);
     ck_assert_int_eq(r.steps, 8);
     ck_assert_double_eq_tol(r.held_by_finished, 8192.0 / 32768, 1e-12);
     ck_assert_double_eq_tol(r.breakdown[0], 1646.0 / 32768, 1e-12);
     ck_assert_double_eq_tol(r.live_token_states, 1234.0 / 32768, 1e-12);
     /* Chapter 4 frees at once: nothing is ever held by a finished request. */
-    run_sim(paged_chapter(), &o, reqs, 2, &r);
+    run_sim(SERVE_PAGED, &o, reqs, 2, &r);
     ck_assert_double_eq_tol(r.held_by_finished, 0.0, 1e-12);
     ck_assert_double_eq_tol(r.live_token_states, r.breakdown[0], 1e-12);
 }
@@ -277,7 +277,7 @@ START_TEST(chapter3_continuous_max_by_hand)
     CliOptions o = sim_options("max", (size_t)2 << 30, 64);
     o.batching = "continuous";
     KvsimResult r;
-    run_sim(batching_chapter(), &o, reqs, 3, &r);
+    run_sim(SERVE_BATCHING, &o, reqs, 3, &r);
     ck_assert_int_eq(r.steps, 8);
     ck_assert_int_eq(r.max_concurrent, 2);
     ck_assert_double_eq_tol(r.avg_concurrent, 2.0, 1e-12);
@@ -292,7 +292,7 @@ START_TEST(chapter3_continuous_max_by_hand)
     ck_assert_uint_eq(r.peak_reserved, (size_t)2 << 30);
     /* Static batching on the same requests: 12 steps, R2 from step 8. */
     o.batching = "static";
-    run_sim(batching_chapter(), &o, reqs, 3, &r);
+    run_sim(SERVE_BATCHING, &o, reqs, 3, &r);
     ck_assert_int_eq(r.steps, 12);
     ck_assert_double_eq_tol(r.mean_latency, 24.0 / 3, 1e-12);
     ck_assert_double_eq_tol(r.held_by_finished, 4.0 * 2048 / (2048.0 * 20), 1e-12);
@@ -307,14 +307,14 @@ START_TEST(arrivals_leave_idle_steps)
     SimRequestSpec reqs[3];
     for (int i = 0; i < 3; i++)
         reqs[i] = (SimRequestSpec){.prompt_tokens = 10, .max_new_tokens = 5, .arrival_step = 100 * i};
-    const ServingChapter *chapters[] = {batching_chapter(), paged_chapter()};
+    const ServeChapter chapters[] = {SERVE_BATCHING, SERVE_PAGED};
     for (int c = 0; c < 2; c++) {
         Model m = llama7b();
         CliOptions o = sim_options("max", (size_t)4 << 30, 64);
         ServingRun run;
         Err err = {{0}};
         ck_assert(serving_sim_init(&run, &m, &o, 524288, reqs, 3, &err) == 0);
-        ck_assert_msg(serving_run_simulated(chapters[c], &run, NULL, &err) == 0, "%s", err.msg);
+        ck_assert_msg(serve_run(chapters[c], &run, NULL, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(run.step, 205);
         ck_assert_int_eq(run.busy_steps, 15);
         ck_assert_int_eq(run.max_concurrent, 1);
@@ -322,7 +322,6 @@ START_TEST(arrivals_leave_idle_steps)
             ck_assert_int_eq(run.reqs[i].admitted_step, 100 * i);
             ck_assert_int_eq(run.reqs[i].finished_step, 100 * i + 4);
         }
-        serving_run_close(chapters[c], &run);
         serving_run_free(&run);
     }
     /* Arrivals out of file order are refused. */
@@ -331,11 +330,8 @@ START_TEST(arrivals_leave_idle_steps)
     CliOptions o = sim_options("max", (size_t)4 << 30, 64);
     ServingRun run;
     Err err = {{0}};
-    ck_assert(serving_sim_init(&run, &m, &o, 524288, reqs, 3, &err) == 0);
-    ck_assert_int_eq(serving_run_simulated(paged_chapter(), &run, NULL, &err), -1);
+    ck_assert_int_eq(serving_sim_init(&run, &m, &o, 524288, reqs, 3, &err), -1);
     ck_assert_msg(strstr(err.msg, "arrivals must follow file order"), "%s", err.msg);
-    serving_run_close(paged_chapter(), &run);
-    serving_run_free(&run);
 }
 END_TEST
 
@@ -350,55 +346,44 @@ START_TEST(output_shorter_than_the_limit_stops)
     ServingRun run;
     Err err = {{0}};
     ck_assert(serving_sim_init(&run, &m, &o, 524288, reqs, 1, &err) == 0);
-    ck_assert_msg(serving_run_simulated(batching_chapter(), &run, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(serve_run(SERVE_BATCHING, &run, NULL, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(run.reqs[0].finish, REQ_FINISH_STOP);
     ck_assert_int_eq(run.reqs[0].n_tokens, 23);
     ck_assert_int_eq(run.step, 4);
     ck_assert_int_eq(run.tokens_generated, 3);
     ck_assert_uint_eq(run.timeline.peak_reserved, (size_t)30 * 524288);
-    serving_run_close(batching_chapter(), &run);
     serving_run_free(&run);
 }
 END_TEST
 
 /* ---------------------------------------------------------- same decisions */
 
-/* What every step of a run fed, recorded through the account hook (which
- * both the real loop and the simulated one call after each step). */
+/* What every step of a run fed, recorded by the run's observer (which
+ * both the real run and the simulated one call after each step's
+ * accounting). */
 typedef struct {
     int *items; /* per step: n_entries, then (seq, pos) pairs */
     size_t n, cap;
 } StepLog;
 
-static StepLog step_log;
-static const ServingChapter *logged_chapter;
-
-static void log_int(int v)
+static void log_int(StepLog *log, int v)
 {
-    if (step_log.n == step_log.cap) {
-        step_log.cap = step_log.cap ? 2 * step_log.cap : 4096;
-        step_log.items = realloc(step_log.items, step_log.cap * sizeof(int));
-        ck_assert(step_log.items);
+    if (log->n == log->cap) {
+        log->cap = log->cap ? 2 * log->cap : 4096;
+        log->items = realloc(log->items, log->cap * sizeof(int));
+        ck_assert(log->items);
     }
-    step_log.items[step_log.n++] = v;
+    log->items[log->n++] = v;
 }
 
-static void logging_account(void *ctx, ServingRun *run)
+static void log_step(void *ctx, const ServingRun *run)
 {
-    log_int(run->n_entries);
+    StepLog *log = ctx;
+    log_int(log, run->n_entries);
     for (int i = 0; i < run->n_entries; i++) {
-        log_int(run->entries[i].seq);
-        log_int(run->entries[i].pos);
+        log_int(log, run->entries[i].seq);
+        log_int(log, run->entries[i].pos);
     }
-    logged_chapter->account(ctx, run);
-}
-
-static ServingChapter logging(const ServingChapter *ch)
-{
-    ServingChapter c = *ch;
-    logged_chapter = ch;
-    c.account = logging_account;
-    return c;
 }
 
 /* GQA: 4 query heads over 2 KV heads, seq_len 64, 256 B per position. */
@@ -438,18 +423,17 @@ static double last_external;
  * stopped), and asks for the same batch at every step and the same
  * admission, finish and preemptions for every request. Returns the
  * preemptions seen. */
-static long expect_same_decisions(const Synthetic *s, const ServingChapter *ch, const CliOptions *o, const char *what)
+static long expect_same_decisions(const Synthetic *s, ServeChapter ch, const CliOptions *o, const char *what)
 {
     Err err = {{0}};
     RequestFile rf;
     ck_assert(request_file_parse(&rf, MIXED, strlen(MIXED), "t", &err) == 0);
     ServingRun real;
     ck_assert_msg(serving_run_init(&real, &s->m, &s->t, o, &rf, &err) == 0, "%s", err.msg);
-    ServingChapter logged = logging(ch);
-    step_log.n = 0;
-    ck_assert_msg(serving_run(&logged, &real, NULL, &err) == 0, "%s: %s", what, err.msg);
-    StepLog real_log = step_log;
-    step_log = (StepLog){0};
+    StepLog real_log = {0}, sim_log = {0};
+    real.observe = log_step;
+    real.observe_ctx = &real_log;
+    ck_assert_msg(serve_run(ch, &real, NULL, &err) == 0, "%s: %s", what, err.msg);
 
     int n = real.n_reqs;
     SimRequestSpec *specs = calloc((size_t)n, sizeof *specs);
@@ -460,10 +444,12 @@ static long expect_same_decisions(const Synthetic *s, const ServingChapter *ch, 
     }
     ServingRun sim;
     ck_assert(serving_sim_init(&sim, &s->m, o, real.kv_bytes_per_token, specs, n, &err) == 0);
-    ck_assert_msg(serving_run_simulated(&logged, &sim, NULL, &err) == 0, "%s: %s", what, err.msg);
+    sim.observe = log_step;
+    sim.observe_ctx = &sim_log;
+    ck_assert_msg(serve_run(ch, &sim, NULL, &err) == 0, "%s: %s", what, err.msg);
 
     ck_assert_msg(sim.step == real.step, "%s: %ld simulated steps, %ld real", what, sim.step, real.step);
-    ck_assert_msg(step_log.n == real_log.n && memcmp(step_log.items, real_log.items, real_log.n * sizeof(int)) == 0,
+    ck_assert_msg(sim_log.n == real_log.n && memcmp(sim_log.items, real_log.items, real_log.n * sizeof(int)) == 0,
                   "%s: the simulated steps fed other tokens than the real ones", what);
     long preemptions = 0;
     for (int i = 0; i < n; i++) {
@@ -482,12 +468,9 @@ static long expect_same_decisions(const Synthetic *s, const ServingChapter *ch, 
     ck_assert_uint_eq(sim.timeline.peak_reserved, real.timeline.peak_reserved);
     last_external = real.breakdown.external_fragmentation;
     free(real_log.items);
-    free(step_log.items);
-    step_log = (StepLog){0};
+    free(sim_log.items);
     free(specs);
-    serving_run_close(&logged, &sim);
     serving_run_free(&sim);
-    serving_run_close(&logged, &real);
     serving_run_free(&real);
     request_file_free(&rf);
     return preemptions;
@@ -516,7 +499,7 @@ START_TEST(same_decisions_as_chapter3)
             o.kv_budget = (m == 0 ? 96 : 160) * 256;
             char what[64];
             snprintf(what, sizeof what, "chapter 3, --batching %s --reserve %s", batchings[m], policies[p]);
-            requeues += expect_same_decisions(&s, batching_chapter(), &o, what);
+            requeues += expect_same_decisions(&s, SERVE_BATCHING, &o, what);
             if (p != 3)
                 external += last_external; /* fixed-size regions */
         }
@@ -545,7 +528,7 @@ START_TEST(same_decisions_as_chapter4)
         o.kv_budget = 128 * 256; /* two full-length requests: preemptions */
         char what[64];
         snprintf(what, sizeof what, "chapter 4, --block-size %d", block_sizes[k]);
-        preemptions += expect_same_decisions(&s, paged_chapter(), &o, what);
+        preemptions += expect_same_decisions(&s, SERVE_PAGED, &o, what);
     }
     ck_assert_msg(preemptions > 0, "the budget should force preemptions (their path untested)");
     synthetic_close(&s);
@@ -687,4 +670,4 @@ Suite *suite_kvsim(void)
     return s;
 }
 
-REGISTER_SUITE(kvsim)
+REGISTER_LAB_SUITE(kvsim)

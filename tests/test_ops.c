@@ -1,4 +1,4 @@
-/* The CPU ops of common/ops.c against plain double-precision references
+/* The CPU ops of common/cpu/ops.c against plain double-precision references
  * written here, and the bitwise properties the chapters rely on: a matmul
  * row does not depend on how many tokens share the call, nor on the number
  * of threads.

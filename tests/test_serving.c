@@ -157,26 +157,22 @@ static void all_attend(void *ctx, int layer, const BatchEntry *e, int head, cons
                         model_head_dim(c), sc);
 }
 
-static int all_open(ServingRun *run, void **ctx, int *max_tokens, int *max_logits, FILE *log, Err *err)
+static AllAtOnce *all_open(ServingRun *run, Err *err)
 {
-    (void)log;
-    (void)err;
     AllAtOnce *s = calloc(1, sizeof *s);
     s->cfg = run->model->cfg;
     s->n = run->n_reqs;
     s->keys = calloc((size_t)s->n, sizeof(float *));
     s->values = calloc((size_t)s->n, sizeof(float *));
-    *max_tokens = 0;
+    int max_tokens = 0;
     for (int i = 0; i < run->n_reqs; i++)
-        *max_tokens += run->reqs[i].n_prompt + 1;
-    *max_logits = run->n_reqs;
-    *ctx = s;
-    return 0;
+        max_tokens += run->reqs[i].n_prompt + 1;
+    ck_assert_msg(serving_open_steps(run, max_tokens, run->n_reqs, err) == 0, "%s", err->msg);
+    return s;
 }
 
-static void all_close(void *ctx)
+static void all_close(AllAtOnce *s)
 {
-    AllAtOnce *s = ctx;
     for (int i = 0; i < s->n; i++) {
         mem_free(s->keys[i]);
         mem_free(s->values[i]);
@@ -186,11 +182,8 @@ static void all_close(void *ctx)
     free(s);
 }
 
-static KvSeam all_seam(void *ctx) { return (KvSeam){.ctx = ctx, .store = all_store, .attend = all_attend}; }
-
-static int all_schedule(void *ctx, ServingRun *run, Err *err)
+static int all_schedule(AllAtOnce *s, ServingRun *run, Err *err)
 {
-    AllAtOnce *s = ctx;
     size_t floats = (size_t)s->cfg.n_layers * s->cfg.seq_len * model_kv_dim(&s->cfg);
     for (int i = 0; i < run->n_reqs; i++) {
         Request *r = &run->reqs[i];
@@ -206,25 +199,32 @@ static int all_schedule(void *ctx, ServingRun *run, Err *err)
     return 0;
 }
 
-static void all_finished(void *ctx, ServingRun *run, Request *r)
+static void all_finished(AllAtOnce *s, ServingRun *run, Request *r)
 {
-    AllAtOnce *s = ctx;
     kv_track_close(&r->kv, (size_t)r->n_cached * run->kv_bytes_per_token, &run->breakdown);
     mem_free(s->keys[r->index]);
     mem_free(s->values[r->index]);
     s->keys[r->index] = s->values[r->index] = NULL;
 }
 
-static const ServingChapter ALL_AT_ONCE = {
-    .program = {.name = "test-all-at-once", .summary = "", .features = 0},
-    .open = all_open, .close = all_close, .seam = all_seam, .schedule = all_schedule,
-    .finished = all_finished, .account = (void (*)(void *, ServingRun *))0,
-};
-
-static void account(void *ctx, ServingRun *run)
+/* One step of this test's chapter, written as the chapters write theirs:
+ * it exercises the shared step functions without either chapter. */
+static int all_step(AllAtOnce *s, ServingRun *run, Err *err)
 {
-    (void)ctx;
+    if (!serving_step_begin(run))
+        return 0;
+    if (all_schedule(s, run, err))
+        return -1;
+    KvSeam seam = {.ctx = s, .store = all_store, .attend = all_attend};
+    if (serving_step_forward(run, &seam, err))
+        return -1;
+    serving_step_sample(run);
     serving_account_default(run);
+    int n = serving_step_finished(run);
+    for (int i = 0; i < n; i++)
+        all_finished(s, run, &run->reqs[run->finished_now[i]]);
+    serving_step_end(run);
+    return 0;
 }
 
 static void check_against_solo(const Model *m, const Tokenizer *t, const char *requests)
@@ -236,9 +236,9 @@ static void check_against_solo(const Model *m, const Tokenizer *t, const char *r
     cli_defaults(&o);
     ServingRun run;
     ck_assert_msg(serving_run_init(&run, m, t, &o, &rf, &err) == 0, "%s", err.msg);
-    ServingChapter ch = ALL_AT_ONCE;
-    ch.account = account;
-    ck_assert_msg(serving_run(&ch, &run, NULL, &err) == 0, "%s", err.msg);
+    AllAtOnce *s = all_open(&run, &err);
+    while (serving_unfinished(&run))
+        ck_assert_msg(all_step(s, &run, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(run.n_done, rf.count);
     ck_assert_int_eq(run.max_concurrent, rf.count);
     int *want = malloc((size_t)m->cfg.seq_len * sizeof(int));
@@ -255,7 +255,7 @@ static void check_against_solo(const Model *m, const Tokenizer *t, const char *r
     ck_assert_double_eq_tol(fr[0] + fr[1] + fr[2] + fr[3], 1.0, 1e-9);
     ck_assert(fr[0] > 0 && fr[2] > 0);
     free(want);
-    serving_run_close(&ch, &run);
+    all_close(s);
     serving_run_free(&run);
     request_file_free(&rf);
     ck_assert_int_eq(mem_current(MEM_KV, MEM_HOST), 0);

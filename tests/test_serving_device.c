@@ -74,58 +74,64 @@ static void shadow_copy(void *ctx, int dst, int src)
     sh->copies++;
 }
 
-/* Where the books say position pos of request seq lives. */
-typedef long (*SlotOf)(const ServingRun *run, const Shadow *sh, int seq, int pos);
+struct Sim;
 
-static long arena_slot(const ServingRun *run, const Shadow *sh, int seq, int pos)
+/* Where the books say position pos of request seq lives. */
+typedef long (*SlotOf)(const struct Sim *sim, int seq, int pos);
+
+static long arena_slot(const struct Sim *sim, int seq, int pos);
+static long block_slot(const struct Sim *sim, int seq, int pos);
+
+/* ------------------------------------------------------------ a run without a model */
+
+enum { MAX_REQS = 16 };
+
+typedef struct Sim {
+    Model m; /* only cfg is filled in */
+    CliOptions o;
+    RequestSpec specs[MAX_REQS];
+    ServingRun run;
+    BatchingState *batching; /* chapter 3, or NULL */
+    PagedServer *paged;      /* chapter 4, or NULL */
+    Shadow sh;
+} Sim;
+
+static long arena_slot(const Sim *sim, int seq, int pos)
 {
-    const BatchingState *b = run->chapter_ctx;
+    const Shadow *sh = &sim->sh;
+    const BatchingState *b = sim->batching;
     const KvRegion *reg = &b->regions[seq];
     ck_assert_msg(pos < reg->tokens, "request %d position %d is outside its region of %d", seq, pos, reg->tokens);
     ck_assert(reg->offset % sh->bytes_per_token == 0);
     return (long)(reg->offset / sh->bytes_per_token) + pos;
 }
 
-static long block_slot(const ServingRun *run, const Shadow *sh, int seq, int pos)
+static long block_slot(const Sim *sim, int seq, int pos)
 {
-    const PagedServer *s = run->chapter_ctx;
+    const Shadow *sh = &sim->sh;
+    const PagedServer *s = sim->paged;
     const BlockTable *t = &s->kv.tables.tables[seq];
     ck_assert_msg(pos / sh->block_size < t->n_blocks, "request %d position %d has no block", seq, pos);
     return (long)t->blocks[pos / sh->block_size] * sh->block_size + pos % sh->block_size;
 }
-
-/* ------------------------------------------------------------ a run without a model */
-
-enum { MAX_REQS = 16 };
-
-typedef struct {
-    Model m; /* only cfg is filled in */
-    CliOptions o;
-    RequestSpec specs[MAX_REQS];
-    ServingRun run;
-    int done[MAX_REQS];
-    const ServingChapter *ch;
-    Shadow sh;
-} Sim;
 
 /* GQA, seq_len 64: K/V of a token = 2 x 2 layers x 16 x 4 B = 256 B. */
 static const ModelConfig CFG = {32, 64, 2, 4, 2, 97, 64};
 
 /* Requests: prompt lengths and new tokens per line, each line --n samples
  * (same prompt, forked in chapter 4). */
-static void sim_open(Sim *sim, const ServingChapter *ch, CliOptions o, int n_lines, const int *prompt_len,
-                     const int *new_tokens)
+static void sim_open(Sim *sim, int chapter, CliOptions o, int n_lines, const int *prompt_len, const int *new_tokens)
 {
     memset(sim, 0, sizeof *sim);
     sim->m.cfg = CFG;
     sim->o = o;
-    sim->ch = ch;
     ServingRun *run = &sim->run;
     int samples = o.n_samples > 0 ? o.n_samples : 1;
     run->model = &sim->m;
     run->opts = &sim->o;
     run->kv_bytes_per_token = model_kv_bytes_per_token(&CFG, sizeof(float));
     run->no_kv_storage = 1;
+    run->simulated = 1; /* this test plays the device and takes the tokens itself */
     run->n_reqs = n_lines * samples;
     ck_assert_int_le(run->n_reqs, MAX_REQS);
     run->reqs = calloc((size_t)run->n_reqs, sizeof(Request));
@@ -143,40 +149,36 @@ static void sim_open(Sim *sim, const ServingChapter *ch, CliOptions o, int n_lin
             r->tokens[p] = 3 + (line * 31 + p * 7) % (CFG.vocab_size - 3);
     }
     Err err = {{0}};
-    int max_tokens, max_logits;
-    ck_assert_msg(ch->open(run, &run->chapter_ctx, &max_tokens, &max_logits, NULL, &err) == 0, "%s", err.msg);
-    run->entries = calloc((size_t)max_tokens, sizeof(BatchEntry));
-    run->max_step_tokens = max_tokens;
-    run->max_logits = max_logits;
-    run->taker_row = calloc((size_t)run->n_reqs, sizeof(int));
-    run->taker_req = calloc((size_t)run->n_reqs, sizeof(int));
+    int rc = chapter == 3 ? batching_open(run, &sim->batching, NULL, &err) : paged_open(run, &sim->paged, NULL, &err);
+    ck_assert_msg(rc == 0, "%s", err.msg);
 }
 
 static void sim_close(Sim *sim)
 {
-    sim->ch->close(sim->run.chapter_ctx);
+    batching_close(sim->batching);
+    paged_close(sim->paged);
     for (int i = 0; i < sim->run.n_reqs; i++)
         free(sim->run.reqs[i].tokens);
     free(sim->run.reqs);
-    free(sim->run.entries);
-    free(sim->run.taker_row);
-    free(sim->run.taker_req);
+    sim->run.reqs = NULL; /* the step buffers are the chapter's (serving_open_steps()): */
+    serving_run_free(&sim->run);
     free(sim->sh.label);
 }
 
-/* One step as serving.c runs it on the device, with the shadow as the
+/* One step as the chapters run it on the device, with the shadow as the
  * device: schedule (hooks fire), write the fed tokens' labels, read every
  * position of every fed token, take tokens, account, retire. */
 static void sim_step(Sim *sim, SlotOf slot_of)
 {
     ServingRun *run = &sim->run;
     Err err = {{0}};
-    run->n_entries = run->n_logits = run->n_takers = 0;
-    ck_assert_msg(sim->ch->schedule(run->chapter_ctx, run, &err) == 0, "%s", err.msg);
+    ck_assert(serving_step_begin(run));
+    int rc = sim->batching ? batching_schedule(sim->batching, run, &err) : paged_schedule(sim->paged, run, &err);
+    ck_assert_msg(rc == 0, "%s", err.msg);
     ck_assert_msg(run->n_entries > 0, "step %ld planned nothing", run->step);
     for (int i = 0; i < run->n_entries; i++) {
         const BatchEntry *e = &run->entries[i];
-        long slot = slot_of(run, &sim->sh, e->seq, e->pos);
+        long slot = slot_of(sim, e->seq, e->pos);
         ck_assert(slot >= 0 && slot < sim->sh.n_slots);
         sim->sh.label[slot] = prefix_label(&run->reqs[e->seq], e->pos);
     }
@@ -184,7 +186,7 @@ static void sim_step(Sim *sim, SlotOf slot_of)
         const BatchEntry *e = &run->entries[i];
         const Request *r = &run->reqs[e->seq];
         for (int p = 0; p <= e->pos; p++)
-            ck_assert_msg(sim->sh.label[slot_of(run, &sim->sh, e->seq, p)] == prefix_label(r, p),
+            ck_assert_msg(sim->sh.label[slot_of(sim, e->seq, p)] == prefix_label(r, p),
                           "step %ld: request %d reads position %d and finds another token's K/V", run->step,
                           e->seq, p);
     }
@@ -204,13 +206,21 @@ static void sim_step(Sim *sim, SlotOf slot_of)
             r->finish = REQ_FINISH_LENGTH;
             r->finished_step = run->step;
             run->n_done++;
-            sim->done[n_done++] = r->index;
+            run->finished_now[n_done++] = r->index;
         }
     }
-    sim->ch->account(run->chapter_ctx, run);
-    for (int i = 0; i < n_done; i++)
-        sim->ch->finished(run->chapter_ctx, run, &run->reqs[sim->done[i]]);
-    run->step++;
+    if (sim->batching)
+        batching_account(sim->batching, run);
+    else
+        paged_account(sim->paged, run);
+    for (int i = 0; i < n_done; i++) {
+        Request *r = &run->reqs[run->finished_now[i]];
+        if (sim->batching)
+            batching_finished(sim->batching, run, r);
+        else
+            paged_finished(sim->paged, run, r);
+    }
+    serving_step_end(run);
 }
 
 static void sim_run_to_end(Sim *sim, SlotOf slot_of)
@@ -244,8 +254,8 @@ static void arena_mirrors_books(const char *reserve, int slots, int max_batch, i
     CliOptions o = options((size_t)slots * model_kv_bytes_per_token(&CFG, sizeof(float)));
     o.reserve = reserve;
     o.max_batch = max_batch;
-    sim_open(&sim, batching_chapter(), o, LINES, PROMPTS, NEW_TOKENS);
-    BatchingState *b = sim.run.chapter_ctx;
+    sim_open(&sim, 3, o, LINES, PROMPTS, NEW_TOKENS);
+    BatchingState *b = sim.batching;
     ck_assert_ptr_null(b->storage);
     sim.sh = (Shadow){.n_slots = slots, .bytes_per_token = b->bytes_per_token};
     sim.sh.label = calloc((size_t)slots, sizeof(uint64_t));
@@ -284,8 +294,8 @@ static void pool_mirrors_books(int block_size, int blocks, int samples)
     o.n_samples = samples;
     o.temperature = 1.0f; /* --n needs it; the driver picks the tokens anyway */
     o.watermark = 0;
-    sim_open(&sim, paged_chapter(), o, 3, PROMPTS, NEW_TOKENS);
-    PagedServer *s = sim.run.chapter_ctx;
+    sim_open(&sim, 4, o, 3, PROMPTS, NEW_TOKENS);
+    PagedServer *s = sim.paged;
     ck_assert_int_eq(s->kv.pool.n_blocks, blocks);
     ck_assert_ptr_null(s->kv.pool.storage);
     sim.sh = (Shadow){.n_slots = (long)blocks * block_size, .block_size = block_size};
@@ -329,8 +339,6 @@ START_TEST(attach_makes_the_books_count_device_bytes)
     ck_assert_ptr_eq(run.device, &d);
     ck_assert_int_eq(run.no_kv_storage, 1);
     ck_assert_uint_eq(run.kv_bytes_per_token, 128); /* 2 x 2 layers x 16 x 2 B */
-    ck_assert_ptr_nonnull(batching_chapter()->device_open);
-    ck_assert_ptr_nonnull(paged_chapter()->device_open);
 }
 END_TEST
 
@@ -346,4 +354,4 @@ Suite *suite_serving_device(void)
     return s;
 }
 
-REGISTER_SUITE(serving_device)
+REGISTER_LAB_SUITE(serving_device)

@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 #include "assets.h"
-#include "batching.h"
 #include "cli.h"
 #include "generate.h"
 #include "json.h"
@@ -31,9 +30,9 @@
 #include "naive.h"
 #include "ops.h"
 #include "outfile.h"
-#include "paged.h"
 #include "parse.h"
 #include "report.h"
+#include "serve.h"
 #include "serving.h"
 
 #define PROGRAM "demo"
@@ -232,15 +231,14 @@ static int run_single_chapter(ChapterRun *cr, int which, const Assets *a, const 
 static int run_serving_chapter(ChapterRun *cr, int which, const Assets *a, const CliOptions *o, const RequestFile *rf,
                                Err *err)
 {
-    const ServingChapter *ch = which == CH_BATCHING ? batching_chapter() : paged_chapter();
     const char *label = which == CH_BATCHING ? "3 (batching)" : "4 (paged)";
     ServingRun run;
     int rc = serving_run_init(&run, &a->model, &a->tokenizer, o, rf, err);
-    if (rc == 0 && ch->check)
-        rc = ch->check(&run, err);
+    if (rc == 0)
+        rc = serve_check(which == CH_BATCHING ? SERVE_BATCHING : SERVE_PAGED, &run, err);
     if (rc == 0) {
         fprintf(stderr, "demo: chapter %s: %d requests\n", label, rf->count);
-        rc = serving_run(ch, &run, NULL, err);
+        rc = serve_run(which == CH_BATCHING ? SERVE_BATCHING : SERVE_PAGED, &run, NULL, err);
     }
     if (rc == 0) {
         int seq_len = a->model.cfg.seq_len;
@@ -258,7 +256,6 @@ static int run_serving_chapter(ChapterRun *cr, int which, const Assets *a, const
         cr->max_concurrent = run.max_concurrent;
         cr->preemptions = serving_preemptions(&run);
     }
-    serving_run_close(ch, &run);
     serving_run_free(&run);
     return rc ? err_prefix(err, "chapter %s", label) : 0;
 }
@@ -411,13 +408,13 @@ static CliOptions serving_options(const CliOptions *o)
  * comes after seconds of work. */
 static int check_serving_chapters(const Assets *a, const CliOptions *o, const RequestFile *rf, Err *err)
 {
-    const ServingChapter *chapters[] = {batching_chapter(), paged_chapter()};
+    static const ServeChapter serving_chapters[] = {SERVE_BATCHING, SERVE_PAGED};
     CliOptions serving = serving_options(o);
     for (int i = 0; i < 2; i++) {
         ServingRun run;
         int rc = serving_run_init(&run, &a->model, &a->tokenizer, &serving, rf, err);
-        if (rc == 0 && chapters[i]->check)
-            rc = chapters[i]->check(&run, err);
+        if (rc == 0)
+            rc = serve_check(serving_chapters[i], &run, err);
         serving_run_free(&run);
         if (rc)
             return err_prefix(err, "chapter %d", i + 3);

@@ -1,4 +1,4 @@
-/* kvcalc: the memory arithmetic of a KV cache (common/kvmath.h).
+/* kvcalc: the memory arithmetic of a KV cache (tools/lib/kvmath.h).
  *
  *   build/kvcalc                                   LLaMA-7B, fp16, 2,048 tokens
  *   build/kvcalc --preset llama-13b --gpu-mem 80GB --weights 26GB --activations 4GB --reserve 2GB

@@ -1,6 +1,7 @@
 /* kvsim: the capacity simulator. The allocators and schedulers of chapters 3
- * and 4, driven through their ServingChapter hooks in accounting-only mode
- * (no model, no K/V bytes), at the scale of 7B-70B models on real GPUs.
+ * and 4, driven by their own step functions (batching_step(), paged_step()) on
+ * runs without a model (no forward pass, no K/V bytes), at the scale of 7B-70B
+ * models on real GPUs.
  *
  *   build/kvsim --scenario source-13b-a100-80gb
  *   build/kvsim --scenario paper-13b-a100-40gb
@@ -12,8 +13,8 @@
  * maximum and average number of requests
  * running at once, KV utilization, where the reserved KV memory went (the
  * PagedAttention paper's four-way split), preemptions, and requests served
- * per simulated step. See common/kvsim.h for the workload model and
- * book/ch05-side-by-side.md for the scenarios. */
+ * per simulated step. See tools/lib/kvsim.h for the workload model and
+ * book/ch07-side-by-side.md for the scenarios. */
 #define _GNU_SOURCE /* getopt_long */
 #include <errno.h>
 #include <getopt.h>
@@ -488,7 +489,7 @@ static void print_setup(const Options *o, const SimRequestSpec *reqs)
 
 /* The chapter and its options for strategy k: chapter 3's --reserve and
  * --batching, or chapter 4. */
-static const ServingChapter *strategy_chapter(int k, const Options *o, CliOptions *co)
+static ServeChapter strategy_chapter(int k, const Options *o, CliOptions *co)
 {
     static const char *const reserve[N_STRATEGIES] = {"max", "request", "pow2", "grow", "max", "pow2", "request"};
     cli_defaults(co);
@@ -497,10 +498,10 @@ static const ServingChapter *strategy_chapter(int k, const Options *o, CliOption
     co->watermark = o->watermark;
     co->max_batch = o->max_batch ? o->max_batch : o->w.n_requests;
     if (k == S_PAGED)
-        return paged_chapter();
+        return SERVE_PAGED;
     co->reserve = reserve[k];
     co->batching = k >= S_ORCA_MAX ? "continuous" : "static";
-    return batching_chapter();
+    return SERVE_BATCHING;
 }
 
 /* The requests strategy k serves: the workload's, except that orca-oracle
@@ -633,7 +634,7 @@ static int check_all(const Options *o, const SimRequestSpec *reqs, const SimRequ
     size_t per_token = (size_t)kvmath_bytes_per_token(&o->shape, o->dtype);
     for (int k = 0; k < N_STRATEGIES; k++) {
         CliOptions co;
-        const ServingChapter *ch = strategy_chapter(k, o, &co);
+        ServeChapter ch = strategy_chapter(k, o, &co);
         if (o->use[k] &&
             kvsim_check(ch, &shape, &co, per_token, strategy_requests(k, reqs, oracle), o->w.n_requests, err))
             return err_prefix(err, "--strategies %s", STRATEGY_NAMES[k]);
@@ -652,7 +653,7 @@ static int run_all(const Options *o, const SimRequestSpec *reqs, const SimReques
         if (!o->use[k])
             continue;
         CliOptions co;
-        const ServingChapter *ch = strategy_chapter(k, o, &co);
+        ServeChapter ch = strategy_chapter(k, o, &co);
         char label[32];
         strategy_label(k, o, label, sizeof label);
         if (o->verbose)

@@ -6,7 +6,7 @@
  *                     --vocab 512 --seq-len 128 --format ak42 --out /tmp/m.bin
  *
  * The same arguments always give the same bytes: the weights are a function
- * of the shape, the format and the seed only (common/synth.c). Tests and
+ * of the shape, the format and the seed only (common/model/synth.c). Tests and
  * benchmarks use these models so that nothing depends on a download. */
 #define _GNU_SOURCE /* getopt_long */
 #include <errno.h>

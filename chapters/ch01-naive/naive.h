@@ -12,11 +12,23 @@
  * attention scores), so the total for T tokens grows as T^2: the waste that
  * chapter 2's cache removes.
  *
- * The functions below are the chapter's lab (solutions/ch01/naive.c).
+ * ## Where each idea is
+ *
+ * | idea | file | function |
+ * |---|---|---|
+ * | the program: open, generate, report | chapters/ch01-naive/main.c | main() |
+ * | the loop: plan a step, forward, sample, print | common/serving/generate.c | generate() |
+ * | how many positions a step may skip: none (lab) | solutions/ch01/naive_prepare.c | naive_prepare() |
+ * | keep a token's K/V for the rest of the layer (lab) | solutions/ch01/naive_store.c | naive_store() |
+ * | causal attention over the positions of this step (lab) | solutions/ch01/naive_attend.c | naive_attend() |
+ * | the transient buffers, and the strategy handed to the loop | chapters/ch01-naive/naive.c | naive_kv_init(), naive_strategy() |
+ * | the same on the device | chapters/ch01-naive/device.c | naive_device_open() |
  */
 #ifndef KVLAB_CH01_NAIVE_H
 #define KVLAB_CH01_NAIVE_H
 
+#include "cli.h"
+#include "device_kv.h"
 #include "err.h"
 #include "forward.h"
 #include "generate.h"
@@ -89,5 +101,22 @@ void naive_attend(void *ctx, int layer, const BatchEntry *e, int head, const flo
  * @return the strategy (seam + prepare)
  */
 SingleStreamKv naive_strategy(NaiveKv *kv);
+
+/**
+ * `--device cuda`: the same transient K/V on the device
+ * (device_kv_open_recompute(), a ::DeviceKvOpenFn); a step feeds up to
+ * seq_len tokens.
+ * @param kv        receives the store
+ * @param dev       the device
+ * @param cfg       model shape
+ * @param kv_type   element type of K/V
+ * @param opts      the options (unused)
+ * @param n_prompt  prompt length (unused)
+ * @param max_step  receives seq_len
+ * @param err       receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int naive_device_open(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
+                      const CliOptions *opts, int n_prompt, int *max_step, Err *err);
 
 #endif

@@ -33,13 +33,26 @@
  * Reallocation happens in kv_cache_prepare(), between steps, never inside
  * the forward pass, whose store and attend only ever touch rows that exist.
  *
- * The functions below are the chapter's lab (solutions/ch02/kvcache.c).
+ * ## Where each idea is
+ *
+ * | idea | file | function |
+ * |---|---|---|
+ * | the program: open, generate, report the cache | chapters/ch02-kvcache/main.c | main() |
+ * | the loop: plan a step, forward, sample, print | common/serving/generate.c | generate() |
+ * | positions already cached: all but the newest (lab) | solutions/ch02/kv_cache_prepare.c | kv_cache_prepare() |
+ * | append a token's K/V at row (layer, pos) (lab) | solutions/ch02/kv_cache_store.c | kv_cache_store() |
+ * | attention over the cached positions (lab) | solutions/ch02/kv_cache_attend.c | kv_cache_attend() |
+ * | move a full cache into one twice as large (lab) | solutions/ch02/kv_cache_grow.c | kv_cache_grow() |
+ * | the buffer, its size, when it doubles | chapters/ch02-kvcache/kvcache.c | kv_cache_init(), kv_cache_make_room() |
+ * | the same cache on the device | chapters/ch02-kvcache/device.c | kv_cache_device_open() |
  */
 #ifndef KVLAB_CH02_KVCACHE_H
 #define KVLAB_CH02_KVCACHE_H
 
 #include <stddef.h>
 
+#include "cli.h"
+#include "device_kv.h"
 #include "err.h"
 #include "forward.h"
 #include "generate.h"
@@ -107,6 +120,27 @@ int kv_cache_init(KvCache *kv, const ModelConfig *cfg, KvAllocPolicy policy, int
 void kv_cache_free(KvCache *kv);
 
 /**
+ * Points keys and values at the two halves of one allocation of
+ * @p capacity positions and records the capacity (kv_cache_init() and
+ * kv_cache_grow() use it).
+ * @param kv        the cache
+ * @param storage   [2][n_layers][capacity][kv_dim] floats
+ * @param capacity  positions the allocation holds
+ */
+void kv_cache_attach(KvCache *kv, float *storage, int capacity);
+
+/**
+ * Makes room for @p n_tokens positions before a step: the grow policy
+ * doubles the capacity until they fit (one kv_cache_grow(), however many
+ * doublings, capped at seq_len); max fails, since it never grows.
+ * @param kv        the cache
+ * @param n_tokens  positions the step needs
+ * @param err       receives the reason on failure
+ * @return 0 on success, -1 when the positions cannot fit
+ */
+int kv_cache_make_room(KvCache *kv, int n_tokens, Err *err);
+
+/**
  * Moves the cache into a new buffer of @p new_capacity positions: allocate,
  * copy rows 0..length-1 of every layer's keys and values, free the old
  * buffer. Counts the reallocation, the bytes copied and the peak of KV
@@ -171,6 +205,25 @@ void kv_cache_usage(void *ctx, size_t *reserved, size_t *used);
  * @return the strategy (seam, prepare, usage)
  */
 SingleStreamKv kv_cache_strategy(KvCache *kv);
+
+/**
+ * `--device cuda`: the same cache under the same policy on the device
+ * (device_kv_open_contiguous(), a ::DeviceKvOpenFn): seq_len positions
+ * for --kv-alloc max, or the prompt rounded up to a power of two (at least
+ * 16), doubled when full, for grow. The first step feeds the prompt, the
+ * others one token.
+ * @param kv        receives the store
+ * @param dev       the device
+ * @param cfg       model shape
+ * @param kv_type   element type of K/V
+ * @param opts      the options (--kv-alloc)
+ * @param n_prompt  prompt length
+ * @param max_step  receives n_prompt
+ * @param err       receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int kv_cache_device_open(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
+                         const CliOptions *opts, int n_prompt, int *max_step, Err *err);
 
 /**
  * Name of a policy, as written on the command line.

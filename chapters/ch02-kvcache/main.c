@@ -1,49 +1,27 @@
 /* Chapter 2: the contiguous KV cache. Each token's K and V are computed
  * once and appended to one buffer per request; see kvcache.h for the idea
- * and solutions/ch02/kvcache.c for the code a student writes. This file
- * only wires the chapter into the shared program (common/run_single.c) and
- * adds the cache's lines to the memory table. */
+ * and where each part of it lives, and solutions/ch02/ for the code a
+ * student writes. */
 #include <stdio.h>
 
 #include "cli.h"
 #include "kvcache.h"
 #include "run_single.h"
 
-/* The run uses one of two stores, never both: the CPU cache, or with
- * --device cuda the device cache, which run_single's DeviceRun owns and
- * keeps open until after the report. */
-static KvCache cache;
-static const DeviceKv *device_cache; /* NULL on the CPU */
-static ModelConfig device_cfg;
-static KvAllocPolicy device_policy;
+static const CliProgram PROGRAM = {
+    .name = "ch02-kvcache",
+    .summary = "Chapter 2: greedy decoding with a contiguous KV cache per request "
+               "(each token's K and V computed once).",
+    .features = CLI_MODEL | CLI_PROMPT | CLI_SAMPLING | CLI_KV_ALLOC | CLI_DEVICE,
+};
 
-static int open_kv(const Model *m, const CliOptions *opts, int n_prompt, SingleStreamKv *kv, int *max_step, Err *err)
-{
+/* The run uses one of two caches, never both: the CPU cache, or with
+ * --device cuda the device cache in run.dev.kv. */
+typedef struct {
+    SingleRun run;
     KvAllocPolicy policy;
-    if (kv_alloc_policy_parse(opts->kv_alloc, &policy, err) || kv_cache_init(&cache, &m->cfg, policy, n_prompt, err))
-        return -1;
-    *kv = kv_cache_strategy(&cache);
-    *max_step = n_prompt; /* the first step feeds the whole prompt; later steps one token */
-    return 0;
-}
-
-/* --device cuda: the same cache under the same policy, on the GPU. */
-static int open_kv_device(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
-                          const CliOptions *opts, int n_prompt, int *max_step, Err *err)
-{
-    if (kv_alloc_policy_parse(opts->kv_alloc, &device_policy, err) ||
-        device_run_contiguous_kv(kv, dev, cfg, kv_type, opts, n_prompt, max_step, err))
-        return -1;
-    device_cache = kv;
-    device_cfg = *cfg;
-    return 0;
-}
-
-static void close_kv(SingleStreamKv *kv)
-{
-    (void)kv;
-    kv_cache_free(&cache);
-}
+    KvCache cache; /* the CPU cache */
+} Chapter2;
 
 /* What the table and the JSON say about the cache, read from the store the
  * run used. */
@@ -56,15 +34,17 @@ typedef struct {
     const char *where; /* "" on the CPU */
 } CacheFacts;
 
-static CacheFacts cache_facts(void)
+static CacheFacts cache_facts(const Chapter2 *c2)
 {
-    if (!device_cache)
-        return (CacheFacts){cache.cfg, cache.policy, sizeof(float), cache.capacity, cache.length,
-                            cache.initial_capacity, cache.reallocations, cache.bytes_copied, cache.peak_held_bytes, ""};
+    const KvCache *c = &c2->cache;
+    if (!c2->run.on_device)
+        return (CacheFacts){c->cfg, c->policy, sizeof(float), c->capacity, c->length, c->initial_capacity,
+                            c->reallocations, c->bytes_copied, c->peak_held_bytes, ""};
     DeviceContiguousStats s;
-    device_kv_contiguous_stats(device_cache, &s);
-    return (CacheFacts){device_cfg, device_policy, dtype_bytes(device_cache->kv_type), s.capacity, s.length,
-                        s.initial_capacity, s.reallocations, s.bytes_copied, s.peak_held_bytes, " (device memory)"};
+    device_kv_contiguous_stats(&c2->run.dev.kv, &s);
+    return (CacheFacts){c2->run.assets.model.cfg, c2->policy, single_run_kv_elem_bytes(&c2->run), s.capacity,
+                        s.length, s.initial_capacity, s.reallocations, s.bytes_copied, s.peak_held_bytes,
+                        " (device memory)"};
 }
 
 /* Capacity in positions after the run, and the formula that gives its bytes. */
@@ -83,12 +63,11 @@ static void formula_lines(FILE *f, const CacheFacts *k)
             cli_format_bytes(b, sizeof b, (double)used), reserved ? 100.0 * (double)used / (double)reserved : 0.0);
 }
 
-static void cache_table(FILE *f, const SingleStreamKv *kv, const Generation *g)
+static void cache_table(FILE *f, void *ctx, const Generation *g)
 {
-    (void)kv;
     (void)g;
     char a[32];
-    CacheFacts k = cache_facts();
+    CacheFacts k = cache_facts(ctx);
     formula_lines(f, &k);
     if (k.policy == KV_ALLOC_MAX) {
         fprintf(f, "  unused         %d positions reserved for tokens that never came\n", k.capacity - k.length);
@@ -100,11 +79,10 @@ static void cache_table(FILE *f, const SingleStreamKv *kv, const Generation *g)
             cli_format_bytes(a, sizeof a, (double)k.peak_held_bytes));
 }
 
-static void cache_json(JsonWriter *j, const SingleStreamKv *kv, const Generation *g)
+static void cache_json(JsonWriter *j, void *ctx, const Generation *g)
 {
-    (void)kv;
     (void)g;
-    CacheFacts k = cache_facts();
+    CacheFacts k = cache_facts(ctx);
     json_string(j, "kv_alloc", kv_alloc_policy_name(k.policy));
     json_int(j, "kv_capacity_tokens", k.capacity);
     json_int(j, "kv_length_tokens", k.length);
@@ -114,19 +92,34 @@ static void cache_json(JsonWriter *j, const SingleStreamKv *kv, const Generation
     json_int(j, "kv_transient_peak_bytes", (long long)k.peak_held_bytes);
 }
 
+/* The cache under --kv-alloc, and the strategy the loop reaches it through. */
+static int open_cache(Chapter2 *c2, SingleStreamKv *kv)
+{
+    SingleRun *run = &c2->run;
+    if (kv_alloc_policy_parse(run->opts.kv_alloc, &c2->policy, &run->err))
+        return -1;
+    if (run->on_device) /* --device cuda: the same cache under the same policy, on the GPU */
+        return single_run_start_device(run, kv_cache_device_open, kv);
+    int n_prompt = run->gen.n_prompt;
+    if (kv_cache_init(&c2->cache, &run->assets.model.cfg, c2->policy, n_prompt, &run->err))
+        return -1;
+    *kv = kv_cache_strategy(&c2->cache);
+    return single_run_start(run, n_prompt); /* the first step feeds the whole prompt; later steps one token */
+}
+
 int main(int argc, char **argv)
 {
-    static const SingleStreamChapter chapter = {
-        .program = {.name = "ch02-kvcache",
-                    .summary = "Chapter 2: greedy decoding with a contiguous KV cache per request "
-                               "(each token's K and V computed once).",
-                    .features = CLI_MODEL | CLI_PROMPT | CLI_SAMPLING | CLI_KV_ALLOC | CLI_DEVICE},
-        .kv_open = open_kv,
-        .kv_close = close_kv,
-        .extra_table = cache_table,
-        .extra_json = cache_json,
-        .keeps_kv = 1,
-        .device_kv_open = open_kv_device,
-    };
-    return run_single_main(&chapter, argc, argv);
+    Chapter2 c2 = {0};
+    SingleStreamKv kv;
+    /* The loop (generate(), common/serving/generate.c) asks
+     * kv_cache_prepare() how many positions already have K/V (all but the
+     * newest token), runs only the new ones through the model, which
+     * appends their K/V (kv_cache_store()) and attends over the cache
+     * (kv_cache_attend()), and samples the next token. */
+    int ok = single_run_open(&c2.run, &PROGRAM, argc, argv) == 0 && open_cache(&c2, &kv) == 0 &&
+             single_run_generate(&c2.run, &kv) == 0;
+    if (ok)
+        single_run_report(&c2.run, 1, cache_table, cache_json, &c2);
+    kv_cache_free(&c2.cache);
+    return single_run_close(&c2.run);
 }

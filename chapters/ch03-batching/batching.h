@@ -121,15 +121,30 @@
  *
  * ## On the device
  *
- * With `--device cuda` the chapter runs in that mode too, and its K/V
- * bytes live in a device arena of token slots (batching_device_open()):
- * the region at byte offset o of the books is the slots from
- * o / bytes_per_token on, and every move the books make is repeated on the
- * device through the on_move hook, in the order the books made it.
+ * With `--device cuda` the chapter keeps only the books on the host too,
+ * and its K/V bytes live in a device arena of token slots
+ * (batching_device_open()): the region at byte offset o of the books is
+ * the slots from o / bytes_per_token on, every move the books make is
+ * repeated on the device through the on_move hook, in the order the books
+ * made it, and before each forward step the device learns where every
+ * region is (batching_device_sync()).
  *
- * The functions below are the chapter's lab (solutions/ch03/batching.c),
- * with the allocator and the reservation policies of kv_arena.h
- * (solutions/ch03/kv_arena.c).
+ * ## Where each idea is
+ *
+ * | idea | file | function |
+ * |---|---|---|
+ * | the program: open, loop, report | chapters/ch03-batching/main.c | main() |
+ * | one step: schedule, forward, sample, account, release | chapters/ch03-batching/server.c | batching_step() |
+ * | the arena for a run; budgets refused; the step's size | chapters/ch03-batching/server.c | batching_check(), batching_open() |
+ * | when admission runs, growth, requeues, the batch's end | chapters/ch03-batching/batching.c | batching_schedule(), batching_make_room(), batching_finished() |
+ * | whom to admit: first come, first served (lab) | solutions/ch03/batching_admit.c | batching_admit() |
+ * | how much each policy reserves (lab) | solutions/ch03/reserve_initial_tokens.c | reserve_initial_tokens() |
+ * | first fit: where a region goes (lab) | solutions/ch03/kv_arena_alloc.c | kv_arena_alloc() |
+ * | a freed region merges with its neighbours (lab) | solutions/ch03/kv_arena_release.c | kv_arena_release() |
+ * | the arena's holes, growth sizes, largest regions | chapters/ch03-batching/kv_arena.c | kv_arena_init(), reserve_grown_tokens() |
+ * | the K/V seam: a request's rows in its region | chapters/ch03-batching/batching.c | batching_store(), batching_attend() |
+ * | the breakdown, fragmentation, the memory table | chapters/ch03-batching/server.c | batching_account(), batching_report_table() |
+ * | the same arena on the device | chapters/ch03-batching/device.c | batching_device_open(), batching_device_sync() |
  */
 #ifndef KVLAB_CH03_BATCHING_H
 #define KVLAB_CH03_BATCHING_H
@@ -193,7 +208,7 @@ typedef struct {
     int last_refusal_fragmented; /**< 1: that refusal had enough free bytes in total */
     int told_head;            /**< request whose wait the log told last (-1: none), so a wait is told once */
     int told_reason;          /**< why it waited then: 1 no space, 2 fragmentation, 3 batch full */
-    Err fault;                /**< a bookkeeping error seen in a hook that cannot return one (empty: none) */
+    Err fault;                /**< a bookkeeping error seen by batching_finished(), which cannot return one (empty: none); the next schedule reports it */
     /**
      * Told of every move that copies K/V (positions 0..n_pos-1 from one
      * region to the other), while both regions exist; NULL: nobody
@@ -207,10 +222,84 @@ typedef struct {
 #define BATCHING_LOG_LIMIT 200
 
 /**
- * The chapter as the serving loop sees it (name, options, hooks).
- * @return a static chapter
+ * Creates the chapter's state for a run: the arena (with its K/V bytes
+ * unless accounting only), the regions, the batch, and the step buffers
+ * (serving_open_steps()); with `--device cuda` also the device arena
+ * (batching_device_open()). Refuses what batching_check() refuses, rejects
+ * requests that can never fit and prints the setup to @p log.
+ * @param run    the run (requests initialised, none admitted)
+ * @param state  receives the state (close it with batching_close(), also on failure)
+ * @param log    where setup lines, refusals and batches are told, or NULL
+ * @param err    receives the reason on failure
+ * @return 0 on success, -1 on failure
  */
-const ServingChapter *batching_chapter(void);
+int batching_open(ServingRun *run, BatchingState **state, FILE *log, Err *err);
+
+/**
+ * Frees the state.
+ * @param b  the state, or NULL
+ */
+void batching_close(BatchingState *b);
+
+/**
+ * One step of the serving loop: batching_schedule(), the batch through
+ * the model with batching_seam() (serving_step_forward()), every fed
+ * request's next token (serving_step_sample()), batching_account(), and
+ * batching_finished() for each request that finished. The same step serves
+ * the program, the simulator and the tests.
+ * @param b    the state
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success (also when every request is already done), -1 on failure
+ */
+int batching_step(BatchingState *b, ServingRun *run, Err *err);
+
+/**
+ * batching_open(), then batching_step() until every request is done: a
+ * whole run for the tools and the tests. The state stays open for its
+ * numbers.
+ * @param run    the run
+ * @param state  receives the state (close it with batching_close(), also on failure)
+ * @param log    where the chapter's lines go, or NULL
+ * @param err    receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int batching_serve(ServingRun *run, BatchingState **state, FILE *log, Err *err);
+
+/**
+ * The K/V seam over the arena's regions.
+ * @param b  the state
+ * @return store = batching_store, attend = batching_attend
+ */
+KvSeam batching_seam(BatchingState *b);
+
+/**
+ * After a step: the requests' reservations (serving_account_default()),
+ * this step's external fragmentation, free bytes, holes, and what finished
+ * requests still hold.
+ * @param b    the state
+ * @param run  the run
+ */
+void batching_account(BatchingState *b, ServingRun *run);
+
+/**
+ * Chapter 3's lines of the memory table: batches, reservations, the arena,
+ * growth, what finished requests held, refusals (serving_program_report()
+ * calls it).
+ * @param f    stream
+ * @param ctx  the BatchingState
+ * @param run  the finished run
+ */
+void batching_report_table(FILE *f, void *ctx, const ServingRun *run);
+
+/**
+ * Chapter 3's keys of the JSON report: batching, reserve, max_batch, the
+ * budget, batches, reservations, the arena, growth, requeues, refusals.
+ * @param j    the writer (inside the report object)
+ * @param ctx  the BatchingState
+ * @param run  the finished run
+ */
+void batching_report_json(JsonWriter *j, void *ctx, const ServingRun *run);
 
 /**
  * Reads a batching name as `--batching` spells it.
@@ -295,24 +384,24 @@ int batching_requeue(BatchingState *b, ServingRun *run, Request *r, const Reques
 int batching_end(BatchingState *b, ServingRun *run, Err *err);
 
 /**
- * Plans one step (ServingChapter.schedule): makes room for the running
- * requests, admits (static: only when nobody runs, starting a batch;
- * continuous: at every step), feeds every running request of the batch.
- * @param ctx  the BatchingState
+ * Plans one step: makes room for the running requests, admits (static:
+ * only when nobody runs, starting a batch; continuous: at every step),
+ * feeds every running request of the batch.
+ * @param b    the state
  * @param run  the run
  * @param err  receives the reason on failure
  * @return 0 on success, -1 on failure
  */
-int batching_schedule(void *ctx, ServingRun *run, Err *err);
+int batching_schedule(BatchingState *b, ServingRun *run, Err *err);
 
 /**
- * ServingChapter.finished: static batching ends the batch when its last
+ * A request finished: static batching ends the batch when its last
  * request finished; continuous batching releases @p r's region at once.
- * @param ctx  the BatchingState
+ * @param b    the state
  * @param run  the run
  * @param r    the request that finished
  */
-void batching_finished(void *ctx, ServingRun *run, Request *r);
+void batching_finished(BatchingState *b, ServingRun *run, Request *r);
 
 /**
  * The K/V seam: keeps a token's key and value in row e->pos of its
@@ -340,22 +429,25 @@ void batching_attend(void *ctx, int layer, const BatchEntry *e, int head, const 
                      float *scores);
 
 /**
- * ServingChapter.device_open (`--device cuda`): an arena of token slots on
- * the device (device_kv_open_arena()), one slot per bytes_per_token of the
- * books' arena; hooks on_move to repeat every move there, and sets a sync
- * that places every request's region before each step
- * (device_kv_arena_place()).
- * @param ctx              the BatchingState
- * @param run              the run (accounting only)
- * @param dev              the device
- * @param kv_type          element type of the stored K/V
- * @param max_step_tokens  most entries of a step
- * @param d                receives the sync hook; d->kv is opened
- * @param err              receives the reason on failure
+ * `--device cuda`: an arena of token slots on the device
+ * (device_kv_open_arena()), one slot per bytes_per_token of the books'
+ * arena; hooks on_move to repeat every move there. batching_open() calls it.
+ * @param b    the state
+ * @param run  the run (run->device set, the step buffers sized)
+ * @param err  receives the reason on failure
  * @return 0 on success, -1 on failure
  */
-int batching_device_open(void *ctx, ServingRun *run, const Device *dev, Dtype kv_type, int max_step_tokens,
-                         ServingDeviceKv *d, Err *err);
+int batching_device_open(BatchingState *b, ServingRun *run, Err *err);
+
+/**
+ * `--device cuda`, after each schedule: tells the device store where every
+ * request's region is now (device_kv_arena_place(); none: 0 rows).
+ * @param b    the state
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int batching_device_sync(const BatchingState *b, ServingRun *run, Err *err);
 
 /**
  * Keys (@p which 0) or values (1) of @p layer in a region: the start of its

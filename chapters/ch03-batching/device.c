@@ -1,8 +1,93 @@
 /* Chapter 3 on the device (--device cuda): the K/V bytes of the arena live
  * in device memory, one token slot per bytes_per_token of the books, and
  * are placed and moved exactly where and when the books on the host say.
- * See "On the device" in batching.h. */
+ * The store is a row store (common/cuda/device_kv.h) in which each
+ * request owns a region of consecutive rows. See "On the device" in
+ * batching.h. */
 #include "batching.h"
+
+#include <string.h>
+
+#include "serving_device.h"
+
+/* ------------------------------------------------------------ the arena store */
+
+#ifdef KVLAB_CUDA
+
+#include "cuda_check.h"
+
+int device_kv_open_arena(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype t, long long arena_rows,
+                         int max_seqs, int max_tokens, Err *err)
+{
+    if (max_seqs <= 0)
+        return err_set(err, "K/V arena: needs at least one sequence");
+    return device_row_store_open(kv, sizeof(DeviceRowStore), "arena", dev, cfg, t, cfg->n_layers, arena_rows, MEM_KV,
+                                 max_tokens, max_seqs, err);
+}
+
+int device_kv_arena_place(DeviceKv *kv, int seq, long long first_row, long long rows, Err *err)
+{
+    DeviceRowStore *s = device_row_store_of(kv, "arena");
+    if (!s)
+        return err_set(err, "device_kv_arena_place: not an arena store");
+    if (seq < 0 || seq >= s->max_seqs || first_row < 0 || rows < 0 || first_row + rows > s->cache.rows ||
+        rows > s->cfg.seq_len)
+        return err_set(err, "region [%lld, %lld) of sequence %d does not fit the arena of %lld rows", first_row,
+                       first_row + rows, seq, s->cache.rows);
+    s->region_first[seq] = first_row;
+    s->region_rows[seq] = rows;
+    return 0;
+}
+
+int device_kv_arena_copy_rows(DeviceKv *kv, long long src_row, long long dst_row, long long rows, Err *err)
+{
+    DeviceRowStore *s = device_row_store_of(kv, "arena");
+    if (!s)
+        return err_set(err, "device_kv_arena_copy_rows: not an arena store");
+    long long n = s->cache.rows;
+    if (rows < 0 || src_row < 0 || dst_row < 0 || src_row + rows > n || dst_row + rows > n ||
+        (src_row < dst_row + rows && dst_row < src_row + rows))
+        return err_set(err, "copying rows [%lld, %lld) to [%lld, ...) leaves the arena or overlaps", src_row,
+                       src_row + rows, dst_row);
+    if (rows == 0)
+        return 0;
+    size_t rb = device_kv_row_bytes(&s->cache), lb = device_kv_layer_bytes(&s->cache);
+    void *bases[2] = {s->cache.k, s->cache.v};
+    for (int i = 0; i < 2; i++)
+        CUDA_CHECK(err, cudaMemcpy2DAsync((char *)bases[i] + (size_t)dst_row * rb, lb,
+                                          (char *)bases[i] + (size_t)src_row * rb, lb, (size_t)rows * rb,
+                                          (size_t)s->cache.layers, cudaMemcpyDeviceToDevice, s->dev->stream));
+    return 0;
+}
+
+#else /* built without CUDA: device_open() fails first */
+
+#define NO_CUDA "this build has no CUDA support"
+
+int device_kv_open_arena(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype t, long long arena_rows,
+                         int max_seqs, int max_tokens, Err *err)
+{
+    (void)dev, (void)cfg, (void)t, (void)arena_rows, (void)max_seqs, (void)max_tokens;
+    memset(kv, 0, sizeof *kv);
+    return err_set(err, NO_CUDA);
+}
+
+int device_kv_arena_place(DeviceKv *kv, int seq, long long first_row, long long rows, Err *err)
+{
+    (void)kv, (void)seq, (void)first_row, (void)rows;
+    return err_set(err, NO_CUDA);
+}
+
+int device_kv_arena_copy_rows(DeviceKv *kv, long long src_row, long long dst_row, long long rows, Err *err)
+{
+    (void)kv, (void)src_row, (void)dst_row, (void)rows;
+    return err_set(err, NO_CUDA);
+}
+
+#endif
+
+/* ------------------------------------------------------------ kept in step with the books */
+
 
 /* The books' byte offset as a token slot of the device arena. Every region
  * starts a whole number of tokens from the arena's start (regions are
@@ -32,34 +117,32 @@ static void repeat_move(void *ctx, const KvRegion *from, const KvRegion *to, int
         err_prefix(&d->fault, "moving %d positions of K/V on the device", n_pos);
 }
 
-/* ServingDeviceKv.sync: where every request's region is now (none: 0 rows). */
-static int place_regions(ServingDeviceKv *d, ServingRun *run, Err *err)
+int batching_device_sync(const BatchingState *b, ServingRun *run, Err *err)
 {
-    const BatchingState *b = d->chapter;
+    ServingDeviceKv *d = &run->device->kv;
     for (int i = 0; i < run->n_reqs; i++) {
         const KvRegion *reg = &b->regions[i];
         long long first = 0;
-        if (reg->tokens > 0 && slot_of(b, reg->offset, &first, err))
-            return -1;
-        if (device_kv_arena_place(d->kv, i, first, reg->tokens, err))
-            return -1;
+        if ((reg->tokens > 0 && slot_of(b, reg->offset, &first, err)) ||
+            device_kv_arena_place(d->kv, i, first, reg->tokens, err))
+            return err_prefix(err, "step %ld", run->step);
     }
     return 0;
 }
 
-int batching_device_open(void *ctx, ServingRun *run, const Device *dev, Dtype kv_type, int max_step_tokens,
-                         ServingDeviceKv *d, Err *err)
+int batching_device_open(BatchingState *b, ServingRun *run, Err *err)
 {
-    BatchingState *b = ctx;
-    size_t per_token = model_kv_bytes_per_token(&b->cfg, dtype_bytes(kv_type));
+    ServingDeviceKv *d = &run->device->kv;
+    const DeviceRun *r = &run->device->run;
+    size_t per_token = model_kv_bytes_per_token(&b->cfg, dtype_bytes(r->kv_type));
     if (b->bytes_per_token != per_token)
-        return err_set(err, "the books count %zu B per token, but a token's %s K/V take %zu B", b->bytes_per_token,
-                       dtype_name(kv_type), per_token);
+        return err_set(err, "--device cuda: the books count %zu B per token, but a token's %s K/V take %zu B",
+                       b->bytes_per_token, dtype_name(r->kv_type), per_token);
     long long slots = (long long)(b->arena.capacity / b->bytes_per_token);
-    if (device_kv_open_arena(d->kv, dev, &b->cfg, kv_type, slots, run->n_reqs, max_step_tokens, err))
-        return -1;
+    if (device_kv_open_arena(d->kv, &r->dev, &b->cfg, r->kv_type, slots, run->n_reqs, run->max_step_tokens, err))
+        return err_prefix(err, "--device cuda");
+    d->chapter = b;
     b->on_move = repeat_move;
     b->on_move_ctx = d;
-    d->sync = place_regions;
     return 0;
 }

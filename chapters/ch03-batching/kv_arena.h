@@ -113,6 +113,31 @@ size_t kv_arena_largest_hole(const KvArena *a);
  */
 size_t kv_arena_free_in_holes_below(const KvArena *a, size_t bytes);
 
+/**
+ * Removes hole @p i from the list, keeping address order (for
+ * kv_arena_alloc() and kv_arena_release()).
+ * @param a  the arena
+ * @param i  index of a hole
+ */
+void kv_arena_remove_hole(KvArena *a, int i);
+
+/**
+ * Inserts @p hole at index @p i, keeping address order (for
+ * kv_arena_release()). The caller has checked that n_holes < max_holes.
+ * @param a     the arena
+ * @param i     where the hole goes, 0..n_holes
+ * @param hole  the range
+ */
+void kv_arena_insert_hole(KvArena *a, int i, KvRange hole);
+
+/**
+ * Index of the first hole that starts at or after @p offset.
+ * @param a       the arena
+ * @param offset  a byte offset
+ * @return 0..n_holes (n_holes when every hole starts before @p offset)
+ */
+int kv_arena_first_hole_after(const KvArena *a, size_t offset);
+
 /** How much K/V memory a request reserves; see the table in kv_arena.h. */
 typedef enum {
     RESERVE_MAX,     /**< the model's seq_len */

@@ -4,6 +4,212 @@
  * "On the device" in paged.h. */
 #include "paged.h"
 
+#include <string.h>
+
+#include "serving_device.h"
+
+/* ------------------------------------------------------------ the pool on the device */
+
+#ifdef KVLAB_CUDA
+
+#include "cuda_check.h"
+
+/* The pool's blocks on the device, and the block tables the host uploads. */
+typedef struct {
+    const Device *dev;
+    ModelConfig cfg;
+    DeviceKvLayers cache;       /* rows = n_blocks x block_size */
+    int block_size, n_blocks, max_seqs, max_blocks, max_tokens;
+    int *tables_host;           /* [max_seqs][max_blocks] block ids, -1 = none */
+    int *tables;                /* the same on the device */
+    long long *slots_host;      /* [max_tokens] */
+    long long *slots;           /* device */
+    int *entry_host;            /* [max_tokens] table row (sequence) of each entry */
+    int *entry;                 /* device */
+    float *scratch;             /* split attention partials */
+    int split_max_entries;      /* steps of at most this many entries may use the split kernel */
+    int *pairs;                 /* [max_seqs][2] block copies (device) */
+} DevicePool;
+
+static int pool_begin_step(void *ctx, const DeviceStep *st, Err *err)
+{
+    DevicePool *s = ctx;
+    if (st->n > s->max_tokens)
+        return err_set(err, "a step of %d tokens exceeds the K/V store's %d", st->n, s->max_tokens);
+    for (int i = 0; i < st->n; i++) {
+        const BatchEntry *e = &st->entries[i];
+        int block = e->pos / s->block_size;
+        if (e->seq < 0 || e->seq >= s->max_seqs || block >= s->max_blocks ||
+            s->tables_host[(size_t)e->seq * s->max_blocks + block] < 0)
+            return err_set(err, "sequence %d position %d has no block", e->seq, e->pos);
+        s->slots_host[i] = (long long)s->tables_host[(size_t)e->seq * s->max_blocks + block] * s->block_size +
+                           e->pos % s->block_size;
+        s->entry_host[i] = e->seq;
+    }
+    cudaStream_t stream = s->dev->stream;
+    CUDA_CHECK(err, cudaMemcpyAsync(s->slots, s->slots_host, (size_t)st->n * sizeof(long long),
+                                    cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(err, cudaMemcpyAsync(s->entry, s->entry_host, (size_t)st->n * sizeof(int), cudaMemcpyHostToDevice,
+                                    stream));
+    CUDA_CHECK(err, cudaMemcpyAsync(s->tables, s->tables_host,
+                                    (size_t)s->max_seqs * (size_t)s->max_blocks * sizeof(int),
+                                    cudaMemcpyHostToDevice, stream));
+    return 0;
+}
+
+static int pool_store(void *ctx, int layer, const DeviceStep *st, const float *k, const float *v, Err *err)
+{
+    DevicePool *s = ctx;
+    return kvk_kv_write(device_kv_write_version(s->cache.kv_dim), s->cache.type, device_kv_layer(&s->cache, s->cache.k, layer),
+                        device_kv_layer(&s->cache, s->cache.v, layer), k, v, s->slots, st->n, s->cache.kv_dim,
+                        s->dev->stream, err);
+}
+
+static int pool_attend(void *ctx, int layer, const DeviceStep *st, const float *q, float *out, Err *err)
+{
+    DevicePool *s = ctx;
+    KvkBlockTables tables = {s->tables, s->max_blocks, s->entry, s->block_size};
+    /* Few entries: one block per (entry, head) leaves most multiprocessors
+     * idle, so split the sequence. The choice depends on n only. */
+    int version = st->n <= s->split_max_entries ? 2 : 1;
+    return kvk_paged_attention(version, s->cache.type, out, q, device_kv_layer(&s->cache, s->cache.k, layer),
+                               device_kv_layer(&s->cache, s->cache.v, layer), tables, st->pos, st->n, s->cfg.seq_len,
+                               device_kv_heads(&s->cfg), s->scratch, s->dev->stream, err);
+}
+
+static void pool_free(void *ctx)
+{
+    DevicePool *s = ctx;
+    device_kv_layers_free(&s->cache);
+    void *dev_bufs[] = {s->tables, s->slots, s->entry, s->scratch, s->pairs};
+    for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
+        device_free(dev_bufs[i], NULL);
+    mem_free(s->tables_host);
+    mem_free(s->slots_host);
+    mem_free(s->entry_host);
+    mem_free(s);
+}
+
+static int pool_alloc(DevicePool *s, Err *err)
+{
+    size_t table_ints = (size_t)s->max_seqs * (size_t)s->max_blocks;
+    s->tables_host = mem_alloc_array(MEM_KV_METADATA, table_ints, sizeof(int));
+    s->slots_host = mem_alloc_array(MEM_KV_METADATA, (size_t)s->max_tokens, sizeof(long long));
+    s->entry_host = mem_alloc_array(MEM_KV_METADATA, (size_t)s->max_tokens, sizeof(int));
+    if (!s->tables_host || !s->slots_host || !s->entry_host)
+        return err_set(err, "out of memory for block tables");
+    memset(s->tables_host, 0xff, table_ints * sizeof(int)); /* -1: no block */
+    KvkHeads h = device_kv_heads(&s->cfg);
+    /* Split when (entries x heads) would fill fewer than two waves of the
+     * multiprocessors. */
+    s->split_max_entries = (2 * s->dev->sm_count + h.n_heads - 1) / h.n_heads;
+    size_t scratch = kvk_paged_attention_scratch_floats(2, s->split_max_entries, s->cfg.seq_len, h);
+    if (device_alloc(&s->tables, table_ints * sizeof(int), MEM_KV_METADATA, err) ||
+        device_alloc(&s->slots, (size_t)s->max_tokens * sizeof(long long), MEM_KV_METADATA, err) ||
+        device_alloc(&s->entry, (size_t)s->max_tokens * sizeof(int), MEM_KV_METADATA, err) ||
+        device_alloc(&s->scratch, scratch * sizeof(float), MEM_ACTIVATIONS, err) ||
+        device_alloc(&s->pairs, 2 * (size_t)s->max_seqs * sizeof(int), MEM_KV_METADATA, err))
+        return -1;
+    return device_kv_layers_alloc(&s->cache, err);
+}
+
+int device_kv_open_paged(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype t, int n_blocks,
+                         int block_size, int max_seqs, int max_tokens, Err *err)
+{
+    memset(kv, 0, sizeof *kv);
+    if (n_blocks <= 0 || block_size <= 0 || (block_size & (block_size - 1)) || max_seqs <= 0 || max_tokens <= 0)
+        return err_set(err, "paged K/V: bad shape (%d blocks of %d, %d sequences, %d tokens)", n_blocks, block_size,
+                       max_seqs, max_tokens);
+    if (!kvk_paged_attention_supports(t, device_kv_heads(cfg)))
+        return err_set(err, "paged attention does not support head_dim %d in %s", model_head_dim(cfg),
+                       dtype_name(t));
+    DevicePool *s = mem_alloc(MEM_KV_METADATA, sizeof *s);
+    if (!s)
+        return err_set(err, "out of memory");
+    s->dev = dev;
+    s->cfg = *cfg;
+    s->block_size = block_size;
+    s->n_blocks = n_blocks;
+    s->max_seqs = max_seqs;
+    s->max_blocks = (cfg->seq_len + block_size - 1) / block_size;
+    s->max_tokens = max_tokens;
+    s->cache = (DeviceKvLayers){.type = t, .kv_dim = model_kv_dim(cfg), .layers = cfg->n_layers,
+                             .rows = (long long)n_blocks * block_size, .cat = MEM_KV};
+    if (pool_alloc(s, err)) {
+        pool_free(s);
+        return -1;
+    }
+    kv->seam = (DeviceKvSeam){.ctx = s, .begin_step = pool_begin_step, .store = pool_store, .attend = pool_attend,
+                              .graph_safe = 1};
+    kv->close = pool_free;
+    kv->kv_type = t;
+    return 0;
+}
+
+int device_kv_paged_set_table(DeviceKv *kv, int seq, const int *blocks, int n, Err *err)
+{
+    if (kv->close != pool_free)
+        return err_set(err, "device_kv_paged_set_table: not a paged store");
+    DevicePool *s = kv->seam.ctx;
+    if (seq < 0 || seq >= s->max_seqs || n < 0 || n > s->max_blocks)
+        return err_set(err, "block table of sequence %d: %d blocks (at most %d)", seq, n, s->max_blocks);
+    int *row = s->tables_host + (size_t)seq * s->max_blocks;
+    for (int i = 0; i < s->max_blocks; i++) {
+        if (i < n && (blocks[i] < 0 || blocks[i] >= s->n_blocks))
+            return err_set(err, "block table of sequence %d: block %d is not in the pool", seq, blocks[i]);
+        row[i] = i < n ? blocks[i] : -1;
+    }
+    return 0;
+}
+
+int device_kv_paged_copy_blocks(DeviceKv *kv, const int *pairs, int n, Err *err)
+{
+    if (kv->close != pool_free)
+        return err_set(err, "device_kv_paged_copy_blocks: not a paged store");
+    DevicePool *s = kv->seam.ctx;
+    if (n < 0 || n > s->max_seqs)
+        return err_set(err, "%d block copies at once (at most %d)", n, s->max_seqs);
+    for (int i = 0; i < 2 * n; i++)
+        if (pairs[i] < 0 || pairs[i] >= s->n_blocks)
+            return err_set(err, "block copy: block %d is not in the pool", pairs[i]);
+    if (n == 0)
+        return 0;
+    CUDA_CHECK(err, cudaMemcpyAsync(s->pairs, pairs, 2 * (size_t)n * sizeof(int), cudaMemcpyHostToDevice,
+                                    s->dev->stream));
+    return kvk_block_copy(2, s->cache.k, s->cache.v, s->pairs, pairs, n, s->cache.layers, s->cache.rows,
+                          s->block_size, (long long)device_kv_row_bytes(&s->cache), s->dev->stream, err);
+}
+
+
+#else /* built without CUDA: device_open() fails first */
+
+#define NO_CUDA "this build has no CUDA support"
+
+int device_kv_open_paged(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype t, int n_blocks,
+                         int block_size, int max_seqs, int max_tokens, Err *err)
+{
+    (void)dev, (void)cfg, (void)t, (void)n_blocks, (void)block_size, (void)max_seqs, (void)max_tokens;
+    memset(kv, 0, sizeof *kv);
+    return err_set(err, NO_CUDA);
+}
+
+int device_kv_paged_set_table(DeviceKv *kv, int seq, const int *blocks, int n, Err *err)
+{
+    (void)kv, (void)seq, (void)blocks, (void)n;
+    return err_set(err, NO_CUDA);
+}
+
+int device_kv_paged_copy_blocks(DeviceKv *kv, const int *pairs, int n, Err *err)
+{
+    (void)kv, (void)pairs, (void)n;
+    return err_set(err, NO_CUDA);
+}
+
+#endif
+
+/* ------------------------------------------------------------ kept in step with the books */
+
+
 /* BlockPool.on_copy: the same copy-on-write, queued on the device's stream
  * as the scheduler makes it. Copies run in the order they were decided: a
  * block a copy reads may be freed and handed out again later in the same
@@ -18,35 +224,31 @@ static void repeat_copy(void *ctx, int dst, int src)
         err_prefix(&d->fault, "copying block %d to block %d on the device", src, dst);
 }
 
-/* ServingDeviceKv.sync: the block table of every running request, as the
- * host has it after schedule(). Only running requests are fed, and each
- * one's table covers every position fed. */
-static int upload_tables(ServingDeviceKv *d, ServingRun *run, Err *err)
+int paged_device_sync(const PagedServer *s, ServingRun *run, Err *err)
 {
-    const PagedServer *s = d->chapter;
-    (void)run;
+    ServingDeviceKv *d = &run->device->kv;
     for (int k = 0; k < s->n_running; k++) {
         int i = s->running[k];
         const BlockTable *t = &s->kv.tables.tables[i];
         if (device_kv_paged_set_table(d->kv, i, t->blocks, t->n_blocks, err))
-            return -1;
+            return err_prefix(err, "step %ld", run->step);
     }
     return 0;
 }
 
-int paged_device_open(void *ctx, ServingRun *run, const Device *dev, Dtype kv_type, int max_step_tokens,
-                      ServingDeviceKv *d, Err *err)
+int paged_device_open(PagedServer *s, ServingRun *run, Err *err)
 {
-    PagedServer *s = ctx;
+    ServingDeviceKv *d = &run->device->kv;
+    const DeviceRun *r = &run->device->run;
     BlockPool *p = &s->kv.pool;
-    if (p->shape.elem_bytes != dtype_bytes(kv_type))
-        return err_set(err, "the pool counts %zu-byte K/V elements, but %s takes %zu", p->shape.elem_bytes,
-                       dtype_name(kv_type), dtype_bytes(kv_type));
-    if (device_kv_open_paged(d->kv, dev, &s->kv.cfg, kv_type, p->n_blocks, p->shape.block_size, run->n_reqs,
-                             max_step_tokens, err))
-        return -1;
+    if (p->shape.elem_bytes != dtype_bytes(r->kv_type))
+        return err_set(err, "--device cuda: the pool counts %zu-byte K/V elements, but %s takes %zu",
+                       p->shape.elem_bytes, dtype_name(r->kv_type), dtype_bytes(r->kv_type));
+    if (device_kv_open_paged(d->kv, &r->dev, &s->kv.cfg, r->kv_type, p->n_blocks, p->shape.block_size, run->n_reqs,
+                             run->max_step_tokens, err))
+        return err_prefix(err, "--device cuda");
+    d->chapter = s;
     p->on_copy = repeat_copy;
     p->on_copy_ctx = d;
-    d->sync = upload_tables;
     return 0;
 }

@@ -23,25 +23,43 @@
  *
  * The forward pass reads K/V through the block tables (paged_attention()):
  * no gather into a contiguous copy, and the same arithmetic in the same
- * order as common/ops.h's reference, so the tokens are bit for bit those of
+ * order as common/cpu/ops.h's reference, so the tokens are bit for bit those of
  * the contiguous chapters whatever the block size, the budget or the number
  * of preemptions.
  *
- * **Driving it without a model** (the capacity simulator): set
- * run->no_kv_storage = 1 and run->model to a ::Model whose cfg alone is
- * filled in; call paged_chapter()->open, then per step schedule, let every
- * fed request take a token (n_cached = its fed positions, append a token,
- * finish some), account, and finished for those that ended. The scheduler
- * reads only the requests and the model's shape, never the weights, and in
- * that mode no K/V byte is allocated.
+ * **Driving it without a model** (the capacity simulator, tests): set up
+ * the run with serving_sim_init() and step it as the program does
+ * (paged_open(), paged_step() until serving_unfinished() says 0): no model
+ * runs and no K/V byte is allocated. The scheduler reads only the requests
+ * and the model's shape, never the weights.
  *
- * **On the device** (`--device cuda`) the chapter runs in that mode too;
- * the K/V bytes live in a device pool of the same blocks
+ * **On the device** (`--device cuda`) the chapter keeps only the books on
+ * the host too; the K/V bytes live in a device pool of the same blocks
  * (paged_device_open()), laid out [layer][block x block_size + row][kv_dim]
- * (common/device_kv.h). Before each step the device gets every running
- * request's block table; every copy-on-write the pool makes is repeated on
- * the device as it is made (BlockPool.on_copy); PagedAttention on the
- * device reads through the tables.
+ * (common/cuda/device_kv.h). Before each step the device gets every running
+ * request's block table (paged_device_sync()); every copy-on-write the pool
+ * makes is repeated on the device as it is made (BlockPool.on_copy);
+ * PagedAttention on the device reads through the tables.
+ *
+ * ## Where each idea is
+ *
+ * | idea | file | function |
+ * |---|---|---|
+ * | the program: open, loop, report | chapters/ch04-paged/main.c | main() |
+ * | one step: schedule, forward, sample, account, release | chapters/ch04-paged/server.c | paged_step() |
+ * | pool, tables and queue for a run; budgets refused | chapters/ch04-paged/server.c | paged_check(), paged_open() |
+ * | room for each running request, preemption, admission, forks | chapters/ch04-paged/scheduler.c | paged_schedule() |
+ * | the admission rule with its watermark (lab) | solutions/ch04/paged_can_admit.c | paged_can_admit() |
+ * | a block off the free stack (lab) | solutions/ch04/block_pool_alloc.c | block_pool_alloc() |
+ * | a holder lets go; double frees refused (lab) | solutions/ch04/block_pool_release.c | block_pool_release() |
+ * | the slot mapping: position to (block, row) (lab) | solutions/ch04/block_table_slot.c | block_table_slot() |
+ * | copy-on-write of a shared block (lab) | solutions/ch04/block_table_make_writable.c | block_table_make_writable() |
+ * | the pool, tables, growth, forks | chapters/ch04-paged/block_pool.c | block_table_grow(), block_table_fork() |
+ * | the K/V seam: store into a slot, attend | chapters/ch04-paged/paged_kv.c | paged_store(), paged_attend() |
+ * | PagedAttention: attention through the block table (lab) | solutions/ch04/paged_attention.c | paged_attention() |
+ * | blocks used, slack, sharing, the breakdown | chapters/ch04-paged/report.c | paged_account() |
+ * | the chapter's lines of the memory table | chapters/ch04-paged/report.c | paged_report_table() |
+ * | the same blocks on the device | chapters/ch04-paged/device.c | paged_device_open(), paged_device_sync() |
  */
 #ifndef KVLAB_CH04_PAGED_H
 #define KVLAB_CH04_PAGED_H
@@ -140,14 +158,6 @@ typedef struct {
 } PagedServer;
 
 /**
- * The chapter as a ::ServingChapter (open/close, seam, schedule, finished,
- * account, report hooks), for the program, the tests and the simulator.
- * While a run is open, run->chapter_ctx is its ::PagedServer.
- * @return the chapter
- */
-const ServingChapter *paged_chapter(void);
-
-/**
  * Refuses, before anything is printed, a KV budget the pool cannot be made
  * from: one that holds no block, more blocks than an int names, or (when
  * K/V are stored on the host) more than the machine's memory. paged_open()
@@ -159,73 +169,103 @@ const ServingChapter *paged_chapter(void);
 int paged_check(const ServingRun *run, Err *err);
 
 /**
- * Creates the server for a run: pool, tables, queue. Rejects requests that
- * could never fit in the whole pool. Prints the setup to @p log.
- * @param run              the run (requests initialised, none admitted)
- * @param ctx              receives the PagedServer
- * @param max_step_tokens  receives the largest step it will plan
- * @param max_logits       receives the most logits rows of a step
- * @param log              where the setup lines go, or NULL
- * @param err              receives the reason on failure (budget too small for one block, --n without temperature)
+ * Creates the server for a run: pool, tables, queue, and the step buffers
+ * (serving_open_steps()); with `--device cuda` also the device pool
+ * (paged_device_open()). Rejects requests that could never fit in the
+ * whole pool. Prints the setup to @p log.
+ * @param run     the run (requests initialised, none admitted)
+ * @param server  receives the server (close it with paged_close(), also on failure)
+ * @param log     where the setup lines go, or NULL
+ * @param err     receives the reason on failure (budget too small for one block, --n without temperature)
  * @return 0 on success, -1 on failure
  */
-int paged_open(ServingRun *run, void **ctx, int *max_step_tokens, int *max_logits, FILE *log, Err *err);
+int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err);
 
 /**
  * Frees the server (all blocks must have been released by then; any that
  * are not are released here).
- * @param ctx  the PagedServer
+ * @param s  the server, or NULL
  */
-void paged_close(void *ctx);
+void paged_close(PagedServer *s);
+
+/**
+ * One step of the serving loop: paged_schedule(), the batch through the
+ * model with paged_seam() (serving_step_forward()), every fed request's
+ * next token (serving_step_sample()), paged_account(), and
+ * paged_finished() for each request that finished. The same step serves
+ * the program, the simulator and the tests.
+ * @param s    the server
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success (also when every request is already done), -1 on failure
+ */
+int paged_step(PagedServer *s, ServingRun *run, Err *err);
+
+/**
+ * paged_open(), then paged_step() until every request is done: a whole run
+ * for the tools and the tests. The server stays open for its numbers.
+ * @param run     the run
+ * @param server  receives the server (close it with paged_close(), also on failure)
+ * @param log     where the setup lines go, or NULL
+ * @param err     receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_serve(ServingRun *run, PagedServer **server, FILE *log, Err *err);
 
 /**
  * Plans one step: decodes of the running requests (growing, copying on
  * write, preempting the newest when out of blocks), then FCFS admission of
  * waiting requests with their prompts (or full recomputation).
- * @param ctx  the PagedServer
+ * @param s    the server
  * @param run  the run
  * @param err  receives the reason on failure
  * @return 0 on success, -1 on failure
  */
-int paged_schedule(void *ctx, ServingRun *run, Err *err);
+int paged_schedule(PagedServer *s, ServingRun *run, Err *err);
 
 /**
  * A request finished: its blocks go back to the pool at once.
- * @param ctx  the PagedServer
+ * @param s    the server
  * @param run  the run
  * @param r    the request
  */
-void paged_finished(void *ctx, ServingRun *run, Request *r);
+void paged_finished(PagedServer *s, ServingRun *run, Request *r);
 
 /**
  * After a step: KV reserved (blocks held) and used (rows holding tokens),
  * counting each physical block once however many tables share it; the
  * breakdown per block; the block and sharing numbers.
- * @param ctx  the PagedServer
+ * @param s    the server
  * @param run  the run
  */
-void paged_account(void *ctx, ServingRun *run);
+void paged_account(PagedServer *s, ServingRun *run);
 
 /**
- * ServingChapter.device_open (`--device cuda`): a pool of the same blocks
- * on the device (device_kv_open_paged()), one block table per request;
- * hooks the pool's on_copy to repeat copy-on-write there, and sets a sync
- * that uploads the block tables of the running requests before each step.
- * @param ctx              the PagedServer
- * @param run              the run (accounting only)
- * @param dev              the device
- * @param kv_type          element type of the stored K/V
- * @param max_step_tokens  most entries of a step
- * @param d                receives the sync hook; d->kv is opened
- * @param err              receives the reason on failure
+ * `--device cuda`: a pool of the same blocks on the device
+ * (device_kv_open_paged()), one block table per request; hooks the pool's
+ * on_copy to repeat copy-on-write there. paged_open() calls it.
+ * @param s    the server
+ * @param run  the run (run->device set, the step buffers sized)
+ * @param err  receives the reason on failure
  * @return 0 on success, -1 on failure
  */
-int paged_device_open(void *ctx, ServingRun *run, const Device *dev, Dtype kv_type, int max_step_tokens,
-                      ServingDeviceKv *d, Err *err);
+int paged_device_open(PagedServer *s, ServingRun *run, Err *err);
+
+/**
+ * `--device cuda`, after each schedule: uploads the block table of every
+ * running request (only running requests are fed, and each one's table
+ * covers every position fed).
+ * @param s    the server
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_device_sync(const PagedServer *s, ServingRun *run, Err *err);
 
 /**
  * Chapter 4's lines of the memory table: blocks total/used/free over time,
- * last-block slack, block-table bytes, preemptions, sharing.
+ * last-block slack, block-table bytes, preemptions, sharing
+ * (serving_program_report() calls it).
  * @param f    stream
  * @param ctx  the PagedServer
  * @param run  the finished run

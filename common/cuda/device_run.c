@@ -30,22 +30,6 @@ int device_run_open_if_asked(DeviceRun *r, const CliOptions *opts, const char *p
     return 0;
 }
 
-int device_run_recompute_kv(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
-                            const CliOptions *opts, int n_prompt, int *max_step, Err *err)
-{
-    (void)opts, (void)n_prompt;
-    *max_step = cfg->seq_len; /* the last step feeds the whole sequence */
-    return device_kv_open_recompute(kv, dev, cfg, kv_type, *max_step, err);
-}
-
-int device_run_contiguous_kv(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
-                             const CliOptions *opts, int n_prompt, int *max_step, Err *err)
-{
-    *max_step = n_prompt; /* the prompt in one step, then one token per step */
-    return device_kv_open_contiguous(kv, dev, cfg, kv_type, strcmp(opts->kv_alloc, "grow") == 0, n_prompt,
-                                     *max_step, err);
-}
-
 /* SingleStreamKv.step: one forward step on the device. */
 static int device_step(void *ctx, const BatchEntry *entries, int n, float **logits, Err *err)
 {

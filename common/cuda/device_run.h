@@ -6,7 +6,7 @@
  * A device run owns the device, the uploaded weights, the device
  * activations and the chapter's device K/V store. It hands the generation
  * loop a ::SingleStreamKv whose `step` runs device_forward(), so
- * common/generate.c drives the CPU and the GPU alike.
+ * common/serving/generate.c drives the CPU and the GPU alike.
  */
 #ifndef KVLAB_DEVICE_RUN_H
 #define KVLAB_DEVICE_RUN_H
@@ -25,8 +25,9 @@
 #include "model.h"
 
 /**
- * A chapter's device K/V store for one request (the device twin of its
- * SingleStreamChapter.kv_open).
+ * A chapter's device K/V store for one request: the device twin of the
+ * CPU store the chapter opens (naive_device_open() in chapter 1,
+ * kv_cache_device_open() in chapter 2).
  * @param kv        receives the store
  * @param dev       the device
  * @param cfg       model shape
@@ -39,41 +40,6 @@
  */
 typedef int (*DeviceKvOpenFn)(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
                               const CliOptions *opts, int n_prompt, int *max_step, Err *err);
-
-/**
- * Chapter 1's device store (a ::DeviceKvOpenFn): transient K/V of the whole
- * sequence, recomputed every step (device_kv_open_recompute()); a step
- * feeds up to seq_len tokens.
- * @param kv        receives the store
- * @param dev       the device
- * @param cfg       model shape
- * @param kv_type   element type of K/V
- * @param opts      the options (unused)
- * @param n_prompt  prompt length (unused)
- * @param max_step  receives seq_len
- * @param err       receives the reason on failure
- * @return 0 on success, -1 on failure
- */
-int device_run_recompute_kv(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
-                            const CliOptions *opts, int n_prompt, int *max_step, Err *err);
-
-/**
- * Chapter 2's device store (a ::DeviceKvOpenFn): one contiguous cache
- * [layer][position][kv_dim], reserved for seq_len (--kv-alloc max) or grown
- * by doubling (--kv-alloc grow) (device_kv_open_contiguous()); the first
- * step feeds the prompt, the others one token.
- * @param kv        receives the store
- * @param dev       the device
- * @param cfg       model shape
- * @param kv_type   element type of K/V
- * @param opts      the options (--kv-alloc)
- * @param n_prompt  prompt length
- * @param max_step  receives n_prompt
- * @param err       receives the reason on failure
- * @return 0 on success, -1 on failure
- */
-int device_run_contiguous_kv(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
-                             const CliOptions *opts, int n_prompt, int *max_step, Err *err);
 
 /** Everything a single-request run holds on the device. */
 typedef struct {

@@ -5,11 +5,10 @@
 #include "cli.h"
 #include "mem.h"
 
-int serving_device_open(ServingDevice *d, const ServingChapter *ch, const CliOptions *opts, int *on_device,
-                        Err *err)
+int serving_device_open(ServingDevice *d, const char *program, const CliOptions *opts, int *on_device, Err *err)
 {
     memset(d, 0, sizeof *d);
-    return device_run_open_if_asked(&d->run, opts, ch->program.name, ch->device_open != NULL, on_device, err);
+    return device_run_open_if_asked(&d->run, opts, program, 1, on_device, err);
 }
 
 void serving_device_attach(ServingDevice *d, ServingRun *run)
@@ -20,23 +19,17 @@ void serving_device_attach(ServingDevice *d, ServingRun *run)
         run->kv_bytes_per_token = model_kv_bytes_per_token(&run->model->cfg, dtype_bytes(d->run.kv_type));
 }
 
-int serving_device_start(ServingDevice *d, const ServingChapter *ch, ServingRun *run, int max_tokens,
-                         int max_logits, Err *err)
+int serving_device_start(ServingDevice *d, ServingRun *run, int max_tokens, int max_logits, Err *err)
 {
     DeviceRun *r = &d->run;
-    if (!ch->device_open)
-        return err_set(err, "--device cuda: %s has no CUDA path yet", ch->program.name);
     if (!run->no_kv_storage || run->kv_bytes_per_token != model_kv_bytes_per_token(&run->model->cfg,
                                                                                     dtype_bytes(r->kv_type)))
         return err_set(err, "a run on the device must keep books only, at %zu B per token",
                        model_kv_bytes_per_token(&run->model->cfg, dtype_bytes(r->kv_type)));
-    d->kv = (ServingDeviceKv){.kv = &r->kv, .chapter = run->chapter_ctx};
+    d->kv = (ServingDeviceKv){.kv = &r->kv};
     if (device_model_upload(&r->model, run->model, r->weight_type, &r->dev, err) ||
-        ch->device_open(run->chapter_ctx, run, &r->dev, r->kv_type, max_tokens, &d->kv, err) ||
         device_forward_state_init(&r->fs, &r->model, max_tokens, max_logits, err))
         return err_prefix(err, "--device cuda");
-    if (!d->kv.sync)
-        return err_set(err, "--device cuda: %s opened its device store without a sync hook", ch->program.name);
     return 0;
 }
 
@@ -49,8 +42,6 @@ int serving_device_forward(ServingDevice *d, ServingRun *run, const float **logi
         *err = d->kv.fault;
         return err_prefix(err, "step %ld", run->step);
     }
-    if (d->kv.sync(&d->kv, run, err))
-        return err_prefix(err, "step %ld", run->step);
     /* No CUDA graphs: the batch changes shape from step to step. */
     if (device_forward(&r->dev, &r->model, &r->fs, &r->kv.seam, run->entries, run->n_entries, 0, err))
         return err_prefix(err, "step %ld", run->step);
@@ -61,12 +52,6 @@ int serving_device_forward(ServingDevice *d, ServingRun *run, const float **logi
 void serving_device_finish(ServingDevice *d)
 {
     device_run_finish(&d->run);
-}
-
-void serving_device_close_store(ServingDevice *d)
-{
-    device_kv_close(&d->run.kv);
-    d->kv.sync = NULL;
 }
 
 void serving_device_close(ServingDevice *d)

@@ -9,14 +9,17 @@
  * (run->no_kv_storage = 1: they keep every book and hold no K/V bytes).
  * Each step then goes:
  *
- * 1. schedule() on the host, as on the CPU; every copy the allocator
- *    decides (chapter 3 moving a region, chapter 4 copying a block on
- *    write) is queued on the device's stream as it is decided, in the same
- *    order;
- * 2. ServingDeviceKv.sync tells the device store where every running
- *    request's K/V are now (its region, or its block table);
- * 3. device_forward() runs the step's batch: projections with cuBLAS, K/V
- *    written and read through the chapter's device store;
+ * 1. the chapter's schedule on the host, as on the CPU; every copy the
+ *    allocator decides (chapter 3 moving a region, chapter 4 copying a
+ *    block on write) is queued on the device's stream as it is decided, in
+ *    the same order, through the allocator's hook (BatchingState.on_move,
+ *    BlockPool.on_copy, whose context is the ::ServingDeviceKv);
+ * 2. the chapter's step tells the device store where every running
+ *    request's K/V are now (its region, or its block table):
+ *    batching_device_sync(), paged_device_sync();
+ * 3. serving_step_forward() runs the step's batch with device_forward():
+ *    projections with cuBLAS, K/V written and read through the chapter's
+ *    device store;
  * 4. the logits come back to the host, where each request samples and the
  *    books are kept, as on the CPU.
  *
@@ -36,6 +39,19 @@
 #include "json.h"
 #include "serving.h"
 
+/**
+ * A chapter's K/V store on the device, kept in step with the chapter's
+ * allocator on the host. The host keeps every book exactly as on the CPU
+ * (run->no_kv_storage = 1: no K/V bytes on the host); the device store
+ * holds the K/V bytes where those books say they are, and repeats every
+ * copy the books decide. This is the context of the allocator's hook.
+ */
+typedef struct {
+    DeviceKv *kv;  /**< the store (the chapter's device open fills it) */
+    void *chapter; /**< the chapter's state */
+    Err fault;     /**< the first failure of a copy repeated from a hook that cannot return one (empty: none) */
+} ServingDeviceKv;
+
 /** A serving run's device side. */
 typedef struct ServingDevice {
     DeviceRun run;      /**< the device, the weights, the activations; run.kv is the chapter's store */
@@ -47,14 +63,13 @@ typedef struct ServingDevice {
  * read, so that a machine without one answers in one line); on the CPU,
  * refuses the element-type options (device_run_open_if_asked()).
  * @param d          receives the device side (zeroed on the CPU)
- * @param ch         the chapter (has it a CUDA path?)
+ * @param program    the program's name, for the messages
  * @param opts       the options
  * @param on_device  receives 1 for --device cuda
  * @param err        receives one line
  * @return 0 on success, -1 on failure (nothing to close then)
  */
-int serving_device_open(ServingDevice *d, const ServingChapter *ch, const CliOptions *opts, int *on_device,
-                        Err *err);
+int serving_device_open(ServingDevice *d, const char *program, const CliOptions *opts, int *on_device, Err *err);
 
 /**
  * Makes a run use the device: its steps run there, its chapter keeps books
@@ -66,24 +81,23 @@ int serving_device_open(ServingDevice *d, const ServingChapter *ch, const CliOpt
 void serving_device_attach(ServingDevice *d, ServingRun *run);
 
 /**
- * After the chapter's open(): uploads the weights, lets the chapter open
- * its device K/V store (ServingChapter.device_open) and sizes the device
- * activations. serving_run() calls it.
+ * Uploads the weights and sizes the device activations, once the chapter
+ * knows its largest step (serving_open_steps() calls it). The chapter
+ * then opens its own device K/V store in d->run.kv (batching_device_open(),
+ * paged_device_open()).
  * @param d           the device side of @p run
- * @param ch          the chapter
- * @param run         the run, its chapter open (run->chapter_ctx)
+ * @param run         the run
  * @param max_tokens  most entries of a step
  * @param max_logits  most logits rows of a step
  * @param err         receives the reason on failure
  * @return 0 on success, -1 on failure
  */
-int serving_device_start(ServingDevice *d, const ServingChapter *ch, ServingRun *run, int max_tokens,
-                         int max_logits, Err *err);
+int serving_device_start(ServingDevice *d, ServingRun *run, int max_tokens, int max_logits, Err *err);
 
 /**
- * Runs this step's batch (run->entries) on the device: repeats the
- * chapter's decisions on the store (ServingDeviceKv.sync), then
- * device_forward(). Allocates nothing.
+ * Runs this step's batch (run->entries) on the device with
+ * device_forward(), once the chapter has synced its store; fails first if
+ * a copy the allocator's hook repeated has failed. Allocates nothing.
  * @param d       the device side
  * @param run     the run, with this step planned
  * @param logits  receives [run->n_logits][vocab_size] on the host
@@ -97,13 +111,6 @@ int serving_device_forward(ServingDevice *d, ServingRun *run, const float **logi
  * @param d  the device side
  */
 void serving_device_finish(ServingDevice *d);
-
-/**
- * Closes the chapter's device store (before the chapter itself is closed;
- * serving_run_close() calls it).
- * @param d  the device side
- */
-void serving_device_close_store(ServingDevice *d);
 
 /**
  * Frees everything on the device and closes it.

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "assets.h"
 #include "mem.h"
 #include "ops.h"
 #include "report.h"
@@ -36,12 +35,13 @@ static void step_time_table(FILE *f, const Generation *g)
             fprintf(f, "  %8d %12.4f %12.1f\n", t, 1e3 * g->step_seconds[t], 1.0 / g->step_seconds[t]);
 }
 
-/* What the report hooks need to see. */
+/* What the report's hooks need to see. */
 typedef struct {
-    const SingleStreamChapter *ch;
-    const SingleStreamKv *kv;
     const Generation *g;
     const DeviceRun *dev; /* NULL on the CPU */
+    void (*table)(FILE *f, void *chapter, const Generation *g);
+    void (*json)(JsonWriter *j, void *chapter, const Generation *g);
+    void *chapter;
 } ReportContext;
 
 static void table_hook(FILE *f, const void *p)
@@ -52,8 +52,7 @@ static void table_hook(FILE *f, const void *p)
     step_time_table(f, rc->g);
     if (rc->dev)
         device_run_report_table(f, rc->dev);
-    if (rc->ch->extra_table)
-        rc->ch->extra_table(f, rc->kv, rc->g);
+    rc->table(f, rc->chapter, rc->g);
 }
 
 static const char *finish_name(FinishReason r)
@@ -86,112 +85,105 @@ static void json_hook(JsonWriter *j, const void *p)
     json_end_array(j);
     if (rc->dev)
         device_run_report_json(j, rc->dev);
-    if (rc->ch->extra_json)
-        rc->ch->extra_json(j, rc->kv, g);
+    rc->json(j, rc->chapter, g);
 }
 
-static int fail(const char *program, const Err *err)
+int single_run_open(SingleRun *r, const CliProgram *program, int argc, char **argv)
 {
-    fprintf(stderr, "%s: error: %s\n", program, err->msg);
-    return 1;
-}
-
-/* Everything a run holds, so that one cleanup path frees it all. */
-typedef struct {
-    Assets assets;
-    Sampler sampler;
-    Generation gen;
-    SingleStreamKv kv;
-    int kv_open;
-    ForwardState fs;
-    int on_device; /* --device cuda: the steps run in dev */
-    DeviceRun dev;
-} Run;
-
-static void run_close(const SingleStreamChapter *ch, Run *r)
-{
-    if (r->on_device)
-        device_run_close(&r->dev);
-    forward_state_free(&r->fs);
-    if (r->kv_open)
-        ch->kv_close(&r->kv);
-    generation_free(&r->gen);
-    sampler_free(&r->sampler);
-    assets_close(&r->assets);
-}
-
-/* --device cuda opens the device before anything else, so that a machine
- * without one says so at once; the CPU path refuses the device options. */
-static int device_open_if_asked(const SingleStreamChapter *ch, const CliOptions *o, Run *r, Err *err)
-{
-    return device_run_open_if_asked(&r->dev, o, ch->program.name, ch->device_kv_open != NULL, &r->on_device, err);
-}
-
-static int run_open(const SingleStreamChapter *ch, const CliOptions *o, Run *r, Err *err)
-{
-    if (device_open_if_asked(ch, o, r, err))
+    memset(r, 0, sizeof *r);
+    r->program = program;
+    CliOptions *o = &r->opts;
+    CliResult parsed = cli_parse(program, argc, argv, o, &r->err);
+    if (parsed == CLI_EXIT_OK) {
+        r->help_shown = 1;
         return -1;
-    if (assets_open(&r->assets, o, err))
+    }
+    if (parsed == CLI_ERROR)
+        return -1;
+    ops_set_threads(o->threads);
+    /* --device cuda opens the device before anything else, so that a
+     * machine without one says so at once; the CPU path refuses the device
+     * options. */
+    if ((o->json_path && report_check_writable("--json", o->json_path, &r->err)) ||
+        device_run_open_if_asked(&r->dev, o, program->name, 1, &r->on_device, &r->err) ||
+        assets_open(&r->assets, o, &r->err))
         return -1;
     const Model *m = &r->assets.model;
     if (o->threads == 0)
         ops_set_threads(forward_default_threads(&m->cfg));
-    if (sampler_init(&r->sampler, m->cfg.vocab_size, o->temperature, o->top_p, o->seed, err) ||
-        generation_init(&r->gen, m, &r->assets.tokenizer, o->prompt, err))
+    if (sampler_init(&r->sampler, m->cfg.vocab_size, o->temperature, o->top_p, o->seed, &r->err) ||
+        generation_init(&r->gen, m, &r->assets.tokenizer, o->prompt, &r->err))
         return -1;
-    if (r->on_device)
-        return device_run_start(&r->dev, m, o, ch->device_kv_open, r->gen.n_prompt, &r->kv, err);
-    int max_step = 0;
-    if (ch->kv_open(m, o, r->gen.n_prompt, &r->kv, &max_step, err))
-        return -1;
-    r->kv_open = 1;
-    if (forward_state_init(&r->fs, &m->cfg, max_step, 1, err))
-        return -1;
-    /* Only once everything is open: a run that fails prints one line. */
-    char line[PATH_MAX * 2 + 256];
-    fprintf(stderr, "%s: %s\n", ch->program.name, assets_describe(&r->assets, line, sizeof line));
     return 0;
 }
 
-int run_single_main(const SingleStreamChapter *ch, int argc, char **argv)
+/* Only once everything is open: a run that fails prints one line. */
+static void say_which_model(const SingleRun *r)
 {
-    const char *name = ch->program.name;
-    CliOptions o;
-    Err err = {{0}};
-    CliResult parsed = cli_parse(&ch->program, argc, argv, &o, &err);
-    if (parsed == CLI_EXIT_OK)
-        return 0;
-    if (parsed == CLI_ERROR)
-        return fail(name, &err);
-    ops_set_threads(o.threads);
-    if (o.json_path && report_check_writable("--json", o.json_path, &err))
-        return fail(name, &err);
+    char line[PATH_MAX * 2 + 256];
+    fprintf(stderr, "%s: %s\n", r->program->name, assets_describe(&r->assets, line, sizeof line));
+}
 
-    Run r;
-    memset(&r, 0, sizeof r);
-    if (run_open(ch, &o, &r, &err) ||
-        generate(&r.gen, &r.assets.model, &r.assets.tokenizer, &r.sampler, &r.fs, &r.kv, o.steps, stdout, &err)) {
-        run_close(ch, &r);
-        return fail(name, &err);
-    }
+int single_run_start(SingleRun *r, int max_step_tokens)
+{
+    if (forward_state_init(&r->fs, &r->assets.model.cfg, max_step_tokens, 1, &r->err))
+        return -1;
+    say_which_model(r);
+    return 0;
+}
 
-    if (r.on_device)
-        device_run_finish(&r.dev);
-    ReportContext rc = {ch, &r.kv, &r.gen, r.on_device ? &r.dev : NULL};
+int single_run_start_device(SingleRun *r, DeviceKvOpenFn open_kv, SingleStreamKv *kv)
+{
+    if (device_run_start(&r->dev, &r->assets.model, &r->opts, open_kv, r->gen.n_prompt, kv, &r->err))
+        return -1;
+    say_which_model(r);
+    return 0;
+}
+
+int single_run_generate(SingleRun *r, const SingleStreamKv *kv)
+{
+    return generate(&r->gen, &r->assets.model, &r->assets.tokenizer, &r->sampler, &r->fs, kv, r->opts.steps, stdout,
+                    &r->err);
+}
+
+size_t single_run_kv_elem_bytes(const SingleRun *r)
+{
+    return r->on_device ? dtype_bytes(r->dev.kv_type) : sizeof(float);
+}
+
+int single_run_report(SingleRun *r, int keeps_kv, void (*table)(FILE *f, void *chapter, const Generation *g),
+                      void (*json)(JsonWriter *j, void *chapter, const Generation *g), void *chapter)
+{
+    if (r->on_device)
+        device_run_finish(&r->dev);
+    ReportContext rc = {&r->gen, r->on_device ? &r->dev : NULL, table, json, chapter};
     RunReport report = {
-        .chapter = name, .device = o.device, .model_path = r.assets.model_path, .cfg = r.assets.model.cfg,
-        .kv_elem_bytes = r.on_device ? dtype_bytes(r.dev.kv_type) : sizeof(float),
-        .kv = ch->keeps_kv ? &r.gen.kv : NULL,
-        .tokens_generated = r.gen.n_tokens - r.gen.n_prompt, .elapsed_s = r.gen.elapsed_s,
-        .extra_table = table_hook, .extra_json = json_hook, .extra = &rc,
+        .chapter = r->program->name, .device = r->opts.device, .model_path = r->assets.model_path,
+        .cfg = r->assets.model.cfg, .kv_elem_bytes = single_run_kv_elem_bytes(r),
+        .kv = keeps_kv ? &r->gen.kv : NULL, .tokens_generated = r->gen.n_tokens - r->gen.n_prompt,
+        .elapsed_s = r->gen.elapsed_s, .extra_table = table_hook, .extra_json = json_hook, .extra = &rc,
     };
     /* The table only once the report file is safely written: a failed
      * write is then the one line on stderr. */
-    int status = 0;
-    if (o.json_path && report_write_json(o.json_path, &report, &err))
-        status = fail(name, &err);
-    else if (!o.quiet)
+    if (r->opts.json_path && report_write_json(r->opts.json_path, &report, &r->err))
+        return -1;
+    if (!r->opts.quiet)
         report_print(stderr, &report);
-    run_close(ch, &r);
+    return 0;
+}
+
+int single_run_close(SingleRun *r)
+{
+    int status = 0;
+    if (!r->help_shown && r->err.msg[0]) {
+        fprintf(stderr, "%s: error: %s\n", r->program->name, r->err.msg);
+        status = 1;
+    }
+    if (r->on_device)
+        device_run_close(&r->dev);
+    forward_state_free(&r->fs);
+    generation_free(&r->gen);
+    sampler_free(&r->sampler);
+    assets_close(&r->assets);
     return status;
 }

@@ -303,13 +303,17 @@ static int count_phase(const ServingRun *run, RequestPhase phase)
     return n;
 }
 
-static void show_progress(const ServingRun *run, FILE *log, double *last)
+void serving_show_progress(ServingRun *run, FILE *log)
 {
+    if (!log)
+        return;
     double now = now_seconds();
     int tty = isatty(fileno(log));
-    if (now - *last < (tty ? 0.25 : 5.0))
+    if (run->progress_shown_s == 0.0)
+        run->progress_shown_s = now; /* the first line comes after a while, not at once */
+    if (now - run->progress_shown_s < (tty ? 0.25 : 5.0))
         return;
-    *last = now;
+    run->progress_shown_s = now;
     fprintf(log, "%s[step %ld] running %d, waiting %d, done %d/%d%s", tty ? "\r" : "", run->step,
             count_phase(run, REQ_RUNNING), count_phase(run, REQ_WAITING), run->n_done, run->n_reqs, tty ? "" : "\n");
     fflush(log);
@@ -389,88 +393,79 @@ static int alloc_step_buffers(ServingRun *run, int max_tokens, int max_logits, i
     return forward_state_init(&run->fs, &run->model->cfg, max_tokens, max_logits, err);
 }
 
-/* The step's batch through the model: on the CPU through the chapter's
- * seam, or on the device. Either way the logits come back to the host. */
-static int step_forward(ServingRun *run, const KvSeam *seam, const float **logits, Err *err)
+int serving_open_steps(ServingRun *run, int max_step_tokens, int max_logits, Err *err)
 {
-    if (run->device)
-        return serving_device_forward(run->device, run, logits, err);
-    forward(run->model, &run->fs, seam, run->entries, run->n_entries);
-    *logits = run->fs.logits;
-    return 0;
-}
-
-/* Opens the chapter and sizes everything a step needs (the forward pass's
- * buffers only when a model runs). */
-static int open_chapter(const ServingChapter *ch, ServingRun *run, FILE *log, int with_forward, Err *err)
-{
-    void *ctx = NULL;
-    int max_tokens = 0, max_logits = 0;
-    if (check_arrival_order(run, err) || ch->open(run, &ctx, &max_tokens, &max_logits, log, err))
-        return -1;
-    run->chapter_ctx = ctx;
-    if (alloc_step_buffers(run, max_tokens, max_logits, with_forward, err))
+    int with_forward = !run->simulated;
+    if (alloc_step_buffers(run, max_step_tokens, max_logits, with_forward, err))
         return -1;
     hold_until_arrival(run);
     if (with_forward && run->device)
-        return serving_device_start(run->device, ch, run, max_tokens, max_logits, err);
+        return serving_device_start(run->device, run, max_step_tokens, max_logits, err);
     return 0;
 }
 
-/* One step: plan, run the batch (or, without a seam, pretend to), take the
- * tokens, account, retire. The same code for the programs and kvsim. */
-static int run_step(const ServingChapter *ch, ServingRun *run, const KvSeam *seam, Err *err)
+int serving_unfinished(const ServingRun *run)
+{
+    return run->n_done < run->n_reqs;
+}
+
+int serving_step_begin(ServingRun *run)
 {
     wait_for_arrivals(run);
     if (run->n_done == run->n_reqs)
         return 0;
-    void *ctx = run->chapter_ctx;
-    run->n_entries = run->n_logits = run->n_takers = 0;
-    if (ch->schedule(ctx, run, err))
-        return -1;
+    run->n_entries = run->n_logits = run->n_takers = run->n_finished = 0;
+    run->step_started_s = now_seconds();
+    return 1;
+}
+
+int serving_step_forward(ServingRun *run, const KvSeam *seam, Err *err)
+{
     if (run->n_entries == 0)
-        return run->n_done == run->n_reqs
-                   ? 0
-                   : err_set(err, "step %ld: no request could run (%d waiting, %d running); the scheduler is stuck",
-                             run->step, count_phase(run, REQ_WAITING), count_phase(run, REQ_RUNNING));
+        return err_set(err, "step %ld: no request could run (%d waiting, %d running); the scheduler is stuck",
+                       run->step, count_phase(run, REQ_WAITING), count_phase(run, REQ_RUNNING));
     int running = count_phase(run, REQ_RUNNING);
     if (running > run->max_concurrent)
         run->max_concurrent = running;
     run->running_sum += running;
     run->busy_steps++;
-    const float *logits = NULL;
-    if (seam && step_forward(run, seam, &logits, err))
-        return -1;
+    /* The batch through the model: on the CPU through the chapter's seam,
+     * or on the device; either way the logits come back to the host. A
+     * simulation runs no model. */
+    run->logits = NULL;
+    if (run->simulated) {
+        /* nothing to run: the fed positions only count as cached */
+    } else if (run->device) {
+        if (serving_device_forward(run->device, run, &run->logits, err))
+            return -1;
+    } else {
+        forward(run->model, &run->fs, seam, run->entries, run->n_entries);
+        run->logits = run->fs.logits;
+    }
     for (int i = 0; i < run->n_entries; i++) {
         Request *r = &run->reqs[run->entries[i].seq];
         if (run->entries[i].pos + 1 > r->n_cached)
             r->n_cached = run->entries[i].pos + 1;
     }
-    int n_done = seam ? take_sampled_tokens(run, logits) : take_simulated_tokens(run);
-    ch->account(ctx, run);
-    for (int i = 0; i < n_done; i++)
-        if (ch->finished)
-            ch->finished(ctx, run, &run->reqs[run->finished_now[i]]);
-    run->step++;
     return 0;
 }
 
-int serving_run(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err)
+void serving_step_sample(ServingRun *run)
 {
-    int rc = open_chapter(ch, run, log, 1, err);
-    KvSeam seam = rc == 0 ? ch->seam(run->chapter_ctx) : (KvSeam){0};
-    double start = now_seconds(), last_progress = start;
-    while (rc == 0 && run->n_done < run->n_reqs) {
-        rc = run_step(ch, run, &seam, err);
-        if (log)
-            show_progress(run, log, &last_progress);
-    }
-    run->elapsed_s = now_seconds() - start;
-    if (run->device)
-        serving_device_finish(run->device);
-    if (log && isatty(fileno(log)) && run->step > 0)
-        fputc('\n', log);
-    return rc;
+    run->n_finished = run->simulated ? take_simulated_tokens(run) : take_sampled_tokens(run, run->logits);
+}
+
+int serving_step_finished(ServingRun *run)
+{
+    if (run->observe)
+        run->observe(run->observe_ctx, run);
+    return run->n_finished;
+}
+
+void serving_step_end(ServingRun *run)
+{
+    run->step++;
+    run->elapsed_s += now_seconds() - run->step_started_s;
 }
 
 /* ------------------------------------------------------------ simulation */
@@ -517,32 +512,11 @@ int serving_sim_init(ServingRun *run, const Model *shape, const CliOptions *opts
         if (q->output_tokens > 0 && q->prompt_tokens + (long)q->output_tokens < r->max_tokens)
             r->stop_at = q->prompt_tokens + q->output_tokens;
     }
-    return 0;
-}
-
-int serving_sim_open(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err)
-{
-    run->no_kv_storage = 1;
-    return open_chapter(ch, run, log, 0, err);
-}
-
-int serving_sim_step(const ServingChapter *ch, ServingRun *run, Err *err)
-{
-    return run_step(ch, run, NULL, err);
-}
-
-int serving_run_simulated(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err)
-{
-    if (serving_sim_open(ch, run, log, err))
+    run->simulated = 1;
+    if (check_arrival_order(run, err)) {
+        serving_run_free(run);
         return -1;
-    double start = now_seconds(), last_progress = start;
-    while (run->n_done < run->n_reqs) {
-        if (serving_sim_step(ch, run, err))
-            return -1;
-        if (log)
-            show_progress(run, log, &last_progress);
     }
-    run->elapsed_s = now_seconds() - start;
     return 0;
 }
 
@@ -552,15 +526,6 @@ long serving_preemptions(const ServingRun *run)
     for (int i = 0; i < run->n_reqs; i++)
         n += run->reqs[i].preemptions;
     return n;
-}
-
-void serving_run_close(const ServingChapter *ch, ServingRun *run)
-{
-    if (run->device)
-        serving_device_close_store(run->device); /* it may be hooked to the chapter's books */
-    if (run->chapter_ctx)
-        ch->close(run->chapter_ctx);
-    run->chapter_ctx = NULL;
 }
 
 /* ------------------------------------------------------------ output */
@@ -620,158 +585,4 @@ int serving_write_jsonl(const ServingRun *run, const char *path, Err *err)
     for (int i = 0; i < run->n_reqs; i++)
         write_request_line(out.f, run, &run->reqs[i]);
     return outfile_commit(&out, err);
-}
-
-/* ------------------------------------------------------------ program */
-
-typedef struct {
-    const ServingChapter *ch;
-    const ServingRun *run;
-} ServingReport;
-
-static int count_finish(const ServingRun *run, RequestFinish f)
-{
-    int n = 0;
-    for (int i = 0; i < run->n_reqs; i++)
-        n += run->reqs[i].finish == f;
-    return n;
-}
-
-static void serving_table(FILE *f, const void *p)
-{
-    const ServingReport *sr = p;
-    const ServingRun *run = sr->run;
-    double fr[4];
-    kv_breakdown_fractions(&run->breakdown, fr);
-    int rejected = count_finish(run, REQ_FINISH_REJECTED);
-    fprintf(f, "requests\n  %d completed, %d rejected, at most %d running at once, %ld steps\n",
-            run->n_reqs - rejected, rejected, run->max_concurrent, run->step);
-    fprintf(f, "where reserved KV memory went (byte-steps, as in the PagedAttention paper)\n");
-    fprintf(f, "  token states %6.1f%%   reserved %6.1f%%   internal frag. %6.1f%%   external frag. %6.1f%%\n",
-            100 * fr[0], 100 * fr[1], 100 * fr[2], 100 * fr[3]);
-    for (int i = 0; i < run->n_reqs; i++)
-        if (run->reqs[i].finish == REQ_FINISH_REJECTED)
-            fprintf(f, "  request %d rejected: %s\n", run->reqs[i].spec->id, run->reqs[i].note);
-    if (run->device)
-        serving_device_report_table(f, run->device);
-    if (sr->ch->extra_table)
-        sr->ch->extra_table(f, run->chapter_ctx, run);
-}
-
-static void serving_json(JsonWriter *j, const void *p)
-{
-    const ServingReport *sr = p;
-    const ServingRun *run = sr->run;
-    double fr[4];
-    kv_breakdown_fractions(&run->breakdown, fr);
-    json_begin_object(j, "kv_breakdown");
-    json_double(j, "token_states", fr[0]);
-    json_double(j, "reserved", fr[1]);
-    json_double(j, "internal_fragmentation", fr[2]);
-    json_double(j, "external_fragmentation", fr[3]);
-    json_end_object(j);
-    int rejected = count_finish(run, REQ_FINISH_REJECTED);
-    json_int(j, "max_concurrent", run->max_concurrent);
-    json_double(j, "avg_concurrent", run->busy_steps ? run->running_sum / (double)run->busy_steps : 0.0);
-    json_int(j, "requests_completed", run->n_reqs - rejected);
-    json_int(j, "requests_rejected", rejected);
-    json_int(j, "steps", run->step);
-    if (run->device)
-        serving_device_report_json(j, run->device);
-    if (sr->ch->extra_json)
-        sr->ch->extra_json(j, run->chapter_ctx, run);
-}
-
-static int fail(const char *program, const Err *err)
-{
-    fprintf(stderr, "%s: error: %s\n", program, err->msg);
-    return 1;
-}
-
-static int open_requests(const CliOptions *o, RequestFile *rf, Err *err)
-{
-    if (o->requests_path)
-        return request_file_load(rf, o->requests_path, err);
-    char path[PATH_MAX];
-    if (assets_find_project_file("data/requests-mixed.tsv", path, sizeof path))
-        return err_set(err, "no --requests file given and data/requests-mixed.tsv not found");
-    return request_file_load(rf, path, err);
-}
-
-int run_serving_main(const ServingChapter *ch, int argc, char **argv)
-{
-    const char *name = ch->program.name;
-    CliOptions o;
-    Err err = {{0}};
-    CliResult parsed = cli_parse(&ch->program, argc, argv, &o, &err);
-    if (parsed == CLI_EXIT_OK)
-        return 0;
-    if (parsed == CLI_ERROR)
-        return fail(name, &err);
-    ops_set_threads(o.threads);
-    /* Everything that can be refused is refused before the first line is
-     * printed, so that bad input gives exactly one line on stderr. A
-     * --device cuda without a device is refused first of all. */
-    ServingDevice device;
-    int on_device = 0;
-    if (serving_device_open(&device, ch, &o, &on_device, &err))
-        return fail(name, &err);
-    if ((o.out_path && report_check_writable("--out", o.out_path, &err)) ||
-        (o.json_path && report_check_writable("--json", o.json_path, &err))) {
-        serving_device_close(&device);
-        return fail(name, &err);
-    }
-    RequestFile rf;
-    if (open_requests(&o, &rf, &err)) {
-        serving_device_close(&device);
-        return fail(name, &err);
-    }
-    Assets a;
-    if (assets_open(&a, &o, &err)) {
-        request_file_free(&rf);
-        serving_device_close(&device);
-        return fail(name, &err);
-    }
-    if (o.threads == 0)
-        ops_set_threads(forward_default_threads(&a.model.cfg));
-    ServingRun run;
-    memset(&run, 0, sizeof run);
-    int status = 0;
-    int init_failed = serving_run_init(&run, &a.model, &a.tokenizer, &o, &rf, &err);
-    if (!init_failed && on_device)
-        serving_device_attach(&device, &run);
-    if (init_failed || (ch->check && ch->check(&run, &err))) {
-        status = fail(name, &err);
-        serving_run_free(&run);
-        request_file_free(&rf);
-        assets_close(&a);
-        serving_device_close(&device);
-        return status;
-    }
-    char line[PATH_MAX * 2 + 256];
-    fprintf(stderr, "%s: %s\n", name, assets_describe(&a, line, sizeof line));
-    if (serving_run(ch, &run, o.quiet ? NULL : stderr, &err) ||
-        (o.out_path && serving_write_jsonl(&run, o.out_path, &err))) {
-        status = fail(name, &err);
-    } else {
-        ServingReport sr = {ch, &run};
-        RunReport report = {
-            .chapter = name, .device = o.device, .model_path = a.model_path, .cfg = a.model.cfg,
-            .kv_elem_bytes = on_device ? dtype_bytes(device.run.kv_type) : sizeof(float), .kv = &run.timeline,
-            .tokens_generated = run.tokens_generated, .elapsed_s = run.elapsed_s, .extra_table = serving_table,
-            .extra_json = serving_json, .extra = &sr,
-        };
-        /* The table only once every file is safely written: a failed
-         * write is then the one line on stderr. */
-        if (o.json_path && report_write_json(o.json_path, &report, &err))
-            status = fail(name, &err);
-        else if (!o.quiet)
-            report_print(stderr, &report);
-    }
-    serving_run_close(ch, &run);
-    serving_run_free(&run);
-    request_file_free(&rf);
-    assets_close(&a);
-    serving_device_close(&device);
-    return status;
 }

@@ -2,16 +2,34 @@
  * @file serving.h
  * @brief Serving many requests at once: what chapters 3 and 4 share.
  *
- * A serving chapter runs a request file through the model. Every step it
- * decides which requests run and which of their tokens to feed (prompts of
- * newly admitted requests, one new token of each running one), the forward
- * pass runs them all as one flat batch, and each request that received
- * logits samples its next token. The chapters differ only in how they
- * reserve K/V memory and whom they admit; that is the ::ServingChapter.
+ * A serving chapter runs a request file through the model, one step at a
+ * time. Each chapter writes its step out in full, calling the functions
+ * below by name around its own (batching_step() in chapter 3,
+ * paged_step() in chapter 4):
  *
- * This module holds the rest: the request lifecycle, the step loop, the
- * JSON Lines output (`--out`), and the accounting of where KV memory goes,
- * split as the PagedAttention paper does into
+ *     if (!serving_step_begin(run))          arrivals; 0 once every request is done
+ *         return 0;
+ *     chapter_schedule(...);                 who runs, which tokens (serving_feed())
+ *     serving_step_forward(run, &seam, err); the batch through the model, K/V through the seam
+ *     serving_step_sample(run);              each fed request takes its next token
+ *     chapter_account(...);                  where the KV memory went this step
+ *     n = serving_step_finished(run);        who finished (run->finished_now[0..n-1])
+ *     chapter_finished(...) for each;        their memory goes back
+ *     serving_step_end(run);
+ *
+ * The same step runs the programs on the CPU, on the device
+ * (`--device cuda`: serving_step_forward() runs the batch there) and
+ * **without a model** (serving_sim_init(), what kvsim and the tests use:
+ * no forward pass, no K/V bytes; the fed positions count as cached and each
+ * fed request receives a dummy token until its predetermined length).
+ * Requests may **arrive** later than step 0 (Request.arrival_step, in file
+ * order): until then they are ::REQ_PENDING, which no chapter treats as
+ * waiting, and when nobody that has arrived is left to serve, time skips to
+ * the next arrival.
+ *
+ * This module also holds the request lifecycle, the JSON Lines output
+ * (`--out`), and the accounting of where KV memory goes, split as the
+ * PagedAttention paper does into
  *
  * - **token states**: bytes that hold a token's K/V;
  * - **reserved**: bytes reserved for tokens the request will still produce;
@@ -21,16 +39,8 @@
  *   no hole was large enough for the request that was waiting.
  *
  * Each is summed over steps (byte-steps), so the fractions weigh every step
- * equally and add up to 1.
- *
- * The same step loop also runs **without a model** (serving_run_simulated(),
- * what kvsim and the tests use): the chapter schedules as always, the fed
- * positions count as cached, and each fed request receives a dummy token
- * until its predetermined length; no forward pass, no K/V bytes. Requests
- * may **arrive** later than step 0 (Request.arrival_step, in file order):
- * until then they are ::REQ_PENDING, which no chapter treats as waiting,
- * and when nobody that has arrived is left to serve, time skips to the next
- * arrival.
+ * equally and add up to 1. What a serving program does around its loop
+ * (options, files, the report) is in serving_program.h.
  */
 #ifndef KVLAB_SERVING_H
 #define KVLAB_SERVING_H
@@ -143,7 +153,7 @@ typedef struct {
 } Request;
 
 /** The state of a serving run, shared by the loop and the chapter. */
-typedef struct {
+typedef struct ServingRun {
     const Model *model;         /**< the model (NULL when simulating) */
     const Tokenizer *tokenizer; /**< for --out text */
     const CliOptions *opts;     /**< seed, sampling, budget, chapter options */
@@ -170,95 +180,26 @@ typedef struct {
     ForwardState fs;           /**< activations of the forward pass */
     KvTimeline timeline;       /**< total KV reserved/used after each step */
     KvBreakdown breakdown;     /**< byte-steps by category */
-    double elapsed_s;          /**< wall time of the loop */
-    void *chapter_ctx;         /**< the chapter's state while open (see serving_run()) */
+    double elapsed_s;          /**< wall time of all steps (serving_step_begin() to serving_step_end()) */
     int *finished_now;         /**< [n_reqs] indexes of the requests that finished in the current step */
+    int n_finished;            /**< entries of finished_now this step */
+    const float *logits;       /**< [n_logits][vocab_size] this step's logits (host), NULL in a simulation */
+    int simulated;             /**< 1: no model runs (serving_sim_init()): no forward pass, dummy tokens */
     RequestSpec *sim_specs;    /**< [n_reqs] the specs serving_sim_init() made (NULL otherwise) */
     struct ServingDevice *device; /**< --device cuda: where the steps run (serving_device.h); NULL: the CPU */
-} ServingRun;
-
-/**
- * A chapter's K/V store on the device (`--device cuda`), kept in step with
- * the chapter's allocator on the host. The host keeps every book exactly as
- * on the CPU (run->no_kv_storage = 1: no K/V bytes on the host); the device
- * store holds the K/V bytes where those books say they are, and repeats
- * every copy the books decided (a region moved, a block copied on write).
- */
-typedef struct ServingDeviceKv {
-    DeviceKv *kv;  /**< the store: ServingChapter.device_open opens it */
-    void *chapter; /**< the chapter's state (what its open() made) */
-    Err fault;     /**< the first failure of a copy repeated from a hook that cannot return one (empty: none) */
+    double progress_shown_s;   /**< when serving_show_progress() last wrote a line */
+    double step_started_s;     /**< when the current step began (serving_step_begin()) */
     /**
-     * Called after every schedule(), before the step's forward pass: tells
-     * the store where the K/V of every running request are now.
-     * @param d    this
+     * Optional observer (NULL: none): called by serving_step_finished(),
+     * after the chapter has accounted the step and before the requests
+     * that finished let go of their memory. The capacity simulator measures
+     * what finished requests still hold this way (tools/lib/kvsim.c).
+     * @param ctx  observe_ctx
      * @param run  the run
-     * @param err  receives the reason on failure
-     * @return 0 on success, -1 on failure
      */
-    int (*sync)(struct ServingDeviceKv *d, ServingRun *run, Err *err);
-} ServingDeviceKv;
-
-/** A serving chapter: its K/V memory and its scheduling policy. */
-typedef struct {
-    CliProgram program; /**< name, summary, accepted options */
-    /**
-     * Optional (may be NULL): refuses a run that can never work (a budget
-     * that holds no request, say) before the program prints anything, so
-     * that the error is the only line on stderr. open() should repeat the
-     * check for callers that do not go through run_serving_main().
-     * @return 0 when the run can go ahead, -1 with the reason in @p err
-     */
-    int (*check)(const ServingRun *run, Err *err);
-    /**
-     * Creates the chapter's K/V store and scheduler for @p run (requests are
-     * loaded, tokenized and seeded; none admitted). May reject requests that
-     * can never run (serving_reject()). Sets the largest step it will plan.
-     * Prints its setup (budget, blocks...) to @p log.
-     * @return 0 on success, -1 on failure
-     */
-    int (*open)(ServingRun *run, void **ctx, int *max_step_tokens, int *max_logits, FILE *log, Err *err);
-    /** Frees everything open() made. */
-    void (*close)(void *ctx);
-    /** The K/V seam the forward pass uses. */
-    KvSeam (*seam)(void *ctx);
-    /**
-     * Plans one step: admits, grows, preempts, and feeds requests with
-     * serving_feed(). Planning nothing while requests are unfinished is an
-     * error (the loop reports it instead of spinning).
-     * @return 0 on success, -1 on failure
-     */
-    int (*schedule)(void *ctx, ServingRun *run, Err *err);
-    /** Called once per request that finished in the step just run. */
-    void (*finished)(void *ctx, ServingRun *run, Request *r);
-    /**
-     * After each step: records KV reserved/used (kv_timeline_record on
-     * run->timeline) and the breakdown (tracks, external fragmentation).
-     * serving_account_default() does it from the requests' tracks.
-     */
-    void (*account)(void *ctx, ServingRun *run);
-    /** Extra lines of the memory table (may be NULL); the chapter is still open. */
-    void (*extra_table)(FILE *f, void *ctx, const ServingRun *run);
-    /** Extra keys of the JSON report (may be NULL); the chapter is still open. */
-    void (*extra_json)(JsonWriter *j, void *ctx, const ServingRun *run);
-    /**
-     * `--device cuda` (NULL: the chapter has no CUDA path). Called once,
-     * right after open(): opens the chapter's device K/V store in d->kv,
-     * sized from the books open() set up, hooks it to the chapter's
-     * allocator (so that every copy the allocator decides is repeated on
-     * the device) and sets d->sync.
-     * @param ctx              the chapter's state
-     * @param run              the run (run->no_kv_storage is 1)
-     * @param dev              the open device
-     * @param kv_type          element type of the stored K/V (--kv-dtype)
-     * @param max_step_tokens  most entries of a step (what open() said)
-     * @param d                d->kv and d->chapter are set; the hook fills the rest
-     * @param err              receives the reason on failure
-     * @return 0 on success, -1 on failure
-     */
-    int (*device_open)(void *ctx, ServingRun *run, const Device *dev, Dtype kv_type, int max_step_tokens,
-                       ServingDeviceKv *d, Err *err);
-} ServingChapter;
+    void (*observe)(void *ctx, const struct ServingRun *run);
+    void *observe_ctx;         /**< passed to observe */
+} ServingRun;
 
 /**
  * Adds the tokens of @p r that have no K/V yet (positions n_cached ..
@@ -316,23 +257,12 @@ void serving_reject(ServingRun *run, Request *r, const char *fmt, ...) __attribu
 size_t serving_kv_budget(const ServingRun *run);
 
 /**
- * The default account hook: sums the reservations of all requests, records
+ * The default accounting of a step: sums the reservations of all requests, records
  * the timeline, and adds one step to each reservation's track (used =
  * n_cached x bytes per token).
  * @param run  the run
  */
 void serving_account_default(ServingRun *run);
-
-/**
- * Runs a serving chapter as a program: options, model, requests, the loop,
- * `--out` JSON Lines, the memory table (with utilization and breakdown),
- * `--json`. Errors are one line on stderr.
- * @param ch    the chapter
- * @param argc  from main
- * @param argv  from main
- * @return the process exit status (0, or 1 on any error)
- */
-int run_serving_main(const ServingChapter *ch, int argc, char **argv);
 
 /**
  * Sets up a run without a program around it (for tests and tools): encodes
@@ -350,24 +280,78 @@ int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const 
                      const RequestFile *rf, Err *err);
 
 /**
- * Runs the loop of a chapter to completion on an initialised run. The
- * chapter is opened and stays open (run->chapter_ctx), so that its numbers
- * can still be reported; close it with serving_run_close(). The programs
- * call all this through run_serving_main().
- * @param ch   the chapter
- * @param run  from serving_run_init()
- * @param log  where setup lines and progress go, or NULL
- * @param err  receives the reason on failure
+ * Sizes what every step needs, once the chapter knows its largest step:
+ * the batch and the sampling buffers, the forward pass's activations (none
+ * in a simulation), and with `--device cuda` the weights and activations on
+ * the device (serving_device_start()). Requests that have not arrived
+ * become ::REQ_PENDING. A chapter's open() calls it last.
+ * @param run              the run (its requests seen, and possibly rejected, by the chapter)
+ * @param max_step_tokens  most entries of a step
+ * @param max_logits       most logits rows of a step
+ * @param err              receives the reason on failure
  * @return 0 on success, -1 on failure
  */
-int serving_run(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err);
+int serving_open_steps(ServingRun *run, int max_step_tokens, int max_logits, Err *err);
 
 /**
- * Closes the chapter that serving_run() opened (no-op if none is open).
- * @param ch   the chapter
+ * The loop's condition: some request is not done yet.
+ * @param run  the run
+ * @return 1 while requests are unfinished, else 0
+ */
+int serving_unfinished(const ServingRun *run);
+
+/**
+ * Starts a step: lets in the requests that have arrived by now (skipping
+ * ahead to the next arrival when nobody who has arrived is left to serve)
+ * and empties the batch, for the chapter's schedule to fill with
+ * serving_feed().
+ * @param run  the run
+ * @return 1 when there is a step to run, 0 when every request is done
+ */
+int serving_step_begin(ServingRun *run);
+
+/**
+ * Runs the batch the chapter planned (run->entries): with forward() through
+ * @p seam on the CPU, on the device with `--device cuda`, or not at all in
+ * a simulation. Then every position fed counts as cached. A plan without a
+ * single entry is an error (a scheduler that is stuck), not a spin.
+ * @param run   the run, this step planned
+ * @param seam  the chapter's K/V seam (store and attend)
+ * @param err   receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int serving_step_forward(ServingRun *run, const KvSeam *seam, Err *err);
+
+/**
+ * Every request fed this step takes its next token: sampled from its logits
+ * row with its own sampler (in a simulation, a dummy token, or its stop at
+ * its predetermined length). BOS or EOS, or its last allowed token, finishes
+ * a request; the step's finished requests are listed in run->finished_now.
+ * @param run  the run, after serving_step_forward()
+ */
+void serving_step_sample(ServingRun *run);
+
+/**
+ * The requests that finished this step, for the chapter to release: their
+ * indexes are run->finished_now[0..n-1]. Tells the run's observer first.
+ * @param run  the run, after the chapter's accounting
+ * @return how many finished
+ */
+int serving_step_finished(ServingRun *run);
+
+/**
+ * Ends the step: counts it, and its time in run->elapsed_s.
  * @param run  the run
  */
-void serving_run_close(const ServingChapter *ch, ServingRun *run);
+void serving_step_end(ServingRun *run);
+
+/**
+ * A progress line on @p log every few seconds (a quarter of a second on a
+ * terminal, where it overwrites itself): step, running, waiting, done.
+ * @param run  the run
+ * @param log  where the line goes, or NULL
+ */
+void serving_show_progress(ServingRun *run, FILE *log);
 
 /**
  * Frees what serving_run_init() allocated.
@@ -407,7 +391,10 @@ typedef struct {
  * request gets @p reqs[i].prompt_tokens dummy tokens, max_tokens = prompt +
  * max_new_tokens capped at seq_len + 1, and stops (as if it sampled EOS) after
  * output_tokens new tokens. Requests whose prompt is longer than seq_len
- * are rejected, as serving_run_init() does.
+ * are rejected, as serving_run_init() does. Requests must arrive in file
+ * order (arrival steps never decrease). Then open a chapter on the run and
+ * step it as a program does: no model runs and no K/V byte is allocated
+ * (run->simulated and run->no_kv_storage are set).
  * @param run                 receives the run (free with serving_run_free())
  * @param shape               a model whose cfg alone is filled in (seq_len, layers, heads)
  * @param opts                options (budget, block size, reserve policy...)
@@ -419,43 +406,6 @@ typedef struct {
  */
 int serving_sim_init(ServingRun *run, const Model *shape, const CliOptions *opts, size_t kv_bytes_per_token,
                      const SimRequestSpec *reqs, int n, Err *err);
-
-/**
- * Opens a chapter for a simulated run: the chapter's books (in
- * accounting-only mode: run->no_kv_storage is set here) and the step
- * buffers, but no forward-pass buffers. Requests that have not arrived
- * become ::REQ_PENDING.
- * @param ch   the chapter
- * @param run  from serving_sim_init() (or any initialised run)
- * @param log  where the chapter's setup lines go, or NULL
- * @param err  receives the reason on failure
- * @return 0 on success, -1 on failure (close with serving_run_close() either way)
- */
-int serving_sim_open(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err);
-
-/**
- * One step of the serving loop without a model: arrivals (skipping ahead
- * over steps when nobody is there to serve), the chapter's schedule, the
- * fed positions marked cached, a dummy token appended to every request
- * that was fed (or its stop), the chapter's accounting, the finished hook.
- * Exactly what serving_run() does around the forward pass and the sampler.
- * @param ch   the chapter
- * @param run  opened with serving_sim_open()
- * @param err  receives the reason on failure (e.g. a scheduler that plans nothing)
- * @return 0 on success (also when every request is done), -1 on failure
- */
-int serving_sim_step(const ServingChapter *ch, ServingRun *run, Err *err);
-
-/**
- * serving_sim_open(), then serving_sim_step() until every request is done.
- * The chapter stays open for its numbers; close it with serving_run_close().
- * @param ch   the chapter
- * @param run  from serving_sim_init()
- * @param log  where the chapter's setup lines go, or NULL
- * @param err  receives the reason on failure
- * @return 0 on success, -1 on failure
- */
-int serving_run_simulated(const ServingChapter *ch, ServingRun *run, FILE *log, Err *err);
 
 /**
  * Total preemptions of a run (requeues in chapter 3, preemptions in

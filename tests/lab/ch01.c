@@ -1,7 +1,7 @@
 /* Chapter 1 lab: the tests `make lab CH=1` grades.
  *
- * The student writes three pieces of solutions/ch01/naive.c (in their copy,
- * exercises/ch01/naive.c): naive_prepare (how many positions are cached:
+ * The student writes three functions, one file each in exercises/ch01/
+ * (the answers: solutions/ch01/): naive_prepare (how many positions are cached:
  * none), naive_store (put a token's K and V in row e->pos) and naive_attend
  * (causal attention of one head over positions 0..e->pos, with grouped-query
  * heads). Each piece is tested alone on small cases whose answer can be
@@ -80,11 +80,11 @@ START_TEST(prepare_caches_nothing)
         int cached = -7;
         Err err = {{0}};
         int rc = naive_prepare(&kv, lengths[i], &cached, &err);
-        ck_assert_msg(rc == 0, "expected naive_prepare to return 0, got %d; hint: chapter 1 has nothing to prepare, "
-                               "so it cannot fail", rc);
+        ck_assert_msg(rc == 0, "expected naive_prepare to return 0, got %d; hint: naive_prepare() has nothing to "
+                               "prepare in chapter 1, so it cannot fail", rc);
         ck_assert_msg(cached == 0,
-                      "expected 0 cached positions for a %d-token sequence, got %d; hint: chapter 1 keeps no K/V "
-                      "between steps, so every step must run all positions again (*cached = 0)",
+                      "expected 0 cached positions for a %d-token sequence, got %d; hint: naive_prepare(): chapter 1 keeps "
+                      "no K/V between steps, so every step must run all positions again (*cached = 0)",
                       lengths[i], cached);
     }
     naive_kv_free(&kv);
@@ -101,13 +101,13 @@ static void check_rows(const float *buf, const char *name, int capacity, int kv_
     for (int i = 0; i < kv_dim; i++)
         ck_assert_msg(buf[(size_t)pos * kv_dim + i] == want[i],
                       "expected row %d of kv->%s (the token's row, e->pos) to hold the stored vector, but element %d "
-                      "is %g instead of %g; hint: copy all kv_dim floats to kv->%s + e->pos * kv_dim",
+                      "is %g instead of %g; hint: naive_store() copies all kv_dim floats to kv->%s + e->pos * kv_dim",
                       pos, name, i, buf[(size_t)pos * kv_dim + i], want[i], name);
     for (int row = 0; row < capacity; row++)
         for (int i = 0; i < kv_dim && row != pos; i++)
             ck_assert_msg(buf[(size_t)row * kv_dim + i] == untouched,
                           "expected row %d of kv->%s to stay untouched (only row %d was stored), but element %d is "
-                          "%g; hint: a token's row starts at e->pos * kv_dim and is kv_dim floats long",
+                          "%g; hint: in naive_store(), a token's row starts at e->pos * kv_dim and is kv_dim floats long",
                           row, name, pos, i, buf[(size_t)row * kv_dim + i]);
 }
 
@@ -130,7 +130,7 @@ START_TEST(store_writes_row_at_pos)
         naive_store(&kv, 0, &e, k, v);
         ck_assert_msg(!(kv.keys[(size_t)e.pos * kv_dim] == v[0] && kv.values[(size_t)e.pos * kv_dim] == k[0]),
                       "expected the key in kv->keys and the value in kv->values, got them the other way round; "
-                      "hint: swap the two copies");
+                      "hint: swap the two copies in naive_store()");
         check_rows(kv.keys, "keys", kv.capacity, kv_dim, e.pos, k, -100.0f);
         check_rows(kv.values, "values", kv.capacity, kv_dim, e.pos, v, -100.0f);
     }
@@ -156,7 +156,7 @@ START_TEST(store_reuses_rows_across_layers)
     naive_store(&kv, 1, &e, k1, v1);
     ck_assert_msg(kv.keys[2 * kv_dim] != k0[0] || kv.keys[2 * kv_dim + 1] != k0[1],
                   "expected row 2 to hold layer 1's key after storing layer 0 and then layer 1 at position 2, but it "
-                  "still holds layer 0's; hint: the buffers hold one layer at a time ([capacity][kv_dim], no layer "
+                  "still holds layer 0's; hint: naive_store(): the buffers hold one layer at a time ([capacity][kv_dim], no layer "
                   "index): every layer writes the same row e->pos");
     check_rows(kv.keys, "keys", kv.capacity, kv_dim, 2, k1, -100.0f);
     check_rows(kv.values, "values", kv.capacity, kv_dim, 2, v1, -100.0f);
@@ -184,8 +184,8 @@ START_TEST(attend_hand_checked)
     BatchEntry first = {.seq = 0, .pos = 0, .token = 5, .logits_row = -1};
     naive_attend(&kv, 0, &first, 0, q, out, scores);
     ck_assert_msg(fabsf(out[0] - 4) < 1e-5f && fabsf(out[1] - 0) < 1e-5f,
-                  "expected out = (4, 0) for the query at position 0, got (%g, %g); hint: the first token sees only "
-                  "itself, so its softmax weight is 1 and the output is its own value row",
+                  "expected out = (4, 0) for the query at position 0, got (%g, %g); hint: in naive_attend(), the first "
+                  "token sees only itself, so its softmax weight is 1 and the output is its own value row",
                   out[0], out[1]);
 
     BatchEntry second = {.seq = 0, .pos = 1, .token = 5, .logits_row = -1};
@@ -194,12 +194,12 @@ START_TEST(attend_hand_checked)
     float w1 = 1.0f / (1.0f + expf(-logf(3.0f) * sqrtf(2.0f)));
     int forgot_scale = fabsf(out[0] - 4 * (1 - w1)) < 1e-3f && fabsf(out[1] - 8 * w1) < 1e-3f;
     ck_assert_msg(!forgot_scale,
-                  "expected out = (1, 6) for the query at position 1, got (%g, %g); hint: that is what you get "
-                  "without dividing the scores by sqrt(head_dim)",
+                  "expected out = (1, 6) for the query at position 1, got (%g, %g); hint: that is what naive_attend() "
+                  "gives without dividing the scores by sqrt(head_dim)",
                   out[0], out[1]);
     ck_assert_msg(fabsf(out[0] - 1) < 1e-5f && fabsf(out[1] - 6) < 1e-5f,
                   "expected out = (1, 6) for the query at position 1 (softmax weights 1/4 and 3/4 on the values "
-                  "(4, 0) and (0, 8)), got (%g, %g); hint: score_t = q . k_t / sqrt(head_dim) for t = 0..e->pos, "
+                  "(4, 0) and (0, 8)), got (%g, %g); hint: in naive_attend(), score_t = q . k_t / sqrt(head_dim) for t = 0..e->pos, "
                   "softmax over those scores, then out = sum of weight_t * v_t",
                   out[0], out[1]);
     naive_kv_free(&kv);
@@ -220,7 +220,7 @@ static void check_heads_at(NaiveKv *kv, int pos, unsigned seed)
         naive_attend(kv, 0, &e, head, q, out, scores);
         for (int i = 0; i < head_dim; i++)
             ck_assert_msg(isfinite(out[i]),
-                          "expected a finite output for head %d at position %d, got out[%d] = %g; hint: in this test "
+                          "expected a finite output for head %d at position %d, got out[%d] = %g; hint: naive_attend(): in this test "
                           "the rows after e->pos (and the scores scratch) hold NaN, so your code read positions the "
                           "token must not see, or a score it never wrote: attend to positions 0..e->pos only",
                           head, pos, i, out[i]);
@@ -235,10 +235,10 @@ static void check_heads_at(NaiveKv *kv, int pos, unsigned seed)
         int left_out_self = pos > 0 && lab_max_abs_diff(out, without_self, head_dim, NULL) <= 1e-5f;
         ck_assert_msg(!left_out_self,
                       "expected head %d at position %d to attend to positions 0..%d, got the result for 0..%d; hint: "
-                      "a token attends to itself too (t <= e->pos)",
+                      "in naive_attend(), a token attends to itself too (t <= e->pos)",
                       head, pos, pos, pos - 1);
         ck_assert_msg(0, "expected out[%d] = %g for head %d at position %d (attention_reference), got %g; hint: "
-                         "score_t = q . k_t / sqrt(head_dim) over the key rows t = 0..e->pos of this head's KV head "
+                         "naive_attend(): score_t = q . k_t / sqrt(head_dim) over the key rows t = 0..e->pos of this head's KV head "
                          "(row stride kv_dim), softmax, then the same weights on the value rows",
                       at, want[at], head, pos, out[at]);
     }
@@ -300,7 +300,7 @@ START_TEST(attend_gqa_head_mapping)
         float want = 10.0f * (float)(want_kv + 1);
         ck_assert_msg(fabsf(out[0] - want) < 1e-4f,
                       "expected query head %d to read KV head %d (whose values are all %g), got out[0] = %g; hint: "
-                      "%d query heads share each KV head, so query head h reads KV head h / kv_mul (not h, not "
+                      "naive_attend(): %d query heads share each KV head, so query head h reads KV head h / kv_mul (not h, not "
                       "h %% n_kv_heads), whose slice of a row starts at (h / kv_mul) * head_dim",
                       head, want_kv, want, out[0], kv_mul);
     }

@@ -1,5 +1,6 @@
-/* Chapter 2 lab tests: the contiguous KV cache (solutions/ch02/kvcache.c,
- * or your exercises/ch02/kvcache.c under `make lab CH=2`).
+/* Chapter 2 lab tests: the contiguous KV cache (kv_cache_prepare(),
+ * kv_cache_store(), kv_cache_attend(), kv_cache_grow(): solutions/ch02/, or
+ * your exercises/ch02/ under `make lab CH=2`).
  *
  * Small cases you can check by hand first (prepare, store, attend, grow),
  * then whole generations that must give exactly the logits of a reference
@@ -49,43 +50,53 @@ START_TEST(prepare_reports_what_is_already_cached)
         ck_assert_msg(kv_cache_prepare(&kv, want[i][0], &cached, &err) == 0, "kv_cache_prepare(%d) failed: %s",
                       want[i][0], err.msg);
         ck_assert_msg(cached == want[i][1],
-                      "step with %d tokens: expected %d cached positions, got %d; hint: the first step runs the whole "
-                      "prompt (nothing cached yet), every later step only the newest token",
+                      "step with %d tokens: expected %d cached positions, got %d; hint: kv_cache_prepare(): the first "
+                      "step runs the whole prompt (nothing cached yet), every later step only the newest token",
                       want[i][0], want[i][1], cached);
     }
-    ck_assert_msg(kv.length == 8, "expected kv->length 8 after a step with 8 tokens, got %d; hint: record how many "
-                  "positions hold K/V once this step has stored its tokens", kv.length);
+    ck_assert_msg(kv.length == 8, "expected kv->length 8 after a step with 8 tokens, got %d; hint: kv_cache_prepare() "
+                  "records how many positions hold K/V once this step has stored its tokens", kv.length);
     kv_cache_free(&kv);
 }
 END_TEST
 
 /* ------------------------------------------------------------ ch02.store */
 
+/* Under both policies: with --kv-alloc grow the capacity (16 here) is not
+ * seq_len (40), so a layer stride of seq_len writes rows that do not exist. */
+static const KvAllocPolicy POLICIES[] = {KV_ALLOC_MAX, KV_ALLOC_GROW};
+
 START_TEST(store_writes_row_layer_pos)
 {
-    KvCache kv;
-    open_cache(&kv, KV_ALLOC_MAX, 1);
-    float k[4] = {1, 2, 3, 4}, v[4] = {-1, -2, -3, -4};
-    BatchEntry e = {.seq = 0, .pos = 3, .token = 7, .logits_row = -1};
-    kv_cache_store(&kv, 1, &e, k, v);
-    size_t row = row_index(&kv, 1, 3); /* (1 x 40 + 3) x 4 = 172 */
-    for (int i = 0; i < 4; i++) {
-        ck_assert_msg(kv.keys[row + i] == k[i],
-                      "expected keys[(1 x capacity + 3) x kv_dim + %d] = %g, got %g; hint: row (layer, pos) starts at "
-                      "(layer x capacity + pos) x kv_dim",
-                      i, (double)k[i], (double)kv.keys[row + i]);
-        ck_assert_msg(kv.values[row + i] == v[i], "expected values[%zu] = %g, got %g; hint: V goes to kv->values, "
-                      "at the same row as K", row + i, (double)v[i], (double)kv.values[row + i]);
+    for (int p = 0; p < 2; p++) {
+        KvCache kv;
+        open_cache(&kv, POLICIES[p], 1);
+        const char *policy = kv_alloc_policy_name(POLICIES[p]);
+        float k[4] = {1, 2, 3, 4}, v[4] = {-1, -2, -3, -4};
+        BatchEntry e = {.seq = 0, .pos = 3, .token = 7, .logits_row = -1};
+        kv_cache_store(&kv, 1, &e, k, v);
+        size_t row = row_index(&kv, 1, 3); /* (1 x capacity + 3) x 4 */
+        for (int i = 0; i < 4; i++) {
+            ck_assert_msg(kv.keys[row + i] == k[i],
+                          "--kv-alloc %s (capacity %d): expected keys[(1 x capacity + 3) x kv_dim + %d] = %g, got %g; "
+                          "hint: in kv_cache_store(), row (layer, pos) starts at (layer x capacity + pos) x kv_dim",
+                          policy, kv.capacity, i, (double)k[i], (double)kv.keys[row + i]);
+            ck_assert_msg(kv.values[row + i] == v[i],
+                          "--kv-alloc %s: expected values[%zu] = %g, got %g; hint: kv_cache_store() puts V in "
+                          "kv->values, at the same row as K",
+                          policy, row + i, (double)v[i], (double)kv.values[row + i]);
+        }
+        /* Nothing else was touched. */
+        size_t total = (size_t)SMALL.n_layers * (size_t)kv.capacity * 4;
+        for (size_t i = 0; i < total; i++)
+            if (i < row || i >= row + 4)
+                ck_assert_msg(kv.keys[i] == 0.0f && kv.values[i] == 0.0f,
+                              "--kv-alloc %s: expected only row (layer 1, pos 3) to be written, but float %zu is %g / "
+                              "%g; hint: check the layer stride in kv_cache_store() (capacity x kv_dim, and the "
+                              "capacity is not seq_len once the cache can grow)",
+                              policy, i, (double)kv.keys[i], (double)kv.values[i]);
+        kv_cache_free(&kv);
     }
-    /* Nothing else was touched. */
-    size_t total = (size_t)SMALL.n_layers * (size_t)kv.capacity * 4;
-    for (size_t i = 0; i < total; i++)
-        if (i < row || i >= row + 4)
-            ck_assert_msg(kv.keys[i] == 0.0f && kv.values[i] == 0.0f,
-                          "expected only row (layer 1, pos 3) to be written, but float %zu is %g / %g; hint: check "
-                          "the layer stride (capacity x kv_dim)",
-                          i, (double)kv.keys[i], (double)kv.values[i]);
-    kv_cache_free(&kv);
 }
 END_TEST
 
@@ -102,32 +113,36 @@ static void put_row(float *base, const KvCache *kv, int layer, int pos, int kv_h
  * the query may see. */
 START_TEST(attend_averages_values_under_equal_scores)
 {
-    KvCache kv;
-    open_cache(&kv, KV_ALLOC_MAX, 1);
-    /* Layer 1, KV head 0: values (3,0), (0,3), (3,3); position 3 must stay unseen. */
-    put_row(kv.values, &kv, 1, 0, 0, 3, 0);
-    put_row(kv.values, &kv, 1, 1, 0, 0, 3);
-    put_row(kv.values, &kv, 1, 2, 0, 3, 3);
-    put_row(kv.values, &kv, 1, 3, 0, 1000, 1000);
-    /* Layer 0 and KV head 1 hold something else, to catch wrong offsets. */
-    for (int pos = 0; pos < 4; pos++) {
-        put_row(kv.values, &kv, 0, pos, 0, -50, -50);
-        put_row(kv.values, &kv, 1, pos, 1, 77, 77);
+    for (int p = 0; p < 2; p++) {
+        KvCache kv;
+        open_cache(&kv, POLICIES[p], 1);
+        const char *policy = kv_alloc_policy_name(POLICIES[p]);
+        /* Layer 1, KV head 0: values (3,0), (0,3), (3,3); position 3 must stay unseen. */
+        put_row(kv.values, &kv, 1, 0, 0, 3, 0);
+        put_row(kv.values, &kv, 1, 1, 0, 0, 3);
+        put_row(kv.values, &kv, 1, 2, 0, 3, 3);
+        put_row(kv.values, &kv, 1, 3, 0, 1000, 1000);
+        /* Layer 0 and KV head 1 hold something else, to catch wrong offsets. */
+        for (int pos = 0; pos < 4; pos++) {
+            put_row(kv.values, &kv, 0, pos, 0, -50, -50);
+            put_row(kv.values, &kv, 1, pos, 1, 77, 77);
+        }
+        float q[2] = {1, 0}, out[2] = {9, 9}, scores[40];
+        BatchEntry e = {.seq = 0, .pos = 2, .token = 0, .logits_row = -1};
+        kv_cache_attend(&kv, 1, &e, 1, q, out, scores); /* query head 1 reads KV head 1 / 2 = 0 */
+        ck_assert_msg(fabsf(out[0] - 2.0f) < 1e-5f && fabsf(out[1] - 2.0f) < 1e-5f,
+                      "--kv-alloc %s (capacity %d): expected (2, 2), the mean of the values at positions 0..2, got "
+                      "(%g, %g); hint: in kv_cache_attend(), query head h reads KV head h / kv_mul, in layer `layer` "
+                      "(layer x capacity rows in), positions 0..e->pos and no further",
+                      policy, kv.capacity, (double)out[0], (double)out[1]);
+        e.pos = 1;
+        kv_cache_attend(&kv, 1, &e, 0, q, out, scores);
+        ck_assert_msg(fabsf(out[0] - 1.5f) < 1e-5f && fabsf(out[1] - 1.5f) < 1e-5f,
+                      "--kv-alloc %s: expected (1.5, 1.5) for a query at position 1, got (%g, %g); hint: "
+                      "kv_cache_attend() is causal: positions 0..e->pos, the token included",
+                      policy, (double)out[0], (double)out[1]);
+        kv_cache_free(&kv);
     }
-    float q[2] = {1, 0}, out[2] = {9, 9}, scores[40];
-    BatchEntry e = {.seq = 0, .pos = 2, .token = 0, .logits_row = -1};
-    kv_cache_attend(&kv, 1, &e, 1, q, out, scores); /* query head 1 reads KV head 1 / 2 = 0 */
-    ck_assert_msg(fabsf(out[0] - 2.0f) < 1e-5f && fabsf(out[1] - 2.0f) < 1e-5f,
-                  "expected (2, 2), the mean of the values at positions 0..2, got (%g, %g); hint: query head h reads "
-                  "KV head h / kv_mul, in layer `layer`, positions 0..e->pos and no further",
-                  (double)out[0], (double)out[1]);
-    e.pos = 1;
-    kv_cache_attend(&kv, 1, &e, 0, q, out, scores);
-    ck_assert_msg(fabsf(out[0] - 1.5f) < 1e-5f && fabsf(out[1] - 1.5f) < 1e-5f,
-                  "expected (1.5, 1.5) for a query at position 1, got (%g, %g); hint: causal attention sees "
-                  "positions 0..e->pos only",
-                  (double)out[0], (double)out[1]);
-    kv_cache_free(&kv);
 }
 END_TEST
 
@@ -146,8 +161,9 @@ START_TEST(attend_weights_by_the_scores)
     BatchEntry e = {.seq = 0, .pos = 1, .token = 0, .logits_row = -1};
     kv_cache_attend(&kv, 0, &e, 3, q, out, scores); /* head 3 -> KV head 1 */
     ck_assert_msg(fabsf(out[0] - 1.0f) < 1e-5f && fabsf(out[1] - 6.0f) < 1e-5f,
-                  "expected (1, 6) = 1/4 x (4, 0) + 3/4 x (0, 8), got (%g, %g); hint: score = q . k / sqrt(head_dim), "
-                  "softmax over the scores, then the weighted sum of values",
+                  "expected (1, 6) = 1/4 x (4, 0) + 3/4 x (0, 8), got (%g, %g); hint: kv_cache_attend(): score = "
+                  "q . k / sqrt(head_dim) over this KV head's slice (head / kv_mul), softmax over the scores, then "
+                  "the weighted sum of values",
                   (double)out[0], (double)out[1]);
     kv_cache_free(&kv);
 }
@@ -175,7 +191,8 @@ START_TEST(grow_moves_rows_and_counts_the_move)
     fill_cache_rows(&kv, 16);
     size_t per_token = model_kv_bytes_per_token(&SMALL, sizeof(float)); /* 2 x 2 x 2 x 2 x 4 = 64 B */
     ck_assert_msg(kv_cache_grow(&kv, 32, &err) == 0, "kv_cache_grow(32) failed: %s", err.msg);
-    ck_assert_msg(kv.capacity == 32, "expected capacity 32 after growing, got %d; hint: attach the new buffer",
+    ck_assert_msg(kv.capacity == 32, "expected capacity 32 after growing, got %d; hint: kv_cache_grow() attaches the new "
+                  "buffer (kv_cache_attach())",
                   kv.capacity);
     for (int l = 0; l < SMALL.n_layers; l++)
         for (int pos = 0; pos < 16; pos++)
@@ -184,24 +201,58 @@ START_TEST(grow_moves_rows_and_counts_the_move)
                 float got_k = kv.keys[row_index(&kv, l, pos) + i], got_v = kv.values[row_index(&kv, l, pos) + i];
                 ck_assert_msg(got_k == want && got_v == -want,
                               "after growing, expected row (layer %d, pos %d) float %d = %g / %g, got %g / %g; hint: "
-                              "each layer's rows move separately, since the layer stride is capacity x kv_dim",
+                              "kv_cache_grow() copies old -> new, each layer's rows separately, since the layer "
+                              "stride is capacity x kv_dim",
                               l, pos, i, (double)want, (double)-want, (double)got_k, (double)got_v);
             }
-    ck_assert_msg(kv.reallocations == 1, "expected 1 reallocation, got %d", kv.reallocations);
+    ck_assert_msg(kv.reallocations == 1, "expected 1 reallocation, got %d; hint: kv_cache_grow() counts each move",
+                  kv.reallocations);
     ck_assert_msg(kv.bytes_copied == 16 * per_token,
-                  "expected %zu bytes copied (16 positions x %zu B), got %zu; hint: count keys and values of every "
-                  "layer",
+                  "expected %zu bytes copied (16 positions x %zu B), got %zu; hint: kv_cache_grow() counts the "
+                  "keys and the values of every layer",
                   16 * per_token, per_token, kv.bytes_copied);
     ck_assert_msg(kv.peak_held_bytes == 48 * per_token,
-                  "expected a peak of %zu bytes (old 16 + new 32 positions), got %zu; hint: both buffers exist "
-                  "until the old one is freed",
+                  "expected a peak of %zu bytes (old 16 + new 32 positions), got %zu; hint: in kv_cache_grow(), "
+                  "both buffers exist until the old one is freed",
                   48 * per_token, kv.peak_held_bytes);
     ck_assert_msg(mem_current(MEM_KV, MEM_HOST) == 32 * per_token,
-                  "expected the ledger to hold %zu KV bytes (the new buffer only), got %zu; hint: free the old buffer "
-                  "with mem_free, allocate with mem_alloc(MEM_KV, ...)",
+                  "expected the ledger to hold %zu KV bytes (the new buffer only), got %zu; hint: kv_cache_grow() "
+                  "frees the old buffer with mem_free and allocates with mem_alloc(MEM_KV, ...)",
                   32 * per_token, mem_current(MEM_KV, MEM_HOST));
-    ck_assert_msg(mem_peak(MEM_KV, MEM_HOST) == 48 * per_token, "expected the ledger's KV peak %zu, got %zu",
-                  48 * per_token, mem_peak(MEM_KV, MEM_HOST));
+    ck_assert_msg(mem_peak(MEM_KV, MEM_HOST) == 48 * per_token,
+                  "expected the ledger's KV peak %zu, got %zu; hint: kv_cache_grow() allocates the new buffer once, "
+                  "before it frees the old one", 48 * per_token, mem_peak(MEM_KV, MEM_HOST));
+    kv_cache_free(&kv);
+}
+END_TEST
+
+/* Two moves: 16 -> 32 -> 40 positions. The peak is the largest moment,
+ * old + new of the second move (32 + 40), not a sum over the moves. */
+START_TEST(grow_twice_keeps_the_largest_peak)
+{
+    KvCache kv;
+    open_cache(&kv, KV_ALLOC_GROW, 3);
+    Err err = {{0}};
+    size_t per_token = model_kv_bytes_per_token(&SMALL, sizeof(float));
+    kv.length = 16; /* as after a step with 16 tokens */
+    fill_cache_rows(&kv, 16);
+    ck_assert_msg(kv_cache_grow(&kv, 32, &err) == 0, "kv_cache_grow(32) failed: %s", err.msg);
+    kv.length = 32;
+    fill_cache_rows(&kv, 32);
+    ck_assert_msg(kv_cache_grow(&kv, 40, &err) == 0, "kv_cache_grow(40) failed: %s", err.msg);
+    ck_assert_msg(kv.peak_held_bytes == 72 * per_token,
+                  "after growing 16 -> 32 -> 40 positions, expected a peak of %zu bytes (old 32 + new 40 during the "
+                  "second move), got %zu; hint: kv_cache_grow() keeps the LARGEST old + new seen "
+                  "(peak_held_bytes is a maximum, not a sum)",
+                  72 * per_token, kv.peak_held_bytes);
+    ck_assert_msg(kv.bytes_copied == 48 * per_token && kv.reallocations == 2,
+                  "expected 2 moves copying 16 + 32 positions (%zu B), got %d moves and %zu B; hint: "
+                  "kv_cache_grow() adds each move's bytes to bytes_copied",
+                  48 * per_token, kv.reallocations, kv.bytes_copied);
+    ck_assert_msg(mem_current(MEM_KV, MEM_HOST) == 40 * per_token && mem_peak(MEM_KV, MEM_HOST) == 72 * per_token,
+                  "expected the ledger to hold %zu KV bytes at the end and %zu at its peak, got %zu and %zu; hint: "
+                  "kv_cache_grow() frees each old buffer", 40 * per_token, 72 * per_token,
+                  mem_current(MEM_KV, MEM_HOST), mem_peak(MEM_KV, MEM_HOST));
     kv_cache_free(&kv);
 }
 END_TEST
@@ -219,10 +270,12 @@ START_TEST(prepare_grows_by_doubling)
         capacities[n] = kv.capacity;
     }
     ck_assert_msg(capacities[16] == 16 && capacities[17] == 32 && capacities[32] == 32 && capacities[33] == 40,
-                  "expected capacities 16, 32, 32, 40 at 16, 17, 32, 33 tokens, got %d, %d, %d, %d; hint: double when "
-                  "full, never beyond seq_len (40)",
+                  "expected capacities 16, 32, 32, 40 at 16, 17, 32, 33 tokens, got %d, %d, %d, %d; hint: "
+                  "kv_cache_prepare() makes room (kv_cache_make_room() doubles, never beyond seq_len 40) through "
+                  "kv_cache_grow()",
                   capacities[16], capacities[17], capacities[32], capacities[33]);
-    ck_assert_msg(kv.reallocations == 2, "expected 2 reallocations (16 -> 32 -> 40), got %d", kv.reallocations);
+    ck_assert_msg(kv.reallocations == 2, "expected 2 reallocations (16 -> 32 -> 40), got %d; hint: one "
+                  "kv_cache_grow() per doubling", kv.reallocations);
     kv_cache_free(&kv);
 }
 END_TEST
@@ -433,6 +486,7 @@ Suite *lab_suite(void)
     lab_add_test(s, attend_averages_values_under_equal_scores, 10);
     lab_add_test(s, attend_weights_by_the_scores, 10);
     lab_add_test(s, grow_moves_rows_and_counts_the_move, 10);
+    lab_add_test(s, grow_twice_keeps_the_largest_peak, 10);
     lab_add_test(s, prepare_grows_by_doubling, 10);
     lab_add_test(s, logits_equal_the_reference_on_a_synthetic_gqa_model, 120);
     lab_add_test(s, golden_output_on_stories260k, 120);

@@ -1,6 +1,7 @@
 /* Chapter 3 lab: the reservation policies, the first-fit arena, and the
- * admission of a batch, static or continuous (solutions/ch03/kv_arena.c
- * and batching.c, or your exercises/ch03/ versions).
+ * admission of a batch, static or continuous (reserve_initial_tokens(),
+ * kv_arena_alloc(), kv_arena_release(), batching_admit(): solutions/ch03/,
+ * or your exercises/ch03/ versions).
  *
  * Every test builds its own synthetic model: nothing here needs a download,
  * and nothing depends on the other chapters' labs (the reference tokens come
@@ -96,16 +97,17 @@ START_TEST(lab_first_fit)
     expect_alloc(&a, 10, 0);
     expect_alloc(&a, 20, 10);
     expect_alloc(&a, 30, 30);
-    expect_holes(&a, (size_t[]){60, 40}, 1, "three allocations of 10, 20, 30");
+    expect_holes(&a, (size_t[]){60, 40}, 1, "three kv_arena_alloc() of 10, 20, 30");
     a.holes[0] = (KvRange){10, 20}; /* pretend [10, 30) was freed */
     a.holes[1] = (KvRange){60, 40};
     a.n_holes = 2;
     a.free_bytes = 60;
     expect_alloc(&a, 25, 60); /* too big for the first hole */
-    expect_holes(&a, (size_t[]){10, 20, 85, 15}, 2, "taking 25 from [60, +40)");
+    expect_holes(&a, (size_t[]){10, 20, 85, 15}, 2, "kv_arena_alloc(25) from the hole [60, +40)");
     expect_alloc(&a, 15, 10); /* both holes fit: the first one wins */
+    expect_holes(&a, (size_t[]){25, 5, 85, 15}, 2, "kv_arena_alloc(15), which the first hole holds");
     expect_alloc(&a, 5, 25);  /* an exact fit empties the hole */
-    expect_holes(&a, (size_t[]){85, 15}, 1, "an exact fit");
+    expect_holes(&a, (size_t[]){85, 15}, 1, "kv_arena_alloc() of an exact fit");
     expect_alloc(&a, 16, -1);
     kv_arena_free(&a);
 }
@@ -119,15 +121,15 @@ START_TEST(lab_coalesce)
     for (int i = 0; i < 5; i++)
         expect_alloc(&a, 10, 10 * i);
     expect_release(&a, 10, 10);
-    expect_holes(&a, (size_t[]){10, 10}, 1, "releasing [10, +10) in a full arena");
+    expect_holes(&a, (size_t[]){10, 10}, 1, "kv_arena_release() of [10, +10) in a full arena");
     expect_release(&a, 30, 10);
-    expect_holes(&a, (size_t[]){10, 10, 30, 10}, 2, "releasing [30, +10), which touches no hole");
+    expect_holes(&a, (size_t[]){10, 10, 30, 10}, 2, "kv_arena_release() of [30, +10), which touches no hole");
     expect_release(&a, 0, 10);
-    expect_holes(&a, (size_t[]){0, 20, 30, 10}, 2, "releasing [0, +10), which touches the hole after it");
+    expect_holes(&a, (size_t[]){0, 20, 30, 10}, 2, "kv_arena_release() of [0, +10), which touches the hole after it");
     expect_release(&a, 40, 10);
-    expect_holes(&a, (size_t[]){0, 20, 30, 20}, 2, "releasing [40, +10), which touches the hole before it");
+    expect_holes(&a, (size_t[]){0, 20, 30, 20}, 2, "kv_arena_release() of [40, +10), which touches the hole before it");
     expect_release(&a, 20, 10);
-    expect_holes(&a, (size_t[]){0, 50}, 1, "releasing [20, +10), which touches holes on both sides");
+    expect_holes(&a, (size_t[]){0, 50}, 1, "kv_arena_release() of [20, +10), which touches holes on both sides");
     kv_arena_free(&a);
 }
 END_TEST
@@ -142,8 +144,9 @@ START_TEST(lab_fragmentation_refusal)
     expect_release(&a, 2048, 2048);
     expect_release(&a, 6144, 2048);
     ck_assert_msg(a.free_bytes == 4096 && kv_arena_largest_hole(&a) == 2048,
-                  "expected 4096 B free in two holes of 2048, got %zu B free, largest hole %zu", a.free_bytes,
-                  kv_arena_largest_hole(&a));
+                  "expected 4096 B free in two holes of 2048, got %zu B free, largest hole %zu; hint: "
+                  "kv_arena_alloc() takes a region's bytes off free_bytes, kv_arena_release() gives them back",
+                  a.free_bytes, kv_arena_largest_hole(&a));
     expect_alloc(&a, 3072, -1); /* 4 KiB free, but no hole of 3 KiB: external fragmentation */
     expect_release(&a, 4096, 2048);
     expect_alloc(&a, 3072, 2048); /* one hole of 6 KiB now */
@@ -179,30 +182,47 @@ static void close_model(LabModel *lm)
     mem_free(lm->tok_image);
 }
 
-/* Runs chapter 3 in-process; returns 0, or -1 with the reason in err. */
+/* One in-process run of chapter 3, as its program steps it. */
+typedef struct {
+    RequestFile rf;
+    CliOptions o;
+    ServingRun run;
+    BatchingState *state;
+} LabRun;
+
+/* Runs chapter 3 in-process with at most @p max_batch requests per batch
+ * (0: the default); returns 0, or -1 with the reason in err. */
+static int run_chapter_batch_of(const LabModel *lm, const char *requests, const char *reserve, const char *batching,
+                                size_t budget, int max_batch, LabRun *lr, Err *err)
+{
+    ck_assert(request_file_parse(&lr->rf, requests, strlen(requests), "lab", err) == 0);
+    cli_defaults(&lr->o);
+    lr->o.reserve = reserve;
+    lr->o.batching = batching;
+    lr->o.kv_budget = budget;
+    if (max_batch > 0)
+        lr->o.max_batch = max_batch;
+    ck_assert(serving_run_init(&lr->run, &lm->m, &lm->t, &lr->o, &lr->rf, err) == 0);
+    return batching_serve(&lr->run, &lr->state, NULL, err);
+}
+
 static int run_chapter_batching(const LabModel *lm, const char *requests, const char *reserve, const char *batching,
-                                size_t budget, RequestFile *rf, CliOptions *o, ServingRun *run, Err *err)
+                                size_t budget, LabRun *lr, Err *err)
 {
-    ck_assert(request_file_parse(rf, requests, strlen(requests), "lab", err) == 0);
-    cli_defaults(o);
-    o->reserve = reserve;
-    o->batching = batching;
-    o->kv_budget = budget;
-    ck_assert(serving_run_init(run, &lm->m, &lm->t, o, rf, err) == 0);
-    return serving_run(batching_chapter(), run, NULL, err);
+    return run_chapter_batch_of(lm, requests, reserve, batching, budget, 0, lr, err);
 }
 
-static int run_chapter(const LabModel *lm, const char *requests, const char *reserve, size_t budget,
-                       RequestFile *rf, CliOptions *o, ServingRun *run, Err *err)
+static int run_chapter(const LabModel *lm, const char *requests, const char *reserve, size_t budget, LabRun *lr,
+                       Err *err)
 {
-    return run_chapter_batching(lm, requests, reserve, "static", budget, rf, o, run, err);
+    return run_chapter_batching(lm, requests, reserve, "static", budget, lr, err);
 }
 
-static void end_chapter(RequestFile *rf, ServingRun *run)
+static void end_chapter(LabRun *lr)
 {
-    serving_run_close(batching_chapter(), run);
-    serving_run_free(run);
-    request_file_free(rf);
+    batching_close(lr->state);
+    serving_run_free(&lr->run);
+    request_file_free(&lr->rf);
 }
 
 START_TEST(lab_admission_in_file_order)
@@ -213,21 +233,20 @@ START_TEST(lab_admission_in_file_order)
      * the second finishes (after step 7). */
     LabModel lm;
     open_model(&lm, 3);
-    RequestFile rf;
-    CliOptions o;
-    ServingRun run;
+    LabRun lr;
+    ServingRun *run = &lr.run;
     Err err = {{0}};
-    int rc = run_chapter(&lm, "4\ta\n8\tb\n12\tc\n", "request", 20 * 256, &rf, &o, &run, &err);
+    int rc = run_chapter(&lm, "4\ta\n8\tb\n12\tc\n", "request", 20 * 256, &lr, &err);
     ck_assert_msg(rc == 0, "the run failed: %s; hint: batching_admit() must admit at least the first waiting "
                   "request into an empty arena", err.msg);
     static const long want[] = {0, 0, 8};
     for (int i = 0; i < 3; i++)
-        ck_assert_msg(run.reqs[i].admitted_step == want[i],
-                      "request %d: expected to be admitted at step %ld, got %ld; hint: admit in file order while "
+        ck_assert_msg(run->reqs[i].admitted_step == want[i],
+                      "request %d: expected to be admitted at step %ld, got %ld; hint: batching_admit() admits in file order while "
                       "the reservation fits, stop at the first that does not, and start the next batch only when "
-                      "the current one has finished", i, want[i], run.reqs[i].admitted_step);
-    ck_assert_msg(run.max_concurrent == 2, "expected 2 requests at once, got %d", run.max_concurrent);
-    end_chapter(&rf, &run);
+                      "the current one has finished", i, want[i], run->reqs[i].admitted_step);
+    ck_assert_msg(run->max_concurrent == 2, "expected 2 requests at once, got %d", run->max_concurrent);
+    end_chapter(&lr);
     close_model(&lm);
 }
 END_TEST
@@ -242,22 +261,67 @@ START_TEST(lab_continuous_admission)
      * 8). */
     LabModel lm;
     open_model(&lm, 3);
-    RequestFile rf;
-    CliOptions o;
-    ServingRun run;
+    LabRun lr;
+    ServingRun *run = &lr.run;
     Err err = {{0}};
-    int rc = run_chapter_batching(&lm, "4\ta\n8\tb\n4\tc\n", "request", "continuous", 16 * 256, &rf, &o, &run, &err);
+    int rc = run_chapter_batching(&lm, "4\ta\n8\tb\n4\tc\n", "request", "continuous", 16 * 256, &lr, &err);
     ck_assert_msg(rc == 0, "the run failed: %s; hint: batching_admit() must admit at least the first waiting "
                   "request into an empty arena", err.msg);
     static const long want[] = {0, 0, 4};
     for (int i = 0; i < 3; i++)
-        ck_assert_msg(run.reqs[i].admitted_step == want[i],
+        ck_assert_msg(run->reqs[i].admitted_step == want[i],
                       "--batching continuous, request %d: expected to be admitted at step %ld, got %ld; hint: "
                       "batching_admit() is called at every step with the running requests already in b->batch: "
                       "admit while b->n_batch < b->max_batch, and look at every WAITING request in file order",
-                      i, want[i], run.reqs[i].admitted_step);
-    ck_assert_msg(run.step == 8, "expected 8 steps, got %ld", run.step);
-    end_chapter(&rf, &run);
+                      i, want[i], run->reqs[i].admitted_step);
+    ck_assert_msg(run->step == 8, "expected 8 steps, got %ld", run->step);
+    end_chapter(&lr);
+    close_model(&lm);
+}
+END_TEST
+
+START_TEST(lab_admission_never_overtakes)
+{
+    /* Under request, "a", "b" and "c" (2 prompt tokens each) reserve 10, 14
+     * and 4 positions. A budget of 20 holds a; b does not fit beside it
+     * (10 left), c would. First come, first served: c waits behind b, and
+     * both start in the next batch. */
+    LabModel lm;
+    open_model(&lm, 3);
+    LabRun lr;
+    ServingRun *run = &lr.run;
+    Err err = {{0}};
+    int rc = run_chapter(&lm, "8\ta\n12\tb\n2\tc\n", "request", 20 * 256, &lr, &err);
+    ck_assert_msg(rc == 0, "the run failed: %s; hint: batching_admit() must admit at least the first waiting "
+                  "request into an empty arena", err.msg);
+    const Request *b = &run->reqs[1], *c = &run->reqs[2];
+    ck_assert_msg(c->admitted_step >= b->admitted_step && b->admitted_step > 0,
+                  "expected request 2 (4 positions) to wait behind request 1 (14 positions, which does not fit at "
+                  "step 0), got request 1 admitted at step %ld and request 2 at step %ld; hint: batching_admit() "
+                  "stops at the first request whose reservation does not fit: nobody overtakes it, or a long "
+                  "request could wait forever", b->admitted_step, c->admitted_step);
+    end_chapter(&lr);
+    close_model(&lm);
+}
+END_TEST
+
+START_TEST(lab_admission_respects_max_batch)
+{
+    /* Room for all four under request, but at most two per batch: 0 and 1
+     * first, 2 and 3 when they have finished. */
+    LabModel lm;
+    open_model(&lm, 3);
+    LabRun lr;
+    ServingRun *run = &lr.run;
+    Err err = {{0}};
+    int rc = run_chapter_batch_of(&lm, "8\ta\n8\tb\n8\tc\n8\td\n", "request", "static", 64 * 256, 2, &lr, &err);
+    ck_assert_msg(rc == 0, "the run failed: %s; hint: batching_admit() must admit at least the first waiting "
+                  "request into an empty arena", err.msg);
+    ck_assert_msg(run->max_concurrent == 2 && run->reqs[2].admitted_step > 0,
+                  "--max-batch 2: expected 2 requests at once and request 2 in the second batch, got %d at once, "
+                  "request 2 admitted at step %ld; hint: batching_admit() admits while b->n_batch < b->max_batch",
+                  run->max_concurrent, run->reqs[2].admitted_step);
+    end_chapter(&lr);
     close_model(&lm);
 }
 END_TEST
@@ -336,15 +400,14 @@ START_TEST(lab_same_tokens_every_policy)
     open_model(&lm, 7);
     int want[64];
     for (int p = 0; p < 4; p++) {
-        RequestFile rf;
-        CliOptions o;
-        ServingRun run;
+        LabRun lr;
+        ServingRun *run = &lr.run;
         Err err = {{0}};
-        int rc = run_chapter(&lm, requests, policies[p], budgets[p], &rf, &o, &run, &err);
+        int rc = run_chapter(&lm, requests, policies[p], budgets[p], &lr, &err);
         ck_assert_msg(rc == 0, "--reserve %s: the run failed: %s; hint: check the reservation size, first fit, "
                       "the hole merging and the admission loop", policies[p], err.msg);
-        for (int i = 0; i < run.n_reqs; i++) {
-            const Request *r = &run.reqs[i];
+        for (int i = 0; i < run->n_reqs; i++) {
+            const Request *r = &run->reqs[i];
             int n = reference_tokens(&lm, r->spec->prompt, r->spec->max_new_tokens, want);
             int got = r->n_tokens - r->n_prompt;
             ck_assert_msg(got == n && memcmp(r->tokens + r->n_prompt, want, (size_t)n * sizeof(int)) == 0,
@@ -352,9 +415,9 @@ START_TEST(lab_same_tokens_every_policy)
                           "hint: every request must keep its own region for all its positions", policies[p], i, n,
                           got);
         }
-        ck_assert_msg(run.max_concurrent >= 2, "--reserve %s: expected at least 2 requests at once, got %d",
-                      policies[p], run.max_concurrent);
-        end_chapter(&rf, &run);
+        ck_assert_msg(run->max_concurrent >= 2, "--reserve %s: expected at least 2 requests at once, got %d",
+                      policies[p], run->max_concurrent);
+        end_chapter(&lr);
     }
     close_model(&lm);
 }
@@ -369,6 +432,8 @@ Suite *lab_suite(void)
     lab_add_test(s, lab_fragmentation_refusal, 60);
     lab_add_test(s, lab_admission_in_file_order, 60);
     lab_add_test(s, lab_continuous_admission, 60);
+    lab_add_test(s, lab_admission_never_overtakes, 60);
+    lab_add_test(s, lab_admission_respects_max_batch, 60);
     lab_add_test(s, lab_same_tokens_every_policy, 120);
     return s;
 }

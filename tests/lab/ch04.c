@@ -4,6 +4,7 @@
  * first on small cases you can check by hand, then end to end: a server
  * that preempts and forks must give every request the tokens it gets alone. */
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,18 +33,21 @@ START_TEST(alloc_hands_out_each_block_once)
     int seen[4] = {0};
     for (int i = 0; i < 4; i++) {
         int b = block_pool_alloc(&p);
-        ck_assert_msg(b >= 0 && b < 4, "expected a block id in 0..3 from a pool with %d free, got %d; hint: pop "
-                                       "free_stack[n_free - 1] and decrement n_free",
+        ck_assert_msg(b >= 0 && b < 4, "expected a block id in 0..3 from a pool with %d free, got %d; hint: "
+                                       "block_pool_alloc() pops free_stack[n_free - 1] and decrements n_free",
                       4 - i, b);
-        ck_assert_msg(!seen[b], "expected distinct blocks, got block %d twice; hint: did you decrement n_free?", b);
+        ck_assert_msg(!seen[b], "expected distinct blocks, got block %d twice; hint: does block_pool_alloc() pop the "
+                                "top of the stack (and decrement n_free)?", b);
         seen[b] = 1;
-        ck_assert_msg(p.ref_count[b] == 1, "expected reference count 1 for a new block, got %d; hint: the caller "
-                                           "is its one holder",
+        ck_assert_msg(p.ref_count[b] == 1, "expected reference count 1 for a new block, got %d; hint: "
+                                           "block_pool_alloc() gives it one holder, the caller",
                       p.ref_count[b]);
-        ck_assert_msg(p.n_free == 3 - i, "expected %d free blocks, got %d", 3 - i, p.n_free);
+        ck_assert_msg(p.n_free == 3 - i, "expected %d free blocks, got %d; hint: block_pool_alloc() takes one off "
+                                         "n_free", 3 - i, p.n_free);
     }
     int b = block_pool_alloc(&p);
-    ck_assert_msg(b == -1, "expected -1 from an empty pool, got %d; hint: check n_free before popping", b);
+    ck_assert_msg(b == -1, "expected -1 from an empty pool, got %d; hint: block_pool_alloc() checks n_free "
+                          "before popping", b);
     block_pool_free(&p);
 }
 END_TEST
@@ -55,24 +59,33 @@ START_TEST(release_frees_at_zero_and_refuses_double_free)
     BlockShape s = shape_of(4);
     ck_assert(block_pool_init(&p, &s, 3, 1, &err) == 0);
     int a = block_pool_alloc(&p), b = block_pool_alloc(&p);
-    ck_assert_msg(a >= 0 && b >= 0, "expected two blocks, got %d and %d; hint: finish ch04.alloc first", a, b);
+    ck_assert_msg(a >= 0 && b >= 0, "expected two blocks, got %d and %d; hint: finish block_pool_alloc() (ch04.alloc) "
+                  "first", a, b);
     int left = block_pool_release(&p, a);
     ck_assert_msg(left == 0 && p.n_free == 2, "expected 0 holders left and 2 free blocks, got %d and %d; hint: "
-                                              "push the block back on free_stack when its count reaches 0",
+                                              "block_pool_release() pushes the block back on free_stack when its "
+                                              "count reaches 0",
                   left, p.n_free);
-    ck_assert_msg(p.free_stack[p.n_free - 1] == a, "expected block %d on top of the free stack, got %d", a,
-                  p.free_stack[p.n_free - 1]);
+    ck_assert_msg(p.free_stack[p.n_free - 1] == a, "expected block %d on top of the free stack, got %d; hint: "
+                  "block_pool_release() pushes it at free_stack[n_free++]", a, p.free_stack[p.n_free - 1]);
     left = block_pool_release(&p, a);
+    ck_assert_msg(p.ref_count[a] == 0,
+                  "expected a double free to leave block %d's reference count at 0, got %d; hint: "
+                  "block_pool_release() must refuse (return -1 and change nothing) before it decrements: a count "
+                  "below 0 means the block is neither held nor free", a, p.ref_count[a]);
     ck_assert_msg(left == -1 && p.n_free == 2, "expected a double free to return -1 and change nothing, got %d with "
-                                               "%d free; hint: a block whose count is already 0 has no holder",
+                                               "%d free; hint: in block_pool_release(), a block whose count is "
+                                               "already 0 has no holder to drop",
                   left, p.n_free);
     block_pool_retain(&p, b); /* two holders now */
     left = block_pool_release(&p, b);
     ck_assert_msg(left == 1 && p.n_free == 2, "expected a shared block to stay held (1 holder left, 2 free), got "
-                                              "%d holders and %d free; hint: only the last holder frees it",
+                                              "%d holders and %d free; hint: block_pool_release() returns the holders "
+                                              "left; only the last holder frees the block",
                   left, p.n_free);
     left = block_pool_release(&p, b);
-    ck_assert_msg(left == 0 && p.n_free == 3, "expected the last release to free it (3 free), got %d holders, %d free",
+    ck_assert_msg(left == 0 && p.n_free == 3, "expected the last release to free it (3 free), got %d holders, %d free; hint: "
+                                              "block_pool_release() frees at 0 holders",
                   left, p.n_free);
     block_pool_free(&p);
 }
@@ -93,7 +106,7 @@ START_TEST(slot_lookup_at_block_boundaries)
             int offset = -1, block = block_table_slot(&t, pos[i], bs, &offset);
             ck_assert_msg(block == want_block[i] && offset == want_offset[i],
                           "expected position %d (block size %d) in block %d at offset %d, got block %d offset %d; "
-                          "hint: logical block pos / block_size, row pos %% block_size",
+                          "hint: block_table_slot(): logical block pos / block_size, row pos %% block_size",
                           pos[i], bs, want_block[i], want_offset[i], block, offset);
         }
     }
@@ -111,35 +124,53 @@ START_TEST(cow_copies_only_a_shared_block)
     ck_assert(block_pool_init(&p, &s, 6, 1, &err) == 0);
     ck_assert(block_tables_init(&bt, 2, 3, &err) == 0);
     BlockTable *parent = &bt.tables[0], *child = &bt.tables[1];
-    ck_assert_msg(block_table_grow(&p, parent, 6) == 0, "expected room for 6 tokens; hint: finish ch04.alloc");
-    for (size_t i = 0; i < 2 * p.floats_per_block; i++)
-        p.storage[(size_t)parent->blocks[0] * p.floats_per_block + i % p.floats_per_block] = (float)i;
-    block_pool_copy(&p, parent->blocks[1], parent->blocks[0]);
+    /* Free blocks hold garbage, as reused memory does: a copy that goes
+     * the wrong way, or reads the wrong block, cannot pass for a zero. */
+    for (size_t i = 0; i < (size_t)p.n_blocks * p.floats_per_block; i++)
+        p.storage[i] = NAN;
+    ck_assert_msg(block_table_grow(&p, parent, 6) == 0,
+                  "expected room for 6 tokens; hint: finish block_pool_alloc() (ch04.alloc) first");
+    for (int blk = 0; blk < 2; blk++)
+        for (size_t i = 0; i < p.floats_per_block; i++)
+            p.storage[(size_t)parent->blocks[blk] * p.floats_per_block + i] = (float)(1000 * blk + (int)i);
     block_table_fork(&p, parent, child);
     int shared = child->blocks[1], copied = -1;
+    float *before = malloc(p.floats_per_block * sizeof(float)); /* the shared block's K/V */
+    memcpy(before, p.storage + (size_t)shared * p.floats_per_block, p.floats_per_block * sizeof(float));
     int rc = block_table_make_writable(&p, child, 5, &copied); /* position 5: logical block 1 */
     ck_assert_msg(rc == 0 && copied == 1, "expected a copy of the shared block holding position 5, got rc %d, "
-                                          "copied %d; hint: a block with ref_count > 1 must be copied first",
+                                          "copied %d; hint: block_table_make_writable() copies a block with "
+                                          "ref_count > 1 before it is written",
                   rc, copied);
     ck_assert_msg(child->blocks[1] != shared && parent->blocks[1] == shared,
-                  "expected the child to point at a new block and the parent to keep %d, got child %d parent %d",
+                  "expected the child to point at a new block and the parent to keep %d, got child %d parent %d; "
+                  "hint: block_table_make_writable() points the writer's table at the copy",
                   shared, child->blocks[1], parent->blocks[1]);
-    ck_assert_msg(child->blocks[0] == parent->blocks[0], "expected block 0 still shared, got %d and %d; hint: copy "
-                                                         "only the block being written",
+    ck_assert_msg(child->blocks[0] == parent->blocks[0], "expected block 0 still shared, got %d and %d; hint: "
+                                                         "block_table_make_writable() copies only the block being "
+                                                         "written",
                   child->blocks[0], parent->blocks[0]);
     ck_assert_msg(p.ref_count[shared] == 1 && p.ref_count[child->blocks[1]] == 1,
-                  "expected one holder each for the original and the copy, got %d and %d; hint: release the "
-                  "shared block once you hold the copy",
+                  "expected one holder each for the original and the copy, got %d and %d; hint: "
+                  "block_table_make_writable() releases the shared block once the copy is made",
                   p.ref_count[shared], p.ref_count[child->blocks[1]]);
-    ck_assert_msg(memcmp(p.storage + (size_t)child->blocks[1] * p.floats_per_block,
-                         p.storage + (size_t)shared * p.floats_per_block, p.floats_per_block * sizeof(float)) == 0,
-                  "expected the copy to hold the shared block's K and V; hint: block_pool_copy(pool, dst, src)");
+    ck_assert_msg(memcmp(p.storage + (size_t)child->blocks[1] * p.floats_per_block, before,
+                         p.floats_per_block * sizeof(float)) == 0,
+                  "expected the copy to hold the shared block's K and V; hint: block_table_make_writable() copies "
+                  "the shared block INTO the fresh one: block_pool_copy(pool, dst = fresh, src = shared)");
+    ck_assert_msg(memcmp(p.storage + (size_t)shared * p.floats_per_block, before, p.floats_per_block * sizeof(float)) ==
+                      0,
+                  "expected the shared block to keep its K and V (the parent still reads it), got them overwritten; "
+                  "hint: block_table_make_writable() copies from the shared block, never into it");
+    free(before);
     rc = block_table_make_writable(&p, parent, 5, &copied);
-    ck_assert_msg(rc == 0 && copied == 0, "expected no copy of a block only this table holds, got copied %d",
+    ck_assert_msg(rc == 0 && copied == 0, "expected no copy of a block only this table holds, got copied %d; hint: "
+                  "block_table_make_writable() writes in place when ref_count is 1",
                   copied);
     block_table_release(&p, parent, NULL, NULL);
     block_table_release(&p, child, NULL, NULL);
-    ck_assert_msg(p.n_free == 6, "expected every block free at the end, got %d of 6", p.n_free);
+    ck_assert_msg(p.n_free == 6, "expected every block free at the end, got %d of 6; hint: "
+                  "block_table_make_writable() must leave one holder per block", p.n_free);
     block_tables_free(&bt);
     block_pool_free(&p);
 }
@@ -156,6 +187,11 @@ START_TEST(attend_through_scattered_blocks)
     ck_assert(block_pool_init(&p, &s, 5, 1, &err) == 0);
     int ids[3] = {4, 0, 2}; /* positions 0-3 in block 4, 4-7 in block 0, 8-9 in block 2 */
     BlockTable t = {.blocks = ids, .n_blocks = 3, .capacity = 3};
+    /* Every row that holds no position of the sequence is garbage (NaN),
+     * as in a pool whose blocks were used before: rows 10 and 11 of the
+     * last block, the blocks the table does not name, the other layer. */
+    for (size_t i = 0; i < (size_t)p.n_blocks * p.floats_per_block; i++)
+        p.storage[i] = NAN;
     float keys[10 * 4], values[10 * 4]; /* [n_pos][kv_dim], the contiguous view */
     unsigned long long rng = 99;
     for (int i = 0; i < n_pos * kv_dim; i++) {
@@ -167,16 +203,25 @@ START_TEST(attend_through_scattered_blocks)
         memcpy(block_pool_keys(&p, block, 1) + row * kv_dim, keys + pos * kv_dim, sizeof(float) * kv_dim);
         memcpy(block_pool_values(&p, block, 1) + row * kv_dim, values + pos * kv_dim, sizeof(float) * kv_dim);
     }
-    float q[2] = {0.7f, -1.3f}, want[2], got[2] = {0, 0}, scores[10], scores2[10];
+    float q[2] = {0.7f, -1.3f}, want[2], got[2] = {0, 0}, scores[10], scores2[10 + 4];
     for (int kv_head = 0; kv_head < 2; kv_head++)
         for (int n = 1; n <= n_pos; n++) {
             attention_reference(want, q, keys + kv_head * head_dim, values + kv_head * head_dim, n, kv_dim,
                                 head_dim, scores);
+            for (int i = 0; i < 10 + 4; i++) /* scratch is garbage too; past n it must stay untouched */
+                scores2[i] = NAN;
             paged_attention(&p, &t, 1, kv_head, head_dim, q, n, got, scores2);
+            for (int i = n; i < 10 + 4; i++)
+                ck_assert_msg(isnan(scores2[i]),
+                              "expected paged_attention() over %d positions to write scores[0..%d] only, got "
+                              "scores[%d] written; hint: the last block holds n_pos - i x block_size rows, not "
+                              "block_size: score only the positions that exist",
+                              n, n - 1, i);
             ck_assert_msg(memcmp(want, got, sizeof want) == 0,
                           "expected (%.7g, %.7g) for KV head %d over %d positions, got (%.7g, %.7g); hint: same "
-                          "order as attention_reference: scores of 0..n-1, softmax, then the values, reading "
-                          "logical block i from physical block t->blocks[i], layer 1, the head's slice",
+                          "order as attention_reference: paged_attention() scores 0..n-1, softmax, then the values, "
+                          "reading logical block i from physical block t->blocks[i], layer 1, the head's slice, "
+                          "only the filled rows of the last block",
                           (double)want[0], (double)want[1], kv_head, n, (double)got[0], (double)got[1]);
         }
     block_pool_free(&p);
@@ -192,8 +237,8 @@ START_TEST(admit_keeps_the_watermark)
     } cases[] = {{10, 7, 3, 1}, {10, 8, 3, 0}, {7, 7, 0, 1}, {6, 7, 0, 0}, {20, 1, 19, 1}, {20, 2, 19, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int got = paged_can_admit(cases[i].free, cases[i].needed, cases[i].watermark);
-        ck_assert_msg(got == cases[i].want, "expected %d for %d free, %d needed, watermark %d, got %d; hint: admit "
-                                            "when free - needed >= watermark",
+        ck_assert_msg(got == cases[i].want, "expected %d for %d free, %d needed, watermark %d, got %d; hint: "
+                                            "paged_can_admit() admits when free - needed >= watermark",
                       cases[i].want, cases[i].free, cases[i].needed, cases[i].watermark, got);
     }
 }
@@ -234,11 +279,11 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
     o.temperature = temperature;
     ServingRun run;
     ck_assert(serving_run_init(&run, &m, &t, &o, &rf, &err) == 0);
-    int rc = serving_run(paged_chapter(), &run, NULL, &err);
+    PagedServer *s = NULL;
+    int rc = paged_serve(&run, &s, NULL, &err);
     ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: the allocator, the "
                            "admission rule and copy-on-write all take part",
                   err.msg);
-    PagedServer *s = run.chapter_ctx;
     if (want_preempt)
         ck_assert_msg(s->preemptions > 0, "expected preemptions in a pool of %d blocks, got none", blocks);
     for (int i = 0; i < run.n_reqs; i++) {
@@ -254,7 +299,7 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
     ck_assert_msg(s->kv.pool.n_free == s->kv.pool.n_blocks, "expected every block free at the end, got %d of %d; "
                                                             "hint: release must return blocks to the free stack",
                   s->kv.pool.n_free, s->kv.pool.n_blocks);
-    serving_run_close(paged_chapter(), &run);
+    paged_close(s);
     serving_run_free(&run);
     request_file_free(&rf);
     tokenizer_free(&t);

@@ -8,6 +8,11 @@
  *            --expect full       exit 1 unless every test passes (make grade)
  *            --expect incomplete exit 1 if every test passes (CI, on the
  *                                untouched exercises: stubs must fail)
+ *            --results FILE      also write the results in the format of
+ *                                Gradescope's autograder (results.json):
+ *                                top-level score, and each test with its
+ *                                name, score, max_score, status and output
+ *                                (what was expected, and the hint)
  *
  * Each test runs alone, in a child process (Check's fork mode) with its own
  * time limit, so a crash or a hang in the student's code fails that test
@@ -21,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "json.h"
 #include "lab/grading.h"
 
 #define MAX_TESTS 128
@@ -98,6 +104,15 @@ static char *read_stream(FILE *f)
     return buf;
 }
 
+/* The chapter's tests, then the instructor's hidden ones if linked in. */
+static Suite *graded_suite(void)
+{
+    Suite *s = lab_suite();
+    if (lab_hidden_tests)
+        lab_hidden_tests(s);
+    return s;
+}
+
 /* Runs one test in a fresh runner, with stdout and stderr of the child
  * going to a temporary file. Returns -1 when the test could not be run. */
 static int run_one(const char *name, Outcome *o)
@@ -106,7 +121,7 @@ static int run_one(const char *name, Outcome *o)
     FILE *capture = tmpfile();
     if (!capture)
         return -1;
-    SRunner *sr = srunner_create(lab_suite());
+    SRunner *sr = srunner_create(graded_suite());
     srunner_set_fork_status(sr, no_fork ? CK_NOFORK : CK_FORK);
     fflush(stdout);
     fflush(stderr);
@@ -138,59 +153,59 @@ static int run_one(const char *name, Outcome *o)
 }
 
 /* What a child's death means, for someone who did not expect it. */
-static void explain_error(const char *name, const Outcome *o, double timeout_s)
+static void explain_error(FILE *out, const char *name, const Outcome *o, double timeout_s)
 {
     const char *m = o->msg;
     if (strstr(m, "timeout"))
-        printf("      did not finish within %.0f s\n"
+        fprintf(out, "      did not finish within %.0f s\n"
                "      hint: a loop that never ends? check the bounds and the step of every loop you wrote\n",
                timeout_s);
     else if (strstr(m, "signal 11") || strstr(m, "signal 7"))
-        printf("      crashed: %s\n"
+        fprintf(out, "      crashed: %s\n"
                "      hint: an index outside a buffer? compare your indexing with the shape comments\n"
                "            ([rows][cols]) and the loop bounds; to see where it crashes, run\n"
                "            gdb -ex run --args %s --no-fork %s\n",
                m, program, name);
     else if (strstr(m, "signal 8"))
-        printf("      crashed: %s\n      hint: an integer division by zero\n", m);
+        fprintf(out, "      crashed: %s\n      hint: an integer division by zero\n", m);
     else if (strstr(m, "Early exit"))
-        printf("      the test process exited early (%s)\n"
+        fprintf(out, "      the test process exited early (%s)\n"
                "      hint: library code must return, never call exit(); a sanitizer report also ends this way\n",
                m);
     else
-        printf("      crashed: %s\n", m);
+        fprintf(out, "      crashed: %s\n", m);
 }
 
 /* Prints n bytes of text indented, also after each newline inside it. */
-static void print_indented(const char *text, int n)
+static void print_indented(FILE *out, const char *text, int n)
 {
-    printf("      ");
+    fprintf(out, "      ");
     for (int i = 0; i < n && text[i]; i++) {
-        putchar(text[i]);
+        fputc(text[i], out);
         if (text[i] == '\n' && i + 1 < n && text[i + 1])
-            printf("      ");
+            fprintf(out, "      ");
     }
-    putchar('\n');
+    fputc('\n', out);
 }
 
 /* "expected X, got Y; hint: Z" is printed as two lines. */
-static void print_failure(const Outcome *o)
+static void print_failure(FILE *out, const Outcome *o)
 {
     const char *hint = strstr(o->msg, "; hint: ");
     if (hint) {
-        print_indented(o->msg, (int)(hint - o->msg));
-        print_indented(hint + 2, (int)strlen(hint + 2));
+        print_indented(out, o->msg, (int)(hint - o->msg));
+        print_indented(out, hint + 2, (int)strlen(hint + 2));
     } else {
-        print_indented(o->msg, (int)strlen(o->msg));
+        print_indented(out, o->msg, (int)strlen(o->msg));
     }
 }
 
 /* The child's output, each run of repeated lines shown once. */
-static void print_output(const char *text)
+static void print_output(FILE *out, const char *text)
 {
     if (!text || !*text)
         return;
-    printf("      your code printed:\n");
+    fprintf(out, "      your code printed:\n");
     int shown = 0, skipped = 0;
     const char *prev = NULL;
     size_t prev_len = 0;
@@ -200,7 +215,7 @@ static void print_output(const char *text)
         int repeat = prev && prev_len == len && memcmp(prev, line, len) == 0;
         if (!repeat) {
             if (shown < SHOWN_OUTPUT_LINES)
-                printf("        %.*s\n", (int)len, line);
+                fprintf(out, "        %.*s\n", (int)len, line);
             else
                 skipped++;
             shown++;
@@ -210,7 +225,7 @@ static void print_output(const char *text)
         line = end ? end + 1 : line + len;
     }
     if (skipped)
-        printf("        ... (%d more lines)\n", skipped);
+        fprintf(out, "        ... (%d more lines)\n", skipped);
 }
 
 /* A passing test that printed "SKIP: name: why" was skipped, not run. */
@@ -224,25 +239,90 @@ static const char *skip_reason(const char *output)
     return why ? why + 2 : skip;
 }
 
-static int report_one(int i, const Outcome *o)
+/* Prints one test's result to @p out; returns 1 when it passed. */
+static int report_one(FILE *out, int i, const Outcome *o)
 {
     const char *name = test_names[i];
     if (o->rtype == CK_PASS) {
         const char *skip = skip_reason(o->output);
         if (skip)
-            printf("PASS  %s (skipped: %.*s)\n", name, (int)strcspn(skip, "\n"), skip);
+            fprintf(out, "PASS  %s (skipped: %.*s)\n", name, (int)strcspn(skip, "\n"), skip);
         else
-            printf("PASS  %s\n", name);
+            fprintf(out, "PASS  %s\n", name);
         return 1;
     }
     if (o->rtype == CK_ERROR) {
-        printf("FAIL  %s  (after %s)\n", name, o->where);
-        explain_error(name, o, test_timeouts[i]);
+        fprintf(out, "FAIL  %s  (after %s)\n", name, o->where);
+        explain_error(out, name, o, test_timeouts[i]);
     } else {
-        printf("FAIL  %s  (%s)\n", name, o->where);
-        print_failure(o);
+        fprintf(out, "FAIL  %s  (%s)\n", name, o->where);
+        print_failure(out, o);
     }
-    print_output(o->output);
+    print_output(out, o->output);
+    return 0;
+}
+
+/* One test's result for results.json: the report as printed, each line
+ * without its indentation (Gradescope shows the text as it is). */
+typedef struct {
+    int run;     /* 1 when the test was run */
+    int passed;  /* 1 when it passed */
+    char *text;  /* what report_one() printed (malloc'd) */
+} GradedTest;
+
+static char *unindented(const char *text)
+{
+    char *copy = malloc(strlen(text) + 1), *w = copy;
+    if (!copy)
+        return NULL;
+    for (const char *line = text; *line;) {
+        while (*line == ' ')
+            line++;
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line + 1) : strlen(line);
+        memcpy(w, line, len);
+        w += len;
+        line += len;
+    }
+    *w = '\0';
+    return copy;
+}
+
+/* results.json as Gradescope's autograder reads it: each graded test one
+ * point, the score their sum. */
+static int write_results(const char *path, const char *title, const GradedTest *g, int passed)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "grader: --results %s: cannot create it\n", path);
+        return -1;
+    }
+    JsonWriter j;
+    json_init(&j, f, 1);
+    json_begin_object(&j, NULL);
+    json_double(&j, "score", (double)passed);
+    json_string(&j, "output", title);
+    json_begin_array(&j, "tests");
+    for (int i = 0; i < n_tests; i++) {
+        if (!g[i].run)
+            continue;
+        char *text = unindented(g[i].text ? g[i].text : "");
+        json_begin_object(&j, NULL);
+        json_string(&j, "name", test_names[i]);
+        json_double(&j, "score", g[i].passed ? 1.0 : 0.0);
+        json_double(&j, "max_score", 1.0);
+        json_string(&j, "status", g[i].passed ? "passed" : "failed");
+        json_string(&j, "output", text ? text : "");
+        json_end_object(&j);
+        free(text);
+    }
+    json_end_array(&j);
+    json_end_object(&j);
+    fputc('\n', f);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "grader: --results %s: write failed\n", path);
+        return -1;
+    }
     return 0;
 }
 
@@ -266,12 +346,12 @@ static int known_test(const char *name)
 
 static void usage(FILE *f, const char *prog)
 {
-    fprintf(f, "usage: %s [--title TEXT] [--expect full|incomplete] [--no-fork] [TEST...]\n", prog);
+    fprintf(f, "usage: %s [--title TEXT] [--expect full|incomplete] [--results FILE] [--no-fork] [TEST...]\n", prog);
 }
 
 int main(int argc, char **argv)
 {
-    const char *title = "lab", *expect = NULL;
+    const char *title = "lab", *expect = NULL, *results = NULL;
     program = argv[0];
     int first_test = 1;
     for (; first_test < argc && strncmp(argv[first_test], "--", 2) == 0; first_test++) {
@@ -284,12 +364,14 @@ int main(int argc, char **argv)
             no_fork = 1;
             continue;
         }
-        if (first_test + 1 == argc || (strcmp(opt, "--title") && strcmp(opt, "--expect"))) {
+        if (first_test + 1 == argc || (strcmp(opt, "--title") && strcmp(opt, "--expect") && strcmp(opt, "--results"))) {
             usage(stderr, argv[0]);
             return 2;
         }
         if (strcmp(opt, "--title") == 0)
             title = argv[++first_test];
+        else if (strcmp(opt, "--results") == 0)
+            results = argv[++first_test];
         else
             expect = argv[++first_test];
     }
@@ -299,7 +381,7 @@ int main(int argc, char **argv)
     }
 
     /* Build the suite once to learn the test names, then once per run. */
-    srunner_free(srunner_create(lab_suite()));
+    srunner_free(srunner_create(graded_suite()));
     registry_frozen = 1;
     if (n_tests == 0) {
         fprintf(stderr, "grader: lab_suite() added no test with lab_add_test()\n");
@@ -315,6 +397,7 @@ int main(int argc, char **argv)
         }
 
     printf("%s\n", title);
+    static GradedTest graded[MAX_TESTS];
     int run = 0, passed = 0;
     for (int i = 0; i < n_tests; i++) {
         if (!wanted(test_names[i], argc - first_test, argv + first_test))
@@ -326,10 +409,24 @@ int main(int argc, char **argv)
             return 2;
         }
         run++;
-        passed += report_one(i, &o);
+        size_t len = 0;
+        FILE *report = open_memstream(&graded[i].text, &len);
+        graded[i].run = 1;
+        graded[i].passed = report_one(report ? report : stdout, i, &o);
+        passed += graded[i].passed;
+        if (report) {
+            fclose(report);
+            fputs(graded[i].text, stdout);
+        }
+        fflush(stdout);
         free(o.output);
     }
     printf("Score: %d/%d\n", passed, run);
+    int results_failed = results && write_results(results, title, graded, passed) != 0;
+    for (int i = 0; i < n_tests; i++)
+        free(graded[i].text);
+    if (results_failed)
+        return 2;
 
     if (expect && strcmp(expect, "full") == 0 && passed < run) {
         fprintf(stderr, "grader: expected full marks, got %d/%d\n", passed, run);

@@ -25,6 +25,15 @@
 Suite *lab_suite(void);
 
 /**
+ * An instructor's hidden tests (optional): a file tests/lab/hidden/chNN.c
+ * that defines this function is linked into chapter NN's lab binary, and
+ * the grader adds its tests after lab_suite()'s, graded the same way. The
+ * handout leaves tests/lab/hidden/ out (book/instructors.md).
+ * @param s  the chapter's suite, to add tests to with lab_add_test()
+ */
+void lab_hidden_tests(Suite *s) __attribute__((weak));
+
+/**
  * Adds one graded test (a START_TEST function) to the suite as its own test
  * case, named after the function, so that the grader can run and report it
  * alone.

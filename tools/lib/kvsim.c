@@ -231,27 +231,26 @@ void kvsim_make_requests(const KvsimWorkload *w, int seq_len, SimRequestSpec *ou
 /* What the chapters' own books do not separate: KV that requests keep
  * after they finished (chapter 3 releases a batch's regions only when the
  * whole batch is done, and counts what they hold as token states). The
- * chapter's account hook is wrapped to look at every step. */
-static struct {
-    const ServingChapter *inner;
+ * run's observer looks at every step, after its accounting. */
+typedef struct {
     double finished_reserved; /* byte-steps reserved by requests finished in an earlier step */
     double finished_used;     /* of which holding their tokens */
-} watch;
+} Watch;
 
-static void watched_account(void *ctx, ServingRun *run)
+static void watch_step(void *ctx, const ServingRun *run)
 {
-    watch.inner->account(ctx, run);
+    Watch *watch = ctx;
     for (int i = 0; i < run->n_reqs; i++) {
         const Request *r = &run->reqs[i];
         if (r->phase != REQ_DONE || r->kv.reserved == 0 || r->finished_step >= run->step)
             continue;
         size_t used = (size_t)r->n_cached * run->kv_bytes_per_token;
-        watch.finished_reserved += (double)r->kv.reserved;
-        watch.finished_used += (double)(used < r->kv.reserved ? used : r->kv.reserved);
+        watch->finished_reserved += (double)r->kv.reserved;
+        watch->finished_used += (double)(used < r->kv.reserved ? used : r->kv.reserved);
     }
 }
 
-static void collect(const ServingRun *run, KvsimResult *res)
+static void collect(const ServingRun *run, const Watch *watch, KvsimResult *res)
 {
     memset(res, 0, sizeof *res);
     res->max_concurrent = run->max_concurrent;
@@ -262,8 +261,8 @@ static void collect(const ServingRun *run, KvsimResult *res)
     kv_breakdown_fractions(&run->breakdown, res->breakdown);
     const KvBreakdown *b = &run->breakdown;
     double total = b->token_states + b->reserved + b->internal_fragmentation + b->external_fragmentation;
-    res->held_by_finished = total > 0 ? watch.finished_reserved / total : 0.0;
-    res->live_token_states = total > 0 ? (b->token_states - watch.finished_used) / total : 0.0;
+    res->held_by_finished = total > 0 ? watch->finished_reserved / total : 0.0;
+    res->live_token_states = total > 0 ? (b->token_states - watch->finished_used) / total : 0.0;
     res->preemptions = serving_preemptions(run);
     res->steps = run->step;
     res->busy_steps = run->busy_steps;
@@ -282,33 +281,31 @@ static void collect(const ServingRun *run, KvsimResult *res)
     res->mean_latency = res->completed ? latency / res->completed : 0.0;
 }
 
-int kvsim_check(const ServingChapter *ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
+int kvsim_check(ServeChapter ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
                 const SimRequestSpec *reqs, int n, Err *err)
 {
     ServingRun run;
     if (serving_sim_init(&run, shape, o, kv_bytes_per_token, reqs, n, err))
         return -1;
-    int rc = ch->check ? ch->check(&run, err) : 0;
+    int rc = serve_check(ch, &run, err);
     serving_run_free(&run);
     return rc;
 }
 
-int kvsim_run(const ServingChapter *ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
+int kvsim_run(ServeChapter ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
               const SimRequestSpec *reqs, int n, FILE *log, KvsimResult *res, Err *err)
 {
     ServingRun run;
     if (serving_sim_init(&run, shape, o, kv_bytes_per_token, reqs, n, err))
         return -1;
-    ServingChapter watched = *ch;
-    watched.account = watched_account;
-    watch.inner = ch;
-    watch.finished_reserved = watch.finished_used = 0.0;
-    int rc = ch->check ? ch->check(&run, err) : 0;
+    Watch watch = {0};
+    run.observe = watch_step;
+    run.observe_ctx = &watch;
+    int rc = serve_check(ch, &run, err);
     if (rc == 0)
-        rc = serving_run_simulated(&watched, &run, log, err);
+        rc = serve_run(ch, &run, log, err);
     if (rc == 0)
-        collect(&run, res);
-    serving_run_close(&watched, &run);
+        collect(&run, &watch, res);
     serving_run_free(&run);
     return rc;
 }

@@ -7,14 +7,13 @@
  * A laptop cannot run a 13B model, but the allocators of chapters 3 and 4
  * never look at a weight: they see request lengths, bytes per token and a
  * budget. kvsim (tools/kvsim.c) therefore drives the chapters' own code,
- * through their ::ServingChapter hooks in accounting-only mode
- * (ServingRun.no_kv_storage), with requests that exist only as lengths, and
- * the serving core's no-model step loop (serving_run_simulated()). What it
- * prints is what the chapters would do on that GPU, step for step, minus
+ * the same step functions their programs call (batching_step(),
+ * paged_step()), on a run set up without a model (serving_sim_init():
+ * requests that exist only as lengths, no forward pass, no K/V bytes). What
+ * it prints is what the chapters would do on that GPU, step for step, minus
  * the arithmetic.
  *
- * This module is chapter-agnostic (it is in common/, which every program
- * links): the caller hands it a chapter. It provides
+ * The caller says which chapter (serve.h). It provides
  *
  * - GPU presets, in GB = 10^9 bytes as vendors print them;
  * - length distributions (fixed, uniform, lognormal) with a seeded
@@ -31,6 +30,7 @@
 #include "cli.h"
 #include "err.h"
 #include "model.h"
+#include "serve.h"
 #include "serving.h"
 
 /** A GPU's memory as its vendor names it. */
@@ -207,16 +207,15 @@ typedef struct {
  * @param err                 receives the reason
  * @return 0 when it can run, -1 otherwise
  */
-int kvsim_check(const ServingChapter *ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
+int kvsim_check(ServeChapter ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
                 const SimRequestSpec *reqs, int n, Err *err);
 
 /**
  * Runs one strategy: a simulated run of @p reqs through chapter @p ch with
  * options @p o (budget, --reserve, --block-size, --max-batch, --watermark)
  * and collects its numbers. Nothing is printed unless @p log is given.
- * It watches every step through the chapter's account hook, so it runs one
- * simulation at a time (not thread-safe).
- * @param ch                  the chapter (batching_chapter(), paged_chapter())
+ * It watches every step through the run's observer (ServingRun.observe).
+ * @param ch                  the chapter
  * @param shape               a model whose cfg alone is filled in
  * @param o                   the chapter's options
  * @param kv_bytes_per_token  K and V of one token, all layers, in the simulated dtype
@@ -227,7 +226,7 @@ int kvsim_check(const ServingChapter *ch, const Model *shape, const CliOptions *
  * @param err                 receives the reason on failure
  * @return 0 on success, -1 on failure
  */
-int kvsim_run(const ServingChapter *ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
+int kvsim_run(ServeChapter ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
               const SimRequestSpec *reqs, int n, FILE *log, KvsimResult *res, Err *err);
 
 #endif

@@ -1,17 +1,16 @@
-/* Chapter 3 lab, part 2: batching over the KV arena, static or continuous.
- *
- * The exercise version of this file (exercises/ch03/batching.c) is generated
- * from this one by scripts/make-exercises.sh. See batching.h for the rules
- * this code follows (admission, growth, requeues, fragmentation). The two
- * batchings share everything but two decisions, marked "static or
- * continuous" below: when admission runs (batching_schedule()) and when a
- * finished request's region is released (batching_finished()). */
+/* Chapter 3: batching over the KV arena, static or continuous: placing,
+ * moving and releasing regions, requeues, the schedule of one step, and
+ * the K/V seam. See batching.h for the rules this code follows (admission,
+ * growth, requeues, fragmentation). The two batchings share everything but
+ * two decisions, marked "static or continuous" below: when admission runs
+ * (batching_schedule()) and when a finished request's region is released
+ * (batching_finished()). Whom to admit is the lab: batching_admit(),
+ * solutions/ch03/batching_admit.c. */
 #include "batching.h"
 
 #include <stdarg.h>
 #include <string.h>
 
-#include "lab.h"
 #include "ops.h"
 
 /* ------------------------------------------------------------ telling why */
@@ -162,28 +161,6 @@ static Request *newest_running_after(const BatchingState *b, ServingRun *run, in
         if (run->reqs[b->batch[j]].phase == REQ_RUNNING)
             return &run->reqs[b->batch[j]];
     return NULL;
-}
-
-int batching_admit(BatchingState *b, ServingRun *run)
-{
-    int admitted = 0;
-    // LAB BEGIN(ch03.admit): admit WAITING requests in file order while the batch has room (b->max_batch) and batching_place() fits their reservation; stop at the first refusal
-    for (int i = 0; i < run->n_reqs && b->n_batch < b->max_batch; i++) {
-        Request *r = &run->reqs[i];
-        if (r->phase != REQ_WAITING)
-            continue;
-        int tokens = reserve_initial_tokens(b->policy, r->n_tokens, r->max_tokens, b->cfg.seq_len);
-        if (batching_place(b, run, r, tokens) != 0)
-            break; /* first come, first served: nobody overtakes the request at the head */
-        serving_admit(run, r);
-        b->batch[b->n_batch++] = i;
-        admitted++;
-    }
-    // LAB STUB:
-    // (void)b; (void)run;
-    // LAB_TODO("admit waiting requests in file order while their reservation fits");
-    // LAB END
-    return admitted;
 }
 
 int batching_requeue(BatchingState *b, ServingRun *run, Request *r, const Request *why, Err *err)
@@ -358,9 +335,8 @@ static int feed_batch(BatchingState *b, ServingRun *run, Err *err)
     return 0;
 }
 
-int batching_schedule(void *ctx, ServingRun *run, Err *err)
+int batching_schedule(BatchingState *b, ServingRun *run, Err *err)
 {
-    BatchingState *b = ctx;
     b->step_external = 0;
     b->step_external_seen = 0;
     if (b->fault.msg[0]) {
@@ -389,9 +365,8 @@ int batching_schedule(void *ctx, ServingRun *run, Err *err)
     return feed_batch(b, run, err);
 }
 
-void batching_finished(void *ctx, ServingRun *run, Request *r)
+void batching_finished(BatchingState *b, ServingRun *run, Request *r)
 {
-    BatchingState *b = ctx;
     /* Static or continuous: WHEN REGIONS ARE RELEASED. Continuous batching
      * frees a finished request's region at once, for the next step's
      * admissions. A static batch keeps it until the batch ends: everybody

@@ -1,36 +1,68 @@
-/* Chapter 4 as a serving chapter: the hooks the shared serving loop calls,
- * and the chapter's lines of the memory table. The allocator, the
- * attention and the scheduler are the lab (solutions/ch04/). */
+/* Chapter 4's books and report: where the KV memory is after each step
+ * (paged_account()), and the chapter's lines of the memory table and keys
+ * of the JSON report. */
 #include <stdio.h>
 
 #include "mem.h"
 #include "paged.h"
 
-static KvSeam seam_of(void *ctx)
+/* ------------------------------------------------------------ accounting */
+
+/* Rows filled in each held block, the largest over the tables holding it
+ * (shared blocks hold the same rows for every holder). Only running
+ * requests hold blocks (those that finished in this step are still on the
+ * list: they let go in paged_finished(), after this). */
+static int fill_block_rows(PagedServer *s, const ServingRun *run)
 {
-    return paged_seam(&((PagedServer *)ctx)->kv);
+    const BlockPool *p = &s->kv.pool;
+    const int bs = p->shape.block_size;
+    int logical = 0;
+    for (int b = 0; b < p->n_blocks; b++)
+        s->block_filled[b] = 0;
+    for (int k = 0; k < s->n_running; k++) {
+        int i = s->running[k];
+        const BlockTable *t = &s->kv.tables.tables[i];
+        int cached = run->reqs[i].n_cached;
+        for (int j = 0; j < t->n_blocks; j++) {
+            int rows = cached - j * bs;
+            rows = rows < 0 ? 0 : rows > bs ? bs : rows;
+            if (rows > s->block_filled[t->blocks[j]])
+                s->block_filled[t->blocks[j]] = rows;
+        }
+        logical += t->n_blocks;
+    }
+    return logical;
 }
 
-const ServingChapter *paged_chapter(void)
+void paged_account(PagedServer *s, ServingRun *run)
 {
-    static const ServingChapter chapter = {
-        .program = {.name = "ch04-paged",
-                    .summary = "Chapter 4: a paged KV cache (blocks, block tables, PagedAttention), continuous "
-                               "batching, preemption and copy-on-write forks.",
-                    .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_PAGED | CLI_DEVICE},
-        .check = paged_check,
-        .open = paged_open,
-        .close = paged_close,
-        .seam = seam_of,
-        .schedule = paged_schedule,
-        .finished = paged_finished,
-        .account = paged_account,
-        .extra_table = paged_report_table,
-        .extra_json = paged_report_json,
-        .device_open = paged_device_open,
-    };
-    return &chapter;
+    const BlockPool *p = &s->kv.pool;
+    int logical = fill_block_rows(s, run);
+    size_t used_rows = 0;
+    for (int b = 0; b < p->n_blocks; b++) {
+        if (p->ref_count[b] == 0)
+            continue;
+        used_rows += (size_t)s->block_filled[b];
+        kv_track_step(&s->block_track[b], (size_t)s->block_filled[b] * s->bytes_per_token);
+    }
+    int physical = block_pool_used(p);
+    kv_timeline_record(&run->timeline, run->step, (size_t)physical * p->bytes_per_block,
+                       used_rows * s->bytes_per_token);
+    if (physical > s->blocks_peak_used) {
+        s->blocks_peak_used = physical;
+        s->blocks_peak_step = run->step;
+    }
+    int saved = logical - physical;
+    if (saved > s->blocks_saved_peak)
+        s->blocks_saved_peak = saved;
+    s->blocks_saved_sum += saved;
+    size_t slack = (size_t)physical * (size_t)p->shape.block_size - used_rows;
+    if (slack > s->slack_tokens_peak)
+        s->slack_tokens_peak = slack;
+    s->steps_accounted++;
 }
+
+/* ------------------------------------------------------------ report */
 
 /* Up to this many rows of the blocks-over-time table. */
 #define TIMELINE_ROWS 8

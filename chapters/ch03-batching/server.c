@@ -1,7 +1,8 @@
-/* Chapter 3 wired into the serving loop (common/serving.c): setting up the
- * arena, reading --batching, refusing impossible budgets, the accounting after each step, and
- * the chapter's lines of the memory table. The scheduling itself is the
- * lab, in solutions/ch03/. */
+/* Chapter 3's server: setting up the arena for a run, reading
+ * --batching, refusing impossible budgets, one step of the serving loop
+ * written out in full, the accounting after each step, and the chapter's
+ * lines of the memory table. The scheduling is in batching.c, whom to admit
+ * in the lab (solutions/ch03/batching_admit.c). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +73,8 @@ int batching_check(const ServingRun *run, Err *err)
 
 /* ------------------------------------------------------------ open/close */
 
-static void batching_close(void *ctx)
+void batching_close(BatchingState *b)
 {
-    BatchingState *b = ctx;
     if (!b)
         return;
     kv_arena_free(&b->arena);
@@ -173,13 +173,15 @@ static void describe_setup(const BatchingState *b, const ServingRun *run, FILE *
                 "copied)\n");
 }
 
-static int batching_open(ServingRun *run, void **ctx, int *max_tokens, int *max_logits, FILE *log, Err *err)
+int batching_open(ServingRun *run, BatchingState **state, FILE *log, Err *err)
 {
+    *state = NULL;
     if (batching_check(run, err))
         return -1;
     BatchingState *b = mem_alloc(MEM_KV_METADATA, sizeof *b);
     if (!b)
         return err_set(err, "out of memory for the batching state");
+    *state = b;
     reserve_policy_parse(run->opts->reserve, &b->policy, err);
     batching_mode_parse(run->opts->batching, &b->mode, err);
     b->told_head = -1;
@@ -192,48 +194,76 @@ static int batching_open(ServingRun *run, void **ctx, int *max_tokens, int *max_
     size_t budget = serving_kv_budget(run);
     /* Live regions: a full batch, plus the new region of a move in progress. */
     if (kv_arena_init(&b->arena, budget, b->max_batch + 1, err))
-        goto fail;
+        return -1;
     b->regions = mem_alloc_array(MEM_KV_METADATA, (size_t)run->n_reqs, sizeof(KvRegion));
     b->batch = mem_alloc_array(MEM_KV_METADATA, (size_t)b->max_batch, sizeof(int));
-    if (!b->regions || !b->batch) {
-        err_set(err, "out of memory for %d regions", run->n_reqs);
-        goto fail;
-    }
+    if (!b->regions || !b->batch)
+        return err_set(err, "out of memory for %d regions", run->n_reqs);
     if (!run->no_kv_storage) {
-        if (b->bytes_per_token != model_kv_bytes_per_token(&b->cfg, sizeof(float))) {
-            err_set(err, "the K/V storage holds floats; %zu bytes per position is not that", b->bytes_per_token);
-            goto fail;
-        }
+        if (b->bytes_per_token != model_kv_bytes_per_token(&b->cfg, sizeof(float)))
+            return err_set(err, "the K/V storage holds floats; %zu bytes per position is not that",
+                           b->bytes_per_token);
         b->storage = mem_alloc(MEM_KV, budget);
         if (!b->storage) {
             char a[32];
-            err_set(err, "out of memory for a KV arena of %s", cli_format_bytes(a, sizeof a, (double)budget));
-            goto fail;
+            return err_set(err, "out of memory for a KV arena of %s", cli_format_bytes(a, sizeof a, (double)budget));
         }
     }
     describe_setup(b, run, log);
     reject_oversized(b, run);
-    *max_tokens = step_capacity(b, run, err);
-    if (*max_tokens < 0)
-        goto fail;
-    *max_logits = b->max_batch;
-    *ctx = b;
-    return 0;
-fail:
-    batching_close(b);
-    return -1;
+    int max_step_tokens = step_capacity(b, run, err);
+    if (max_step_tokens < 0 || serving_open_steps(run, max_step_tokens, b->max_batch, err))
+        return -1;
+    return run->device ? batching_device_open(b, run, err) : 0;
 }
 
-static KvSeam batching_seam(void *ctx)
+KvSeam batching_seam(BatchingState *b)
 {
-    return (KvSeam){.ctx = ctx, .store = batching_store, .attend = batching_attend};
+    return (KvSeam){.ctx = b, .store = batching_store, .attend = batching_attend};
+}
+
+/* ------------------------------------------------------------ one step */
+
+int batching_step(BatchingState *b, ServingRun *run, Err *err)
+{
+    if (!serving_step_begin(run)) /* requests that arrived join the queue; none left: done */
+        return 0;
+    /* Room for the running requests, admissions (static: only when a batch
+     * starts; continuous: every step), and the step's batch in run->entries
+     * (batching.c). */
+    if (batching_schedule(b, run, err))
+        return -1;
+    /* --device cuda: the device learns where every region is now. */
+    if (run->device && batching_device_sync(b, run, err))
+        return -1;
+    /* The batch through the model; each request's K and V are read from
+     * its own region (batching_attend()). */
+    KvSeam seam = batching_seam(b);
+    if (serving_step_forward(run, &seam, err))
+        return -1;
+    serving_step_sample(run); /* every fed request takes its next token */
+    batching_account(b, run); /* where the arena's bytes went this step */
+    int n_finished = serving_step_finished(run);
+    for (int i = 0; i < n_finished; i++) /* static: the batch may end; continuous: the region goes at once */
+        batching_finished(b, run, &run->reqs[run->finished_now[i]]);
+    serving_step_end(run);
+    return 0;
+}
+
+int batching_serve(ServingRun *run, BatchingState **state, FILE *log, Err *err)
+{
+    if (batching_open(run, state, log, err))
+        return -1;
+    while (serving_unfinished(run))
+        if (batching_step(*state, run, err))
+            return -1;
+    return 0;
 }
 
 /* ------------------------------------------------------------ accounting */
 
-static void batching_account(void *ctx, ServingRun *run)
+void batching_account(BatchingState *b, ServingRun *run)
 {
-    BatchingState *b = ctx;
     serving_account_default(run);
     run->breakdown.external_fragmentation += (double)b->step_external;
     b->stats.steps++;
@@ -252,7 +282,7 @@ static void batching_account(void *ctx, ServingRun *run)
 
 static double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
 
-static void batching_table(FILE *f, void *ctx, const ServingRun *run)
+void batching_report_table(FILE *f, void *ctx, const ServingRun *run)
 {
     const BatchingState *b = ctx;
     const BatchingStats *s = &b->stats;
@@ -285,7 +315,7 @@ static void batching_table(FILE *f, void *ctx, const ServingRun *run)
             s->refusals_no_space, s->refusals_fragmentation, s->external_steps);
 }
 
-static void batching_json(JsonWriter *j, void *ctx, const ServingRun *run)
+void batching_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
 {
     const BatchingState *b = ctx;
     const BatchingStats *s = &b->stats;
@@ -308,25 +338,4 @@ static void batching_json(JsonWriter *j, void *ctx, const ServingRun *run)
     json_int(j, "refusals_no_space", s->refusals_no_space);
     json_int(j, "refusals_fragmentation", s->refusals_fragmentation);
     json_int(j, "external_fragmentation_steps", s->external_steps);
-}
-
-const ServingChapter *batching_chapter(void)
-{
-    static const ServingChapter chapter = {
-        .program = {.name = "ch03-batching",
-                    .summary = "Chapter 3: static or continuous batching, a contiguous K/V region reserved per "
-                               "request, and where the reserved memory goes.",
-                    .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_BATCHING | CLI_DEVICE},
-        .check = batching_check,
-        .open = batching_open,
-        .close = batching_close,
-        .seam = batching_seam,
-        .schedule = batching_schedule,
-        .finished = batching_finished,
-        .account = batching_account,
-        .extra_table = batching_table,
-        .extra_json = batching_json,
-        .device_open = batching_device_open,
-    };
-    return &chapter;
 }

@@ -1,14 +1,10 @@
-/* Chapter 4 lab: the block allocator.
- *
- * The exercise version of this file (exercises/ch04/block_pool.c) is
- * generated from this one by scripts/make-exercises.sh: each region between
- * LAB BEGIN and LAB END is replaced by its stub. Run `make lab CH=4` to
- * test yours. */
+/* Chapter 4: the block pool and the block tables around the lab's
+ * block_pool_alloc(), block_pool_release(), block_table_slot() and
+ * block_table_make_writable() (solutions/ch04/). */
 #include "block_pool.h"
 
 #include <string.h>
 
-#include "lab.h"
 #include "mem.h"
 
 size_t block_shape_bytes(const BlockShape *s)
@@ -69,39 +65,9 @@ void block_pool_free(BlockPool *p)
     memset(p, 0, sizeof *p);
 }
 
-int block_pool_alloc(BlockPool *p)
-{
-    // LAB BEGIN(ch04.alloc): pop a block id off the free stack (top at n_free - 1), give it one holder, return it; -1 when none is free
-    if (p->n_free == 0)
-        return -1;
-    int block = p->free_stack[--p->n_free];
-    p->ref_count[block] = 1;
-    return block;
-    // LAB STUB:
-    // (void)p;
-    // LAB_TODO("take a block off the free stack and set its reference count to 1");
-    // return -1;
-    // LAB END
-}
-
 void block_pool_retain(BlockPool *p, int block)
 {
     p->ref_count[block]++;
-}
-
-int block_pool_release(BlockPool *p, int block)
-{
-    // LAB BEGIN(ch04.release): drop one holder; when none is left, push the block back on the free stack; a block with no holder is a double free (-1)
-    if (p->ref_count[block] <= 0)
-        return -1;
-    if (--p->ref_count[block] == 0)
-        p->free_stack[p->n_free++] = block;
-    return p->ref_count[block];
-    // LAB STUB:
-    // (void)p; (void)block;
-    // LAB_TODO("decrement the reference count and return the block to the free stack when it reaches 0");
-    // return 1;
-    // LAB END
 }
 
 void block_pool_copy(BlockPool *p, int dst, int src)
@@ -161,19 +127,6 @@ void block_tables_free(BlockTables *bt)
     memset(bt, 0, sizeof *bt);
 }
 
-int block_table_slot(const BlockTable *t, int pos, int block_size, int *offset)
-{
-    // LAB BEGIN(ch04.slot): position pos is in logical block pos / block_size at row pos % block_size; the table names its physical block
-    *offset = pos % block_size;
-    return t->blocks[pos / block_size];
-    // LAB STUB:
-    // (void)pos; (void)block_size;
-    // LAB_TODO("map a position to (physical block, offset) through the block table");
-    // *offset = 0;
-    // return t->blocks[0];
-    // LAB END
-}
-
 int block_table_blocks_to_write(const BlockPool *p, const BlockTable *t, int pos)
 {
     int logical = pos / p->shape.block_size;
@@ -196,29 +149,6 @@ int block_table_grow(BlockPool *p, BlockTable *t, int n_tokens)
         t->blocks[t->n_blocks++] = block;
     }
     return 0;
-}
-
-int block_table_make_writable(BlockPool *p, BlockTable *t, int pos, int *copied)
-{
-    int logical = pos / p->shape.block_size;
-    *copied = 0;
-    // LAB BEGIN(ch04.cow): if the block holding pos has other holders, allocate a fresh block, copy the shared one into it, let go of the shared one, and point the table at the copy
-    int shared = t->blocks[logical];
-    if (p->ref_count[shared] <= 1)
-        return 0; /* ours alone: write in place */
-    int fresh = block_pool_alloc(p);
-    if (fresh < 0)
-        return -1;
-    block_pool_copy(p, fresh, shared);
-    block_pool_release(p, shared); /* others still hold it, so it stays allocated */
-    t->blocks[logical] = fresh;
-    *copied = 1;
-    return 0;
-    // LAB STUB:
-    // (void)logical; (void)t;
-    // LAB_TODO("copy a shared block before it is written (copy-on-write)");
-    // return 0;
-    // LAB END
 }
 
 void block_table_fork(BlockPool *p, const BlockTable *parent, BlockTable *child)

@@ -1,17 +1,10 @@
-/* GENERATED from solutions/ch03/kv_arena.c by scripts/make-exercises.sh.
- * Students: this is your copy. Write the regions marked TODO(lab ...),
- * then run `make lab CH=3`. Maintainers: edit the solution instead and
- * run `make exercises`; CI checks that the two agree. */
-/* Chapter 3 lab, part 1: how much to reserve, and where to put it.
- *
- * The exercise version of this file (exercises/ch03/kv_arena.c) is generated
- * from this one by scripts/make-exercises.sh: each region between LAB BEGIN
- * and LAB END is replaced by its stub. Run `make lab CH=3` to test yours. */
+/* Chapter 3's arena and reservation policies, around the lab's
+ * kv_arena_alloc() (first fit), kv_arena_release() (merging holes) and
+ * reserve_initial_tokens() (solutions/ch03/). */
 #include "kv_arena.h"
 
 #include <string.h>
 
-#include "lab.h"
 #include "mem.h"
 
 /* ------------------------------------------------------------ the arena */
@@ -39,56 +32,25 @@ void kv_arena_free(KvArena *a)
     memset(a, 0, sizeof *a);
 }
 
-/* Removes hole i from the list, keeping address order. */
-static void remove_hole(KvArena *a, int i)
+void kv_arena_remove_hole(KvArena *a, int i)
 {
     memmove(&a->holes[i], &a->holes[i + 1], (size_t)(a->n_holes - i - 1) * sizeof(KvRange));
     a->n_holes--;
 }
 
-/* Inserts a hole at index i, keeping address order. The caller checked that
- * there is room. */
-static void insert_hole(KvArena *a, int i, KvRange hole)
+void kv_arena_insert_hole(KvArena *a, int i, KvRange hole)
 {
     memmove(&a->holes[i + 1], &a->holes[i], (size_t)(a->n_holes - i) * sizeof(KvRange));
     a->holes[i] = hole;
     a->n_holes++;
 }
 
-int kv_arena_alloc(KvArena *a, size_t bytes, size_t *offset)
-{
-    if (bytes == 0)
-        return -1;
-    // TODO(lab ch03.first_fit): find the first hole (lowest address) that holds `bytes`, take its start, shrink or remove it, and take `bytes` off free_bytes
-    (void)a; (void)offset; (void)remove_hole;
-    LAB_TODO("first fit: take the start of the first hole that is large enough");
-    return -1;
-}
-
-/* Index of the first hole that starts after `offset` (holes.size if none). */
-static int first_hole_after(const KvArena *a, size_t offset)
+int kv_arena_first_hole_after(const KvArena *a, size_t offset)
 {
     int i = 0;
     while (i < a->n_holes && a->holes[i].offset < offset)
         i++;
     return i;
-}
-
-int kv_arena_release(KvArena *a, size_t offset, size_t bytes, Err *err)
-{
-    if (bytes == 0 || offset > a->capacity || bytes > a->capacity - offset)
-        return err_set(err, "release of [%zu, +%zu) is outside the arena of %zu bytes", offset, bytes, a->capacity);
-    int i = first_hole_after(a, offset);
-    /* The range must lie strictly between hole i-1 and hole i: touching
-     * them is fine (that is a merge), overlapping them is a double free. */
-    if ((i > 0 && a->holes[i - 1].offset + a->holes[i - 1].bytes > offset) ||
-        (i < a->n_holes && offset + bytes > a->holes[i].offset))
-        return err_set(err, "release of [%zu, +%zu) overlaps free memory: freed twice, or the wrong size", offset,
-                       bytes);
-    // TODO(lab ch03.coalesce): make [offset, offset+bytes) a hole before holes[i]; merge it with holes[i-1] and holes[i] when they touch; add `bytes` to free_bytes
-    (void)insert_hole;
-    LAB_TODO("turn the released range into a hole, merged with its neighbours");
-    return 0;
 }
 
 size_t kv_arena_largest_hole(const KvArena *a)
@@ -138,14 +100,6 @@ int reserve_round_up_pow2(int n)
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 static int max_int(int a, int b) { return a > b ? a : b; }
-
-int reserve_initial_tokens(ReservePolicy policy, int n_tokens, int max_tokens, int seq_len)
-{
-    // TODO(lab ch03.reserve): the region size each policy reserves at admission (see the table in kv_arena.h)
-    (void)policy; (void)max_tokens; (void)seq_len; (void)min_int; (void)max_int;
-    LAB_TODO("reserve seq_len, max_tokens, its power of two, or a small first region");
-    return n_tokens;
-}
 
 int reserve_grown_tokens(int current, int needed, int seq_len)
 {

@@ -1,0 +1,166 @@
+#include "serving_program.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#include "forward.h"
+#include "ops.h"
+#include "report.h"
+
+static int count_finish(const ServingRun *run, RequestFinish f)
+{
+    int n = 0;
+    for (int i = 0; i < run->n_reqs; i++)
+        n += run->reqs[i].finish == f;
+    return n;
+}
+
+/* What the report's hooks need: the run, and the chapter's own lines. */
+typedef struct {
+    const ServingRun *run;
+    void (*table)(FILE *f, void *chapter, const ServingRun *run);
+    void (*json)(JsonWriter *j, void *chapter, const ServingRun *run);
+    void *chapter;
+} ServingReport;
+
+static void serving_table(FILE *f, const void *p)
+{
+    const ServingReport *sr = p;
+    const ServingRun *run = sr->run;
+    double fr[4];
+    kv_breakdown_fractions(&run->breakdown, fr);
+    int rejected = count_finish(run, REQ_FINISH_REJECTED);
+    fprintf(f, "requests\n  %d completed, %d rejected, at most %d running at once, %ld steps\n",
+            run->n_reqs - rejected, rejected, run->max_concurrent, run->step);
+    fprintf(f, "where reserved KV memory went (byte-steps, as in the PagedAttention paper)\n");
+    fprintf(f, "  token states %6.1f%%   reserved %6.1f%%   internal frag. %6.1f%%   external frag. %6.1f%%\n",
+            100 * fr[0], 100 * fr[1], 100 * fr[2], 100 * fr[3]);
+    for (int i = 0; i < run->n_reqs; i++)
+        if (run->reqs[i].finish == REQ_FINISH_REJECTED)
+            fprintf(f, "  request %d rejected: %s\n", run->reqs[i].spec->id, run->reqs[i].note);
+    if (run->device)
+        serving_device_report_table(f, run->device);
+    sr->table(f, sr->chapter, run);
+}
+
+static void serving_json(JsonWriter *j, const void *p)
+{
+    const ServingReport *sr = p;
+    const ServingRun *run = sr->run;
+    double fr[4];
+    kv_breakdown_fractions(&run->breakdown, fr);
+    json_begin_object(j, "kv_breakdown");
+    json_double(j, "token_states", fr[0]);
+    json_double(j, "reserved", fr[1]);
+    json_double(j, "internal_fragmentation", fr[2]);
+    json_double(j, "external_fragmentation", fr[3]);
+    json_end_object(j);
+    int rejected = count_finish(run, REQ_FINISH_REJECTED);
+    json_int(j, "max_concurrent", run->max_concurrent);
+    json_double(j, "avg_concurrent", run->busy_steps ? run->running_sum / (double)run->busy_steps : 0.0);
+    json_int(j, "requests_completed", run->n_reqs - rejected);
+    json_int(j, "requests_rejected", rejected);
+    json_int(j, "steps", run->step);
+    if (run->device)
+        serving_device_report_json(j, run->device);
+    sr->json(j, sr->chapter, run);
+}
+
+static int open_requests(const CliOptions *o, RequestFile *rf, Err *err)
+{
+    if (o->requests_path)
+        return request_file_load(rf, o->requests_path, err);
+    char path[PATH_MAX];
+    if (assets_find_project_file("data/requests-mixed.tsv", path, sizeof path))
+        return err_set(err, "no --requests file given and data/requests-mixed.tsv not found");
+    return request_file_load(rf, path, err);
+}
+
+int serving_program_open(ServingProgram *p, const CliProgram *program, int argc, char **argv)
+{
+    memset(p, 0, sizeof *p);
+    p->program = program;
+    CliOptions *o = &p->opts;
+    CliResult parsed = cli_parse(program, argc, argv, o, &p->err);
+    if (parsed == CLI_EXIT_OK) {
+        p->help_shown = 1;
+        return -1;
+    }
+    if (parsed == CLI_ERROR)
+        return -1;
+    ops_set_threads(o->threads);
+    p->log = o->quiet ? NULL : stderr;
+    /* Everything that can be refused is refused before the first line is
+     * printed, so that bad input gives exactly one line on stderr. A
+     * --device cuda without a device is refused first of all. */
+    if (serving_device_open(&p->device, program->name, o, &p->on_device, &p->err) ||
+        (o->out_path && report_check_writable("--out", o->out_path, &p->err)) ||
+        (o->json_path && report_check_writable("--json", o->json_path, &p->err)) ||
+        open_requests(o, &p->requests, &p->err) || assets_open(&p->assets, o, &p->err))
+        return -1;
+    if (o->threads == 0)
+        ops_set_threads(forward_default_threads(&p->assets.model.cfg));
+    if (serving_run_init(&p->run, &p->assets.model, &p->assets.tokenizer, o, &p->requests, &p->err))
+        return -1;
+    if (p->on_device)
+        serving_device_attach(&p->device, &p->run);
+    return 0;
+}
+
+int serving_program_start(ServingProgram *p)
+{
+    char line[PATH_MAX * 2 + 256];
+    fprintf(stderr, "%s: %s\n", p->program->name, assets_describe(&p->assets, line, sizeof line));
+    return 0;
+}
+
+/* A progress line on a terminal ends without a newline (it overwrites
+ * itself); end it before anything else is printed. */
+static void end_progress_line(ServingProgram *p)
+{
+    if (p->log && isatty(fileno(p->log)) && p->run.step > 0)
+        fputc('\n', p->log);
+    p->log = NULL;
+}
+
+int serving_program_report(ServingProgram *p, void (*table)(FILE *f, void *chapter, const ServingRun *run),
+                           void (*json)(JsonWriter *j, void *chapter, const ServingRun *run), void *chapter)
+{
+    const CliOptions *o = &p->opts;
+    ServingRun *run = &p->run;
+    if (run->device)
+        serving_device_finish(run->device);
+    end_progress_line(p);
+    if (o->out_path && serving_write_jsonl(run, o->out_path, &p->err))
+        return -1;
+    ServingReport sr = {run, table, json, chapter};
+    RunReport report = {
+        .chapter = p->program->name, .device = o->device, .model_path = p->assets.model_path,
+        .cfg = p->assets.model.cfg,
+        .kv_elem_bytes = p->on_device ? dtype_bytes(p->device.run.kv_type) : sizeof(float), .kv = &run->timeline,
+        .tokens_generated = run->tokens_generated, .elapsed_s = run->elapsed_s, .extra_table = serving_table,
+        .extra_json = serving_json, .extra = &sr,
+    };
+    /* The table only once every file is safely written: a failed write
+     * is then the one line on stderr. */
+    if (o->json_path && report_write_json(o->json_path, &report, &p->err))
+        return -1;
+    if (!o->quiet)
+        report_print(stderr, &report);
+    return 0;
+}
+
+int serving_program_close(ServingProgram *p)
+{
+    end_progress_line(p);
+    int status = 0;
+    if (!p->help_shown && p->err.msg[0]) {
+        fprintf(stderr, "%s: error: %s\n", p->program->name, p->err.msg);
+        status = 1;
+    }
+    serving_run_free(&p->run);
+    request_file_free(&p->requests);
+    assets_close(&p->assets);
+    serving_device_close(&p->device);
+    return status;
+}

@@ -1,0 +1,129 @@
+#!/bin/sh
+# Checks of the handout (make check-handout).
+#
+#   scripts/check-handout.sh --leaks DIR   no line of any answer in DIR
+#   scripts/check-handout.sh               make a handout in a scratch
+#                                          folder and check it end to end
+#
+# The leak check: every line of every LAB region's solution (between LAB
+# BEGIN and LAB STUB in solutions/), compared with comments and spacing
+# taken away, must appear nowhere in the handout: not in the book, the
+# exercises, the lab tests, the README. Two kinds of lines are left out as
+# telling nothing: lines shorter than 16 characters (`return 0;`, `}`),
+# and lines that the project's own code has anyway, outside the answers
+# and the graded tests (common/, kernels/, chapters/, tools/, tests/ but
+# tests/lab/): a solution that calls softmax(scores, n_pos) as
+# attention_reference() does, or serving_admit(run, r) as chapter 4 does,
+# gives nothing away. The second kind is listed, for a reader to judge.
+#
+# The end-to-end check: in a copy of the handout, `make` builds; `make
+# test` passes (the suites that need the answers say SKIP); `make lab
+# CH=n` on the untouched exercises scores below full marks for every
+# chapter and writes build/lab/chNN/results.json; with solutions/chNN/*.c
+# copied into exercises/chNN/ it scores full marks.
+set -eu
+cd "$(dirname "$0")/.."
+
+# One normalized line per answer line: TEXT<TAB>REGION<TAB>FILE:LINE.
+NORMALIZE='
+function norm(s) {
+    gsub(/\/\*[^*]*\*\//, "", s)
+    sub(/\/\/.*$/, "", s)
+    gsub(/[ \t\r]+/, " ", s)
+    sub(/^ /, "", s)
+    sub(/ $/, "", s)
+    return s
+}'
+
+answer_lines() {
+    for f in solutions/ch[0-9][0-9]/*.c; do
+        awk "$NORMALIZE"'
+            /^[ \t]*\/\/ LAB BEGIN\(/ { region = $0; sub(/^.*BEGIN\(/, "", region); sub(/\).*$/, "", region); inside = 1; next }
+            /^[ \t]*\/\/ LAB STUB:/ { inside = 0; next }
+            inside { t = norm($0); if (length(t) >= 16) printf "%s\t%s\t%s:%d\n", t, region, FILENAME, FNR }
+        ' "$f"
+    done
+}
+
+leaks() {
+    dir=$1
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvlab-leaks.XXXXXX")
+    answer_lines >"$tmp/answers"
+    [ -s "$tmp/answers" ] || { echo "check-handout: no LAB region found in solutions/" >&2; rm -rf "$tmp"; exit 1; }
+    # Lines of the project's own code, outside the answers and the graded tests.
+    find common kernels chapters tools tests -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) \
+        ! -path 'tests/lab/*' ! -path 'tests/mutants/*' -print |
+        xargs awk "$NORMALIZE"'{ print norm($0) }' | sort -u >"$tmp/given"
+    # Every text file of the handout, line by line.
+    find "$dir" -type f -print | while IFS= read -r f; do
+        case $(file -b --mime-encoding "$f" 2>/dev/null || echo us-ascii) in
+        binary) continue ;;
+        esac
+        awk "$NORMALIZE"'{ t = norm($0); if (length(t) >= 16) printf "%s\t%s:%d\n", t, FILENAME, FNR }' "$f"
+    done >"$tmp/lines"
+    awk -F '\t' -v given="$tmp/given" -v lines="$tmp/lines" -v shared="$tmp/shared" '
+        BEGIN { while ((getline g < given) > 0) in_library[g] = 1 }
+        FILENAME != lines {
+            if ($1 in in_library) { printf "  %s (%s, %s)\n", $1, $2, $3 > shared; next }
+            answer[$1] = $2 " (" $3 ")"
+            next
+        }
+        $1 in answer { printf "%s: a line of the answer to %s: %s\n", $2, answer[$1], $1; found++ }
+        END { exit found > 0 }
+    ' "$tmp/answers" "$tmp/lines" >"$tmp/found" || {
+        cat "$tmp/found" >&2
+        echo "check-handout: $(wc -l <"$tmp/found") lines of answers in $dir (above)" >&2
+        rm -rf "$tmp"
+        exit 1
+    }
+    n=$(cut -f1 "$tmp/answers" | sort -u | wc -l)
+    echo "check-handout: none of the $n answer lines of solutions/ is in $dir"
+    if [ -s "$tmp/shared" ]; then
+        echo "check-handout: left out, since the project's own code has them too:"
+        sort -u "$tmp/shared"
+    fi
+    rm -rf "$tmp"
+}
+
+if [ "${1:-}" = "--leaks" ]; then
+    leaks "${2:?--leaks needs a folder}"
+    exit 0
+fi
+
+# ------------------------------------------------------------ end to end
+MAKE=${MAKE:-make}
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/kvlab-handout-check.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT INT TERM
+scripts/make-handout.sh "$scratch" >/dev/null
+h=$scratch/kvlab-handout
+# ../shared beside the copy, as beside a checkout, when there is one.
+[ -d ../shared ] && ln -s "$(cd ../shared && pwd)" "$scratch/shared"
+fail() { echo "check-handout: FAIL: $*" >&2; exit 1; }
+[ ! -e "$h/solutions" ] || fail "the handout has a solutions/ folder"
+[ ! -e "$h/tests/mutants" ] || fail "the handout has tests/mutants/"
+# Make it a git checkout of its own, as a student's would be, so that
+# nothing falls back on this repository.
+(cd "$h" && git init -q && git add -A && git -c user.name=check -c user.email=check@localhost commit -qm handout)
+(cd "$h" && $MAKE -j2 CUDA=0 >"$scratch/make.log" 2>&1) || { tail -30 "$scratch/make.log" >&2; fail "make does not build"; }
+echo "check-handout: make builds every program"
+(cd "$h" && $MAKE -j2 CUDA=0 test >"$scratch/test.log" 2>&1) || { tail -30 "$scratch/test.log" >&2; fail "make test fails"; }
+echo "check-handout: make test passes ($(grep -c '^SKIP suite' "$scratch/test.log") suites skipped for want of answers; $(grep -E '^[0-9]+%' "$scratch/test.log"))"
+score_of() { sed -n 's/^Score: //p' "$1"; }
+for lab in tests/lab/ch[0-9][0-9].c; do
+    ch=$(basename "$lab" .c)
+    n=${ch#ch}
+    n=${n#0}
+    (cd "$h" && $MAKE CUDA=0 lab CH="$n" >"$scratch/$ch.untouched" 2>&1) || { cat "$scratch/$ch.untouched" >&2; fail "make lab CH=$n does not run"; }
+    s=$(score_of "$scratch/$ch.untouched")
+    [ -n "$s" ] && [ "${s%/*}" -lt "${s#*/}" ] || fail "$ch: the untouched exercises score ${s:-nothing}, not below full marks"
+    results=$h/build/lab/$ch/results.json
+    [ -s "$results" ] && grep -q '"score"' "$results" && grep -q '"max_score"' "$results" ||
+        fail "$ch: no results.json with score and max_score in build/lab/$ch/"
+    grep -q '"score": '"${s%/*}"',' "$results" || fail "$ch: results.json does not give the score $s"
+    cp "solutions/$ch"/*.c "$h/exercises/$ch/"
+    (cd "$h" && $MAKE CUDA=0 lab CH="$n" >"$scratch/$ch.solved" 2>&1) || { cat "$scratch/$ch.solved" >&2; fail "make lab CH=$n does not run with the answers"; }
+    f=$(score_of "$scratch/$ch.solved")
+    [ -n "$f" ] && [ "${f%/*}" -eq "${f#*/}" ] || { cat "$scratch/$ch.solved" >&2; fail "$ch: with solutions/$ch/*.c copied in, the score is ${f:-nothing}, not full marks"; }
+    echo "check-handout: $ch: untouched $s, results.json written; with the answers copied in $f"
+done
+echo "check-handout: the handout is complete and holds no answer"
