@@ -59,6 +59,7 @@ enum {
     REPLACED = 1 << 4,     /* @OLD was replaced (not "old"), kept mode 0600, nothing else left */
     STDOUT_TEXT = 1 << 5,  /* a RUNS case of a single-stream chapter: stdout is text ending in a newline */
     NOTHING_LEFT = 1 << 6, /* @OUTDIR is empty afterwards: nothing was written */
+    NO_STDOUT = 1 << 7,    /* nothing on stdout (kvsim's table comes only after its JSON) */
 };
 
 typedef struct {
@@ -524,13 +525,48 @@ static void check_case(const HostileCase *c, const Run *r)
                           r->out);
         break;
     }
+    if (c->checks & NO_STDOUT)
+        ck_assert_msg(r->out[0] == '\0', "%s: stdout is not empty:\n%s", c->what, r->out);
     check_files(c);
 }
 
-/* Runs every case of a table, each with a fresh output folder. */
+/* In the handout the chapters run the untouched exercises, which say
+ * "lab: TODO in FUNCTION: ..." once per unfinished function: not part of
+ * what the case checks. */
+static void drop_lab_todo_lines(char *text)
+{
+    char *out = text;
+    for (char *line = text; *line;) {
+        char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
+        if (strncmp(line, "lab: TODO in ", 13) != 0) {
+            memmove(out, line, len);
+            out += len;
+        }
+        line += len;
+    }
+    *out = '\0';
+}
+
+/* A case that needs a chapter (or the simulator, or the demo, which run
+ * the chapters' code) to run to the end needs the answers. */
+static int needs_answers(const HostileCase *c)
+{
+    const char *p = c->argv[0];
+    return c->expect != REFUSED && (strncmp(p, "ch", 2) == 0 || strcmp(p, "kvsim") == 0 || strcmp(p, "demo") == 0);
+}
+
+/* Runs every case of a table, each with a fresh output folder; returns how
+ * many ran. */
 static int run_table(const HostileCase *cases, size_t n)
 {
+    int ran = 0;
     for (size_t i = 0; i < n; i++) {
+        if (needs_answers(&cases[i]) && !test_lab_answers()) {
+            test_skip(cases[i].what, "runs a chapter to the end, and this build has the exercises, not the answers");
+            continue;
+        }
+        ran++;
         ck_assert(snprintf(outdir, sizeof outdir, "%s/out-XXXXXX", dir) < (int)sizeof outdir);
         ck_assert(mkdtemp(outdir) != NULL);
         if (cases[i].checks & (OLD_KEPT | REPLACED)) {
@@ -542,12 +578,14 @@ static int run_table(const HostileCase *cases, size_t n)
         }
         Run r;
         run_case(&cases[i], &r);
+        if (!test_lab_answers())
+            drop_lab_todo_lines(r.err);
         check_case(&cases[i], &r);
         free(r.out);
         free(r.err);
         remove_tree(outdir);
     }
-    return (int)n;
+    return ran;
 }
 
 /* One table on fresh fixtures, and one line saying how many cases passed. */
@@ -707,7 +745,7 @@ static const HostileCase OUTPUT_FILES[] = {
      {"ch02-kvcache", MT, "--steps", "200", "--json", "@OLD"}},
     {"a write error in --json (ch04)", WRITE_FAILED, "cannot write: File too large", FSIZE_LIMIT | OLD_KEPT,
      {"ch04-paged", MT, "--requests", "@req.tsv", "--json", "@OLD"}},
-    {"a write error in kvsim --json: no table on stdout", REFUSED, "--json ", FSIZE_LIMIT | OLD_KEPT,
+    {"a write error in kvsim --json: no table on stdout", WRITE_FAILED, "--json ", FSIZE_LIMIT | OLD_KEPT | NO_STDOUT,
      {"kvsim", "--requests", "300", "--json", "@OLD"}},
     {"a write error in synth-model --out", REFUSED, "cannot write: File too large", FSIZE_LIMIT | OLD_KEPT,
      {"synth-model", "--preset", "stories260K", "--out", "@OLD"}},
