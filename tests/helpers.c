@@ -149,7 +149,15 @@ typedef struct {
     ModelConfig cfg;
     Dtype type;
     float *keys, *values; /* [seq_len][kv_dim] */
+    double jitter;        /* relative noise before rounding (0: none) */
+    unsigned long long rng;
 } RoundingKv;
+
+static void jitter_row(RoundingKv *kv, float *row, int n)
+{
+    for (int i = 0; i < n; i++)
+        row[i] *= (float)(1.0 + kv->jitter * (2.0 * (double)sampler_random_f32(&kv->rng) - 1.0));
+}
 
 static void rounding_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
 {
@@ -159,6 +167,10 @@ static void rounding_store(void *ctx, int layer, const BatchEntry *e, const floa
     float *kr = kv->keys + (size_t)e->pos * kv_dim, *vr = kv->values + (size_t)e->pos * kv_dim;
     memcpy(kr, k, (size_t)kv_dim * sizeof(float));
     memcpy(vr, v, (size_t)kv_dim * sizeof(float));
+    if (kv->jitter > 0.0) {
+        jitter_row(kv, kr, kv_dim);
+        jitter_row(kv, vr, kv_dim);
+    }
     dtype_round(kr, (size_t)kv_dim, kv->type);
     dtype_round(vr, (size_t)kv_dim, kv->type);
 }
@@ -174,9 +186,15 @@ static void rounding_attend(void *ctx, int layer, const BatchEntry *e, int head,
 
 float *test_cpu_logits(const Model *m, const int *tokens, int n, Dtype kv_type)
 {
+    return test_cpu_logits_jittered(m, tokens, n, kv_type, 0.0, 0);
+}
+
+float *test_cpu_logits_jittered(const Model *m, const int *tokens, int n, Dtype kv_type, double jitter,
+                                unsigned long long seed)
+{
     const ModelConfig *c = &m->cfg;
     size_t floats = (size_t)c->seq_len * (size_t)model_kv_dim(c);
-    RoundingKv kv = {*c, kv_type, calloc(floats, sizeof(float)), calloc(floats, sizeof(float))};
+    RoundingKv kv = {*c, kv_type, calloc(floats, sizeof(float)), calloc(floats, sizeof(float)), jitter, seed};
     KvSeam seam = {&kv, rounding_store, rounding_attend};
     ForwardState fs;
     Err err = {{0}};
