@@ -391,6 +391,70 @@ START_TEST(contiguous_cache_matches_cpu)
 }
 END_TEST
 
+/* ------------------------------------ CUDA graphs follow their store */
+
+/* Feeds tokens[from..to) one per step through `kv` with CUDA graphs on;
+ * every step's logits must be the CPU's. */
+static void feed_with_graphs(DeviceSetup *s, DeviceKv *kv, const int *tokens, int from, int to, const float *cpu,
+                             int vocab, const char *what)
+{
+    Err err = {{0}};
+    for (int p = from; p < to; p++) {
+        int cached = -1;
+        ck_assert_msg(kv->prepare(kv->seam.ctx, p + 1, &cached, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(cached, p);
+        BatchEntry e = {.seq = 0, .pos = p, .token = tokens[p], .logits_row = 0};
+        ck_assert_msg(device_forward(&s->dev, &s->dm, &s->fs, &kv->seam, &e, 1, 1, &err) == 0, "%s", err.msg);
+        char at[96];
+        snprintf(at, sizeof at, "%s, position %d", what, p);
+        compare_logits(s->fs.logits_host, cpu + (size_t)p * vocab, 1, vocab, LOGIT_TOL_F32, at);
+    }
+}
+
+/* One forward state, steps of the same shape, two stores: a graph captured
+ * through the first must not be replayed for the second (it would write
+ * and read the first store's cache), nor after a store was closed and
+ * another opened, perhaps at the same address (it would use freed
+ * buffers). See DeviceGraphKey. */
+START_TEST(graphs_follow_their_store)
+{
+    if (!cuda_test_device_present("graphs_follow_their_store"))
+        return;
+    TestModel t;
+    model_open_default(&t);
+    const ModelConfig *c = &t.m.cfg;
+    int prompt[8], n = 24, vocab = c->vocab_size;
+    int n_prompt = make_prompt(&t, prompt);
+    int *tokens_a = cpu_greedy(&t.m, prompt, n_prompt, n);
+    prompt[1] = prompt[1] % (vocab - 4) + 3; /* another first word, another sequence */
+    int *tokens_b = cpu_greedy(&t.m, prompt, 2, n);
+    float *cpu_a = test_cpu_logits(&t.m, tokens_a, n, DTYPE_F32), *cpu_b = test_cpu_logits(&t.m, tokens_b, n, DTYPE_F32);
+    DeviceSetup s;
+    Err err = {{0}};
+    setup_open(&s, &t.m, DTYPE_F32);
+    setup_forward(&s, 1, 1);
+    DeviceKv a, b;
+    ck_assert_msg(device_kv_open_contiguous(&a, &s.dev, c, DTYPE_F32, 0, 1, 1, &err) == 0, "%s", err.msg);
+    ck_assert_msg(device_kv_open_contiguous(&b, &s.dev, c, DTYPE_F32, 0, 1, 1, &err) == 0, "%s", err.msg);
+    ck_assert(a.seam.graph_safe && b.seam.graph_safe);
+    feed_with_graphs(&s, &a, tokens_a, 0, 8, cpu_a, vocab, "store a");
+    feed_with_graphs(&s, &b, tokens_b, 0, 8, cpu_b, vocab, "store b after a");
+    feed_with_graphs(&s, &a, tokens_a, 8, 12, cpu_a, vocab, "store a again");
+    device_kv_close(&b);
+    ck_assert_msg(device_kv_open_contiguous(&b, &s.dev, c, DTYPE_F32, 0, 1, 1, &err) == 0, "%s", err.msg);
+    feed_with_graphs(&s, &b, tokens_b, 0, n, cpu_b, vocab, "a store opened after one was closed");
+    feed_with_graphs(&s, &a, tokens_a, 12, n, cpu_a, vocab, "store a at the end");
+    device_kv_close(&a);
+    device_kv_close(&b);
+    setup_close(&s);
+    free(cpu_a);
+    free(cpu_b);
+    free(tokens_a);
+    free(tokens_b);
+    model_close(&t);
+}
+END_TEST
+
 /* ------------------------------- chapters 3 and 4: several sequences */
 
 #define SEQS 3
@@ -638,6 +702,7 @@ SKIP_TEST(contiguous_cache_matches_cpu)
 SKIP_TEST(arena_and_paged_batches_match_cpu)
 SKIP_TEST(device_memory_is_accounted)
 SKIP_TEST(program_on_device_matches_cpu)
+SKIP_TEST(graphs_follow_their_store)
 
 #endif
 
@@ -651,6 +716,7 @@ Suite *suite_cuda_forward(void)
     tcase_add_test(tc, arena_and_paged_batches_match_cpu);
     tcase_add_test(tc, device_memory_is_accounted);
     tcase_add_test(tc, program_on_device_matches_cpu);
+    tcase_add_test(tc, graphs_follow_their_store);
     suite_add_tcase(s, tc);
     return s;
 }

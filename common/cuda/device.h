@@ -123,6 +123,13 @@ size_t device_buffer_bytes(const void *ptr);
  */
 long device_live_buffers(void);
 
+/**
+ * A count that grows with every device_alloc() and device_free(): a CUDA
+ * graph captured when it had one value may point at buffers that are gone
+ * when it has another (device_forward() captures again then).
+ * @return the count
+ */
+unsigned long device_buffer_epoch(void);
 
 /**
  * Takes a new cudaMemGetInfo reading into d->mem_free_now.
