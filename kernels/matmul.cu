@@ -69,16 +69,18 @@ static int load_symbol(void **slot, const char *name, Err *err)
     return 0;
 }
 
-/* Opens libcublas from the toolkit this was built with, else wherever the
- * dynamic loader finds that major version. */
+/* Opens libcublas of the major version of the headers from the folder the
+ * build named (CUBLAS_DIR: the toolkit's by default), else wherever the
+ * dynamic loader finds it, else an unversioned libcublas.so in that folder. */
 static int load_cublas(Err *err)
 {
     if (blas_api.library)
         return 0;
-    char paths[2][512];
+    char paths[3][512];
     snprintf(paths[0], sizeof paths[0], "%s/libcublas.so.%d", KVLAB_CUDA_LIBDIR, CUBLAS_VER_MAJOR);
     snprintf(paths[1], sizeof paths[1], "libcublas.so.%d", CUBLAS_VER_MAJOR);
-    for (int i = 0; i < 2 && !blas_api.library; i++)
+    snprintf(paths[2], sizeof paths[2], "%s/libcublas.so", KVLAB_CUDA_LIBDIR);
+    for (int i = 0; i < 3 && !blas_api.library; i++)
         blas_api.library = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
     if (!blas_api.library)
         return err_set(err, "cannot load cuBLAS (%s): %s", paths[0], dlerror());

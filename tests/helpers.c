@@ -27,9 +27,12 @@ const char *test_shared_file(const char *name)
     static int next;
     char *path = paths[next++ % 4];
     /* Only ../shared (and the same beside the project root): a models/
-     * download must not stand in for the shared golden files. */
-    const char *dirs[] = {"../shared/models", "../../shared/models"};
-    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+     * download must not stand in for the shared golden files. On a machine
+     * without ../shared (the GPU machine), KVLAB_SHARED_MODELS names a copy
+     * of it made by scripts/gpu-prepare.sh. */
+    const char *copy = getenv("KVLAB_SHARED_MODELS");
+    const char *dirs[] = {"../shared/models", "../../shared/models", copy && *copy ? copy : NULL};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0] && dirs[i]; i++) {
         snprintf(path, PATH_MAX, "%s/%s", dirs[i], name);
         if (access(path, R_OK) == 0)
             return path;

@@ -13,8 +13,10 @@
 #include "tokenizer.h"
 
 /**
- * Path of a file in ../shared/models (searched like the programs do), or
- * NULL when it is absent; in that case the caller should call test_skip().
+ * Path of a file in ../shared/models (searched like the programs do; then
+ * in $KVLAB_SHARED_MODELS, a copy of that folder carried to a machine
+ * without ../shared), or NULL when it is absent; in that case the caller
+ * should call test_skip().
  * @param name  e.g. "stories260K.bin"
  * @return one of four rotating static buffers, or NULL
  */
