@@ -215,9 +215,10 @@ endif
 
 # The kernels, the device forward pass and the GPU test suites on the CPU,
 # through the emulator in ../shared/tools/cuda-emu (one fiber per GPU
-# thread; see scripts/emu-check.sh): kernel-check --quick and the GPU
-# suites; EMU_FULL=1 runs every kernel-check case (about 11 minutes on 2
-# cores). SKIP when the emulator or a CUDA toolkit's headers are absent.
+# thread; see scripts/emu-check.sh): kernel-check --quick, the GPU suites
+# and a dry run of scripts/gpu-check.sh; EMU_FULL=1 runs every kernel-check
+# case (about 11 minutes on 2 cores), EMU_BUILD_ONLY=1 only builds
+# build/emu/. SKIP when the emulator or a CUDA toolkit's headers are absent.
 EMU_DIR ?= ../shared/tools/cuda-emu
 emu-check: deps
 	@EMU_DIR=$(EMU_DIR) EMU_BUILD=build/emu JOBS=$(or $(JOBS),2) scripts/emu-check.sh

@@ -23,7 +23,8 @@
 # order of the fibers, misaligned loads and tensor-core rounding are not
 # emulated (book/appendix-kernels.md). SKIP when the emulator or the CUDA
 # headers are absent. Variables: EMU_DIR, EMU_BUILD (build/emu), JOBS,
-# CUDA_HOME (/usr/local/cuda), EMU_FULL.
+# CUDA_HOME (/usr/local/cuda), EMU_FULL, EMU_BUILD_ONLY=1 (stop after step
+# 2: programs to run or step through with gdb).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -65,6 +66,11 @@ EMU_MAKE=(BUILD="$EMU_BUILD" CUDA_BUILD="$EMU_BUILD/cuda" CUDA=1 CUDA_ARCHS=90 N
 begin "building kvlab against the emulator into $EMU_BUILD/"
 make --no-print-directory -j"$JOBS" "${EMU_MAKE[@]}" all "$EMU_BUILD/test-kvlab"
 done_step "built"
+if [ -n "${EMU_BUILD_ONLY:-}" ]; then
+    echo "emu-check: built only (EMU_BUILD_ONLY): the programs in $EMU_BUILD/ run on the emulator, e.g."
+    echo "  gdb --args $EMU_BUILD/kernel-check --quick --no-time --kernel rmsnorm"
+    exit 0
+fi
 
 # ------------------------------------------------------------ the kernels
 if [ -n "${EMU_FULL:-}" ]; then kc_args=(--no-time); else kc_args=(--quick --no-time); fi

@@ -6,7 +6,9 @@
 # then fixes the dependency file that compilation wrote: it names the
 # scratch copies, which are gone by then, so the next make would stop at
 # "No rule to make target". Scratch files go to $EMU_TMP (under build/)
-# instead of /tmp.
+# instead of /tmp. And it puts the rewritten copies back where the debug
+# information says they are, so that gdb shows the source of a kernel it
+# stops in (book/appendix-kernels.md: stepping through a kernel).
 set -u
 : "${EMU_NVCC:?EMU_NVCC must name the nvcc of the emulator}" "${EMU_TMP:?EMU_TMP must name a scratch folder}"
 if [ "${1:-}" = --version ]; then
@@ -22,9 +24,22 @@ while [ $# -gt 0 ]; do
     esac
 done
 mkdir -p "$EMU_TMP" || exit 1
+kept=${out%.o}.gen # names the folder of the copies kept for gdb
+[ -f "$kept" ] && rm -rf "$(cat "$kept")" "$kept"
 TMPDIR=$EMU_TMP "$EMU_NVCC" "${args[@]}" || exit
 dep=${out%.o}.d
 if [ -n "$src" ] && [ -f "$dep" ]; then
-    gen="$EMU_TMP/kvlab-emu-gen/[^/ ]*"
-    sed -i -e "s#$gen/$(basename "$src" .cu)\.cpp#$src#g" -e "s#$gen/#$(dirname "$src")/#g" "$dep"
+    name=$(basename "$src" .cu)
+    gen=$(grep -o "$EMU_TMP/kvlab-emu-gen/[^/ ]*/$name\.cpp" "$dep" | head -n 1)
+    sed -i -e "s#$EMU_TMP/kvlab-emu-gen/[^/ ]*/$name\.cpp#$src#g" \
+        -e "s#$EMU_TMP/kvlab-emu-gen/[^/ ]*/#$(dirname "$src")/#g" "$dep"
+    if [ -n "$gen" ]; then # the copies the debug information names, made again by the emulator's own rewrite
+        transform=$(dirname "$(readlink -f "$EMU_NVCC")")/../transform.py
+        dir=$(dirname "$gen")
+        mkdir -p "$dir" && echo "$dir" > "$kept"
+        for f in "$(dirname "$src")"/*.cuh "$(dirname "$src")"/*.h; do
+            [ -e "$f" ] && python3 "$transform" "$f" > "$dir/$(basename "$f")"
+        done
+        python3 "$transform" "$src" > "$gen"
+    fi
 fi
