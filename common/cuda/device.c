@@ -177,7 +177,7 @@ int device_mem_refresh(Device *d, Err *err)
 
 int device_compiled_in(void) { return 0; }
 
-#define NO_CUDA "this build has no CUDA support (nvcc was not found when it was compiled, or CUDA=0 was given)"
+#define NO_CUDA "this build has no CUDA support (built without nvcc, without a GPU, or with CUDA=0; make CUDA=1 builds it)"
 
 int device_probe(Err *err)
 {
