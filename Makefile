@@ -490,7 +490,7 @@ FUZZ_CC ?= clang
 FUZZ_BUILD := build/fuzz
 FUZZ_TARGETS ?= $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
 FUZZ_LIB_SRCS := $(sort $(wildcard common/base/*.c common/accounting/*.c common/model/*.c) common/cpu/ops.c \
-                   common/serving/requests.c common/serving/cli.c)
+                   common/cpu/forward.c common/serving/requests.c common/serving/cli.c)
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -march=native -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror \
