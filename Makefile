@@ -488,19 +488,30 @@ FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 1
 FUZZ_CC ?= clang
 FUZZ_BUILD := build/fuzz
-FUZZ_TARGETS ?= $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+# A target for code that not every tree has yet (the GGUF reader, the BPE
+# tokenizer) is built only where that code is.
+FUZZ_NEEDS_fuzz_gguf := common/model/gguf.c
+FUZZ_NEEDS_fuzz_bpe := common/model/bpe.c
+FUZZ_ALL := $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_TARGETS ?= $(foreach t,$(FUZZ_ALL),$(if $(FUZZ_NEEDS_$(t)),$(if $(wildcard $(FUZZ_NEEDS_$(t))),$(t)),$(t)))
 FUZZ_LIB_SRCS := $(sort $(wildcard common/base/*.c common/accounting/*.c common/model/*.c) common/cpu/ops.c \
                    common/cpu/forward.c common/serving/requests.c common/serving/cli.c)
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -march=native -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror \
-              -Wno-unknown-pragmas -Wno-source-uses-openmp -ffp-contract=off -MMD -MP $(COMMON_INCLUDES) -Itests/fuzz
+              -Wno-unknown-pragmas -Wno-source-uses-openmp -ffp-contract=off -MMD -MP $(COMMON_INCLUDES) -Itests/fuzz \
+              $(PCRE2_CFLAGS)
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(FUZZ_LIB_OBJS)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ -lm $(PCRE2_LIBS)
+
+# The GGUF seeds' writer (tests/fuzz/make-corpus.sh runs it): a plain
+# program on the same objects, without libFuzzer's main.
+$(FUZZ_BUILD)/make-seeds: $(FUZZ_BUILD)/obj/tests/fuzz/make-seeds.o $(FUZZ_LIB_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $^ -o $@ -lm $(PCRE2_LIBS)
 
 fuzz-build:
 	@scripts/deps.sh clang

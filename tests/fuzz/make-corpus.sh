@@ -5,12 +5,17 @@
 #   tests/fuzz/make-corpus.sh [BUILD]      (default build)
 #
 #   model/      tiny checkpoints from build/synth-model (legacy and ak42,
-#               shared and unshared classifier, GQA), and truncations of them
+#               shared and unshared classifier, GQA), and truncations of them;
+#               two GGUF models (from build/fuzz/make-seeds)
 #   tokenizer/  a synthetic tokenizer (build/synth-model --tokenizer-out) with
 #               prompts of data/ in front, in fuzz_tokenizer.c's layout
 #   requests/   data/requests-*.tsv, a CRLF copy, comments and blank lines
 #   numbers/    every number and size in the programs' --help texts, and a
 #               few command lines built from them
+#   gguf/, bpe/ GGUF models of every weight type and a byte-level BPE
+#               tokenizer (build/fuzz/make-seeds, tests/fuzz/make-seeds.c,
+#               with the project's GGUF writer); where the tree has no GGUF
+#               code yet, the committed ones are kept
 #
 # The same build gives the same bytes: synth-model is deterministic.
 set -eu
@@ -23,7 +28,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # ---------------------------------------------------------------- model
-rm -rf "$OUT/model" && mkdir -p "$OUT/model"
+mkdir -p "$OUT/model" && rm -f "$OUT"/model/*.bin
 tiny="--dim 8 --hidden-dim 16 --layers 1 --heads 2 --kv-heads 1 --vocab 8 --seq-len 4"
 # shellcheck disable=SC2086
 "$BUILD/synth-model" $tiny --out "$OUT/model/legacy-shared.bin" 2>/dev/null
@@ -86,4 +91,13 @@ done < "$tmp/words"
 printf -- '--steps\0002\000--seed\00018446744073709551615' > "$OUT/numbers/argv-steps-seed"
 printf -- '--kv-budget\0001.5GiB\000--block-size\00016\000--n\0004\000--temperature\0000.8' > "$OUT/numbers/argv-paged"
 printf -- '--threads\0000\000--top-p\000.9\000--watermark\00050' > "$OUT/numbers/argv-threads"
+# ---------------------------------------------------------------- gguf, bpe
+if [ -f common/model/gguf_write.c ]; then
+    make --no-print-directory build/fuzz/make-seeds >/dev/null
+    rm -rf "$OUT/gguf" "$OUT/bpe" && rm -f "$OUT"/model/*.gguf
+    mkdir -p "$OUT/gguf" "$OUT/bpe"
+    build/fuzz/make-seeds "$OUT"
+else
+    echo "make-corpus: no GGUF writer in this tree; the committed gguf/ and bpe/ seeds are kept" >&2
+fi
 echo "make-corpus: $(find "$OUT" -type f | wc -l) files in $OUT"
