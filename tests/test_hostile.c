@@ -39,6 +39,11 @@
 #include "helpers.h"
 #include "mem.h"
 #include "requests.h"
+#if __has_include("gguf.h")
+#include "gguf.h"
+#define HAVE_GGUF 1 /* the GGUF reader is in this tree (branch gguf) */
+#endif
+
 #include "suites.h"
 #include "synth.h"
 
@@ -60,6 +65,7 @@ enum {
     STDOUT_TEXT = 1 << 5,  /* a RUNS case of a single-stream chapter: stdout is text ending in a newline */
     NOTHING_LEFT = 1 << 6, /* @OUTDIR is empty afterwards: nothing was written */
     NO_STDOUT = 1 << 7,    /* nothing on stdout (kvsim's table comes only after its JSON) */
+    REJECTED_LONG = 1 << 8, /* @OUTDIR/out.jsonl: request 1 rejected for its bytes, requests 0 and 2 served */
 };
 
 typedef struct {
@@ -315,8 +321,20 @@ static int drain(int out_fd, int err_fd, Text *out, Text *err, const struct time
 
 /* @NAME or @NAME/rest: NAME is a fixture file (or OUTDIR, the case's
  * output folder, or OLD, a file there that holds "old"). */
+/* A 100 KB prompt (the most one argument may be is 128 KiB on Linux). */
+static const char *long_prompt(void)
+{
+    static char text[100 * 1000 + 1];
+    if (!text[0])
+        for (size_t i = 0; i < sizeof text - 1; i++)
+            text[i] = "Once upon a time there was a cat. "[i % 34];
+    return text;
+}
+
 static const char *expand(const char *arg, char *buf)
 {
+    if (strcmp(arg, "@LONG_PROMPT") == 0)
+        return long_prompt();
     if (arg[0] != '@')
         return arg;
     const char *slash = strchr(arg, '/');
@@ -481,6 +499,17 @@ static void check_files(const HostileCase *c)
         ck_assert_msg((st.st_mode & 0777) == 0600, "%s: mode %o, not the old file's 600", c->what,
                       (unsigned)(st.st_mode & 0777));
         ck_assert_msg(stray_files("old.json") == 0, "%s: a temporary file was left", c->what);
+    }
+    if (c->checks & REJECTED_LONG) {
+        char *jsonl = read_output("out.jsonl");
+        ck_assert_msg(jsonl != NULL, "%s: no --out file", c->what);
+        const char *second = strchr(jsonl, '\n');
+        ck_assert_msg(second && test_count_lines(jsonl) == 3, "%s: expected 3 JSON lines", c->what);
+        ck_assert_msg(strstr(second, "\"finish\":\"rejected\"") && strstr(second, "60000 bytes, more than the"),
+                      "%s: request 1 was not rejected for its length:\n%.300s", c->what, second);
+        ck_assert_msg(strstr(jsonl, "\"finish\":\"rejected\"") == strstr(second, "\"finish\":\"rejected\""),
+                      "%s: request 0 was rejected too", c->what);
+        free(jsonl);
     }
     if (c->checks & (JSON_UTF8 | NO_CR)) {
         char *jsonl = read_output("out.jsonl");
@@ -821,6 +850,95 @@ static const HostileCase NUMBERS[] = {
     {"demo --threads 100000", REFUSED, "--threads", 0, {"demo", MT, "--threads", "100000"}},
 };
 
+#ifdef HAVE_GGUF
+/* GGUF files made by the project's synthetic GGUF writer, then broken. */
+static void make_gguf_fixtures(void)
+{
+    SynthGgufSpec spec = {.cfg = {32, 32, 1, 2, 1, 8, 4}, .shared_classifier = 1, .seed = 5,
+                          .matrix_type = WEIGHT_Q8_0, .embedding_type = WEIGHT_F32};
+    void *image;
+    size_t bytes;
+    Err err = {{0}};
+    ck_assert_msg(synth_gguf_image(&spec, &image, &bytes, &err) == 0, "%s", err.msg);
+    unsigned char *b = image;
+    write_file("model.gguf", b, bytes);
+    write_file("truncated.gguf", b, bytes / 2);
+    write_file("header-only.gguf", b, 24);
+    unsigned char *copy = malloc(bytes);
+    const uint64_t huge = (uint64_t)1 << 62;
+    memcpy(copy, b, bytes);
+    memcpy(copy + 8, &huge, 8); /* tensor_count */
+    write_file("tensor-count-huge.gguf", copy, bytes);
+    memcpy(copy, b, bytes);
+    memcpy(copy + 16, &huge, 8); /* kv_count */
+    write_file("kv-count-huge.gguf", copy, bytes);
+    memcpy(copy, b, bytes);
+    const uint64_t key_len = UINT64_MAX; /* the first key's length */
+    memcpy(copy + 24, &key_len, 8);
+    write_file("key-length-max.gguf", copy, bytes);
+    free(copy);
+    mem_free(image);
+    char path[PATH_MAX];
+    fixture_path("fifo.gguf", path);
+    ck_assert(mkfifo(path, 0600) == 0);
+}
+
+static const HostileCase GGUF_FILES[] = {
+    {"a FIFO named .gguf as --model", REFUSED, "not a regular file", 0, {"ch01-naive", "--model", "@fifo.gguf"}},
+    {"a GGUF file cut in half", REFUSED, "truncated", 0, {"ch02-kvcache", "--model", "@truncated.gguf"}},
+    {"a GGUF file that is only its header", REFUSED, "header-only.gguf: ", 0,
+     {"ch01-naive", "--model", "@header-only.gguf"}},
+    {"a GGUF header claiming 2^62 tensors", REFUSED, "tensors", 0,
+     {"ch02-kvcache", "--model", "@tensor-count-huge.gguf"}},
+    {"a GGUF header claiming 2^62 metadata entries", REFUSED, "metadata entries", 0,
+     {"ch03-batching", "--model", "@kv-count-huge.gguf", "--requests", "@req.tsv"}},
+    {"a GGUF key of 2^64 - 1 bytes", REFUSED, "key-length-max.gguf: ", 0,
+     {"ch04-paged", "--model", "@key-length-max.gguf", "--requests", "@req.tsv"}},
+    {"kvcalc --model on a truncated GGUF", REFUSED, "truncated", 0, {"kvcalc", "--model", "@truncated.gguf"}},
+};
+
+START_TEST(hostile_gguf_files)
+{
+    make_fixtures();
+    make_gguf_fixtures();
+    int n_passed = run_table(GGUF_FILES, sizeof GGUF_FILES / sizeof GGUF_FILES[0]);
+    fprintf(stderr, "hostile: GGUF_FILES: %d cases passed\n", n_passed);
+    remove_tree(dir);
+}
+END_TEST
+#endif
+
+/* Prompts too long for the context: refused (or, in a request file, the
+ * request rejected) before they are tokenized, whatever merging costs. */
+static const HostileCase LONG_PROMPTS[] = {
+    {"a 100 KB --prompt (seq_len 32): refused before tokenizing", REFUSED, "the prompt is 100000 bytes", 0,
+     {"ch02-kvcache", MT, "--prompt", "@LONG_PROMPT"}},
+    {"a 100 KB --prompt in chapter 1", REFUSED, "the prompt is 100000 bytes", 0,
+     {"ch01-naive", MT, "--prompt", "@LONG_PROMPT"}},
+    {"a 60 KB prompt line: that request rejected before tokenizing, the others served (documented)", RUNS, NULL,
+     REJECTED_LONG, {"ch04-paged", MT, "--requests", "@req-long-prompt.tsv", "--out", "@OUTDIR/out.jsonl",
+                     "--quiet"}},
+    {"a 60 KB prompt line in chapter 3 (documented)", RUNS, NULL, REJECTED_LONG,
+     {"ch03-batching", MT, "--requests", "@req-long-prompt.tsv", "--out", "@OUTDIR/out.jsonl", "--quiet"}},
+};
+
+START_TEST(hostile_long_prompts)
+{
+    make_fixtures();
+    char *text = malloc(61 * 1000 + 64);
+    strcpy(text, "4\tOnce upon a time\n3\t");
+    size_t at = strlen(text);
+    for (size_t i = 0; i < 60 * 1000; i++)
+        text[at++] = "the cat sat on the mat "[i % 23];
+    strcpy(text + at, "\n2\tThe end\n");
+    write_text("req-long-prompt.tsv", text);
+    free(text);
+    int n_passed = run_table(LONG_PROMPTS, sizeof LONG_PROMPTS / sizeof LONG_PROMPTS[0]);
+    fprintf(stderr, "hostile: LONG_PROMPTS: %d cases passed\n", n_passed);
+    remove_tree(dir);
+}
+END_TEST
+
 /* ------------------------------------------------------------ tests */
 
 START_TEST(hostile_input_files)
@@ -922,8 +1040,18 @@ Suite *suite_hostile(void)
     tcase_add_test(tc, hostile_checkpoints);
     tcase_add_test(tc, hostile_output_files);
     tcase_add_test(tc, hostile_numbers);
+    tcase_add_test(tc, hostile_long_prompts);
     tcase_add_test(tc, request_file_limits_are_exact);
     suite_add_tcase(s, tc);
+    /* Cases for code that not every tree has yet, in their own cases so
+     * that CK_RUN_CASE can pick them. */
+#ifdef HAVE_GGUF
+    TCase *gguf = tcase_create("gguf");
+    tcase_set_timeout(gguf, 900);
+    tcase_add_test(gguf, hostile_gguf_files);
+    suite_add_tcase(s, gguf);
+#endif
+
     return s;
 }
 

@@ -143,13 +143,16 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
     r->sample = sample;
     r->admitted_step = r->finished_step = -1;
     r->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)model_max_tokens(c), sizeof(int));
-    int *ids = mem_alloc_array(MEM_ACTIVATIONS, strlen(spec->prompt) + 3, sizeof(int));
+    /* A prompt too long to fit is rejected before it is tokenized. */
+    size_t text_len = strlen(spec->prompt), fits = generation_max_prompt_bytes(run->tokenizer, c->seq_len);
+    int too_long = text_len > fits;
+    int *ids = mem_alloc_array(MEM_ACTIVATIONS, too_long ? 1 : text_len + 3, sizeof(int));
     if (!r->tokens || !ids) {
         mem_free(ids);
         return err_set(err, "out of memory for request %d", spec->id);
     }
-    int n_ids;
-    if (tokenizer_encode(run->tokenizer, spec->prompt, 1, 0, ids, &n_ids, err)) {
+    int n_ids = 0;
+    if (!too_long && tokenizer_encode(run->tokenizer, spec->prompt, 1, 0, ids, &n_ids, err)) {
         mem_free(ids);
         return err_prefix(err, "request %d (line %d)", spec->id, spec->line);
     }
@@ -159,7 +162,10 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
         mem_free(ids);
         return -1;
     }
-    if (n_ids > c->seq_len) {
+    if (too_long) {
+        serving_reject(run, r, "its prompt is %zu bytes, more than the %zu that the model's seq_len of %d tokens "
+                       "can hold", text_len, fits, c->seq_len);
+    } else if (n_ids > c->seq_len) {
         serving_reject(run, r, "its prompt is %d tokens; the model's seq_len is %d", n_ids, c->seq_len);
         n_ids = 0;
     }
