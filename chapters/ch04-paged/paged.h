@@ -157,6 +157,9 @@ typedef enum {
  * when either side is freed; a device block written after its copy was
  * taken is no longer that copy (its link stays for coming back in: the
  * write only touches rows the other holders never read).
+ *
+ * The bytes and these books are charged to kv and kv_metadata at MEM_SWAP:
+ * the ledger shows the swap space as a device of its own.
  */
 typedef struct {
     int n_slots;             /**< host blocks */

@@ -24,6 +24,34 @@ static int running_limit(const CliOptions *o)
     return o->max_num_seqs ? o->max_num_seqs : o->max_num_batched_tokens;
 }
 
+/* Host blocks of --swap-space (by default as many as the KV budget's). */
+static size_t swap_slots(const ServingRun *run, size_t bytes_per_block)
+{
+    size_t bytes = run->opts->swap_space ? run->opts->swap_space : serving_kv_budget(run);
+    return bytes / bytes_per_block;
+}
+
+/* A swap space that holds no block, more than a slot id names, or (with
+ * bytes to hold) more than the machine's memory. */
+static int check_swap_space(const ServingRun *run, Err *err)
+{
+    const CliOptions *o = run->opts;
+    size_t per_block = (size_t)o->block_size * run->kv_bytes_per_token, slots = swap_slots(run, per_block);
+    size_t ram = mem_physical_bytes();
+    char a[32], b[32];
+    if (slots < 1)
+        return err_set(err, "--swap-space %s holds no block of %s", cli_format_bytes(a, sizeof a, (double)o->swap_space),
+                       cli_format_bytes(b, sizeof b, (double)per_block));
+    if (slots > INT_MAX / BLOCK_SIZE_MAX)
+        return err_set(err, "--swap-space %s is %zu blocks, more than the swap space can index",
+                       cli_format_bytes(a, sizeof a, (double)o->swap_space), slots);
+    if (!run->simulated && ram > 0 && slots * per_block > ram)
+        return err_set(err, "--swap-space %s is more than this machine's memory (%s)",
+                       cli_format_bytes(a, sizeof a, (double)(slots * per_block)),
+                       cli_format_bytes(b, sizeof b, (double)ram));
+    return 0;
+}
+
 int paged_sched_check(const ServingRun *run, Err *err)
 {
     const CliOptions *o = run->opts;
@@ -38,13 +66,7 @@ int paged_sched_check(const ServingRun *run, Err *err)
     if (limit && o->n_samples > limit)
         return err_set(err, "--n %d: the samples of a prompt are admitted together, but at most %d requests may run "
                        "(%s)", o->n_samples, limit, seqs ? "--max-num-seqs" : "--max-num-batched-tokens");
-    size_t ram = mem_physical_bytes();
-    if (wants_swap(o) && !run->simulated && ram > 0 && o->swap_space > ram) {
-        char a[32], b[32];
-        return err_set(err, "--swap-space %s is more than this machine's memory (%s)",
-                       cli_format_bytes(a, sizeof a, (double)o->swap_space), cli_format_bytes(b, sizeof b, (double)ram));
-    }
-    return 0;
+    return wants_swap(o) ? check_swap_space(run, err) : 0;
 }
 
 int paged_max_running(const PagedServer *s, const ServingRun *run)
@@ -56,19 +78,12 @@ int paged_max_running(const PagedServer *s, const ServingRun *run)
 
 static int open_swap(PagedServer *s, const ServingRun *run, Err *err)
 {
-    const CliOptions *o = run->opts;
     const BlockPool *p = &s->kv.pool;
-    size_t slots = o->swap_space ? o->swap_space / p->bytes_per_block : (size_t)p->n_blocks;
-    char a[32], b[32];
-    if (slots < 1)
-        return err_set(err, "--swap-space %s holds no block of %s", cli_format_bytes(a, sizeof a, (double)o->swap_space),
-                       cli_format_bytes(b, sizeof b, (double)p->bytes_per_block));
-    if (slots > INT_MAX / BLOCK_SIZE_MAX)
-        return err_set(err, "--swap-space %s is %zu blocks, more than the swap space can index",
-                       cli_format_bytes(a, sizeof a, (double)o->swap_space), slots);
+    /* paged_sched_check() refused a swap space that holds no block or too many. */
+    int slots = (int)swap_slots(run, p->bytes_per_block);
     /* On the device the host holds the swapped bytes; in a simulation nobody does. */
     int with_storage = p->storage != NULL || run->device != NULL;
-    return swap_space_init(&s->sched->swap, p, (int)slots, run->n_reqs, s->kv.tables.capacity, with_storage, err);
+    return swap_space_init(&s->sched->swap, p, slots, run->n_reqs, s->kv.tables.capacity, with_storage, err);
 }
 
 int paged_sched_open(PagedServer *s, const ServingRun *run, Err *err)
@@ -115,12 +130,8 @@ void paged_sched_print_setup(FILE *log, const PagedServer *s, const ServingRun *
 {
     const PagedSched *sc = s->sched;
     char a[32];
-    if (sc->chunked_prefill)
-        fprintf(log, "ch04-paged: scheduler: %d tokens a step, decodes first, then prompts in chunks; ",
-                s->max_batched_tokens);
-    else
-        fprintf(log, "ch04-paged: scheduler: %d tokens a step, whole prompts; ", s->max_batched_tokens);
-    fprintf(log, "at most %d requests running; ", paged_max_running(s, run));
+    fprintf(log, "ch04-paged: scheduler: a budget of %d tokens a step, %s; at most %d running; ", s->max_batched_tokens,
+            sc->chunked_prefill ? "decodes first, then prompts in chunks" : "whole prompts", paged_max_running(s, run));
     if (sc->preempt == PAGED_PREEMPT_SWAP)
         fprintf(log, "preemption swaps to %d host blocks (%s)\n", sc->swap.n_slots,
                 cli_format_bytes(a, sizeof a, (double)sc->swap.n_slots * (double)sc->swap.bytes_per_block));
@@ -206,15 +217,13 @@ static void print_budget(FILE *f, const PagedServer *s, const ServingRun *run)
 {
     const PagedSched *sc = s->sched;
     fprintf(f, "scheduler\n");
-    if (sc->chunked_prefill)
-        fprintf(f, "  token budget   %d tokens a step (--max-num-batched-tokens): decodes first, then prompts in "
-                   "chunks; at most %d running\n", s->max_batched_tokens, paged_max_running(s, run));
-    else
-        fprintf(f, "  token budget   %d tokens a step, whole prompts; at most %d running\n", s->max_batched_tokens,
-                paged_max_running(s, run));
-    fprintf(f, "  steps          largest %d tokens, reading %ld K/V positions; in %ld of %ld steps decodes ran beside "
-               "prompt positions (at most %d of them)\n",
-            sc->max_step_tokens, sc->max_step_kv_reads, sc->steps_mixed, run->busy_steps, sc->max_prompt_beside_decodes);
+    fprintf(f, "  token budget   %d a step, %s; at most %d running\n", s->max_batched_tokens,
+            sc->chunked_prefill ? "decodes first, then prompts in chunks" : "whole prompts",
+            paged_max_running(s, run));
+    fprintf(f, "  largest step   %d tokens; attention read at most %ld K/V positions in one step\n", sc->max_step_tokens,
+            sc->max_step_kv_reads);
+    fprintf(f, "  decodes        shared %ld of %ld steps with prompt positions, at most %d of them\n", sc->steps_mixed,
+            run->busy_steps, sc->max_prompt_beside_decodes);
     long lo, hi;
     double mid;
     int n = paged_first_token_steps(s, run, &lo, &mid, &hi);
@@ -228,8 +237,8 @@ static void print_preemption(FILE *f, const PagedServer *s)
     char a[32], b[32], c[32];
     double block = (double)s->kv.pool.bytes_per_block;
     if (sc->preempt == PAGED_PREEMPT_SWAP) {
-        fprintf(f, "  preemption     swap: %ld swapped out, %ld back in; %ld recomputed instead, the swap space (%d "
-                   "blocks) being full\n", sc->swaps_out, sc->swaps_in, sc->swap_fallbacks, sc->swap.n_slots);
+        fprintf(f, "  preemption     swap: %ld swapped out, %ld back in; %ld recomputed because the swap space (%d "
+                   "blocks) was full\n", sc->swaps_out, sc->swaps_in, sc->swap_fallbacks, sc->swap.n_slots);
         fprintf(f, "  swap traffic   out %ld blocks = %s, in %ld blocks = %s (blocks x %s; shared blocks once)\n",
                 sc->swap_blocks_out, cli_format_bytes(a, sizeof a, block * (double)sc->swap_blocks_out),
                 sc->swap_blocks_in, cli_format_bytes(b, sizeof b, block * (double)sc->swap_blocks_in),

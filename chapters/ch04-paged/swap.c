@@ -8,6 +8,13 @@
 #include "mem.h"
 #include "paged.h"
 
+/* The swap space's books are the swap space's: the ledger counts them
+ * with its bytes, at MEM_SWAP. */
+static void *swap_books(size_t count, size_t elem_size)
+{
+    return count > SIZE_MAX / elem_size ? NULL : mem_alloc_at(MEM_KV_METADATA, MEM_SWAP, count * elem_size);
+}
+
 int swap_space_init(SwapSpace *sw, const BlockPool *p, int n_slots, int n_tables, int capacity, int with_storage,
                     Err *err)
 {
@@ -18,14 +25,14 @@ int swap_space_init(SwapSpace *sw, const BlockPool *p, int n_slots, int n_tables
     sw->bytes_per_block = p->bytes_per_block;
     sw->n_tables = n_tables;
     sw->capacity = capacity;
-    sw->free_stack = mem_alloc_array(MEM_KV_METADATA, (size_t)n_slots, sizeof(int));
-    sw->ref_count = mem_alloc_array(MEM_KV_METADATA, (size_t)n_slots, sizeof(int));
-    sw->device_copy = mem_alloc_array(MEM_KV_METADATA, (size_t)n_slots, sizeof(int));
-    sw->tables = mem_alloc_array(MEM_KV_METADATA, (size_t)n_tables * (size_t)capacity, sizeof(int));
-    sw->n_blocks = mem_alloc_array(MEM_KV_METADATA, (size_t)n_tables, sizeof(int));
-    sw->cached = mem_alloc_array(MEM_KV_METADATA, (size_t)n_tables, sizeof(int));
-    sw->host_copy = mem_alloc_array(MEM_KV_METADATA, (size_t)p->n_blocks, sizeof(int));
-    sw->exact = mem_alloc_array(MEM_KV_METADATA, (size_t)p->n_blocks, 1);
+    sw->free_stack = swap_books((size_t)n_slots, sizeof(int));
+    sw->ref_count = swap_books((size_t)n_slots, sizeof(int));
+    sw->device_copy = swap_books((size_t)n_slots, sizeof(int));
+    sw->tables = swap_books((size_t)n_tables * (size_t)capacity, sizeof(int));
+    sw->n_blocks = swap_books((size_t)n_tables, sizeof(int));
+    sw->cached = swap_books((size_t)n_tables, sizeof(int));
+    sw->host_copy = swap_books((size_t)p->n_blocks, sizeof(int));
+    sw->exact = swap_books((size_t)p->n_blocks, 1);
     if (with_storage && (size_t)n_slots <= SIZE_MAX / p->bytes_per_block)
         sw->storage = mem_alloc_at(MEM_KV, MEM_SWAP, (size_t)n_slots * p->bytes_per_block);
     if (!sw->free_stack || !sw->ref_count || !sw->device_copy || !sw->tables || !sw->n_blocks || !sw->cached ||
@@ -162,6 +169,21 @@ static int slot_for_block(SwapSpace *sw, const BlockPool *p, ServingRun *run, in
     return slot;
 }
 
+/* The caller's on_free, after the freed block's link is gone. */
+typedef struct {
+    SwapSpace *sw;
+    void (*on_free)(void *ctx, int block);
+    void *ctx;
+} FreeHook;
+
+static void forget_freed(void *ctx, int block)
+{
+    FreeHook *h = ctx;
+    swap_forget_block(h->sw, block);
+    if (h->on_free)
+        h->on_free(h->ctx, block);
+}
+
 int swap_out_table(SwapSpace *sw, BlockPool *p, BlockTable *t, int seq, int n_cached, ServingRun *run,
                    void (*on_free)(void *ctx, int block), void *ctx, int *copies, Err *err)
 {
@@ -175,7 +197,8 @@ int swap_out_table(SwapSpace *sw, BlockPool *p, BlockTable *t, int seq, int n_ca
     }
     sw->n_blocks[seq] = t->n_blocks;
     sw->cached[seq] = n_cached;
-    block_table_release(p, t, on_free, ctx);
+    FreeHook hook = {sw, on_free, ctx};
+    block_table_release(p, t, forget_freed, &hook);
     return 0;
 }
 
