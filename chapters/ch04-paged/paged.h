@@ -21,6 +21,15 @@
  *    its first token from the same logits with its own sampler;
  * 3. after the step, frees the blocks of every request that finished.
  *
+ * With `--max-num-batched-tokens N` (chunked prefill, as vLLM V1) no step
+ * exceeds N tokens: the decodes go first, then the next chunk of a prompt
+ * that is still being prefilled, then admissions with a first chunk that
+ * fits the rest; only a prompt's last chunk gets a logits row. With
+ * `--max-num-seqs` at most that many requests run. With `--preempt swap` a
+ * preempted request's blocks go to a host swap space (::SwapSpace) and come
+ * back when it is readmitted, instead of being recomputed. Without these
+ * options PagedServer.sched is NULL and nothing of this runs.
+ *
  * The forward pass reads K/V through the block tables (paged_attention()):
  * no gather into a contiguous copy, and the same arithmetic in the same
  * order as common/cpu/ops.h's reference, so the tokens are bit for bit those of
@@ -49,6 +58,11 @@
  * | one step: schedule, forward, sample, account, release | chapters/ch04-paged/server.c | paged_step() |
  * | pool, tables and queue for a run; budgets refused | chapters/ch04-paged/server.c | paged_check(), paged_open() |
  * | room for each running request, preemption, admission, forks | chapters/ch04-paged/scheduler.c | paged_schedule() |
+ * | decodes first, then prompt chunks within the token budget | chapters/ch04-paged/scheduler.c | schedule_decodes(), schedule_prompt_chunks(), admit_waiting() |
+ * | a chunk of a prompt, a logits row only for its last | common/serving/serving.c | serving_feed_upto() |
+ * | the budget's rules, the running limit, the scheduler's numbers and report | chapters/ch04-paged/sched.c | paged_sched_check(), paged_sched_open(), paged_sched_report_table() |
+ * | swapping blocks out and in, shared blocks once | chapters/ch04-paged/swap.c | swap_out_table(), swap_in_table() |
+ * | what recomputing positions costs in FLOPs | chapters/ch04-paged/sched.c | paged_recompute_flops() |
  * | the admission rule with its watermark (lab) | solutions/ch04/paged_can_admit.c | paged_can_admit() |
  * | a block off the free stack (lab) | solutions/ch04/block_pool_alloc.c | block_pool_alloc() |
  * | a holder lets go; double frees refused (lab) | solutions/ch04/block_pool_release.c | block_pool_release() |
@@ -60,6 +74,7 @@
  * | blocks used, slack, sharing, the breakdown | chapters/ch04-paged/report.c | paged_account() |
  * | the chapter's lines of the memory table | chapters/ch04-paged/report.c | paged_report_table() |
  * | the same blocks on the device | chapters/ch04-paged/device.c | paged_device_open(), paged_device_sync() |
+ * | a block between the device and the host swap space | chapters/ch04-paged/device.c | paged_device_swap_block() |
  */
 #ifndef KVLAB_CH04_PAGED_H
 #define KVLAB_CH04_PAGED_H
@@ -179,6 +194,16 @@ typedef struct {
     int *device_copy;        /**< [n_slots] the device block linked to each slot, or -1 */
 } SwapSpace;
 
+/** Most steps PagedSched.timeline keeps; beyond that it keeps every other one. */
+#define PAGED_STEP_SAMPLES 2048
+
+/** One step's size, for the JSON report's step_tokens_timeline. */
+typedef struct {
+    long step;         /**< the step */
+    int tokens;        /**< tokens (batch entries) it ran */
+    int prompt_tokens; /**< of which prompt or recomputed positions (the rest: one decode token per request) */
+} PagedStepSample;
+
 /**
  * What the scheduler keeps when it is given `--max-num-batched-tokens`,
  * `--max-num-seqs`, `--preempt` or `--swap-space`: the budget's rules, the
@@ -208,6 +233,10 @@ typedef struct {
     long swapped_tokens;     /**< positions swapped out */
     double swapped_flops;    /**< what recomputing those positions would have cost (paged_recompute_flops()) */
     long swap_fallbacks;     /**< preemptions that recomputed because the swap space was full */
+    PagedStepSample timeline[PAGED_STEP_SAMPLES]; /**< step sizes, oldest first (every stride-th step) */
+    int timeline_n;          /**< samples kept */
+    long timeline_stride;    /**< one step in stride is kept */
+    long timeline_steps;     /**< steps offered */
 } PagedSched;
 
 /** The chapter-4 server: the paged store, the queue and the numbers it reports. */
@@ -289,8 +318,11 @@ int paged_serve(ServingRun *run, PagedServer **server, FILE *log, Err *err);
 
 /**
  * Plans one step: decodes of the running requests (growing, copying on
- * write, preempting the newest when out of blocks), then FCFS admission of
- * waiting requests with their prompts (or full recomputation).
+ * write, preempting the newest when out of blocks: recomputed later, or
+ * swapped out), then with a token budget the next chunk of a prompt still
+ * being prefilled, then FCFS admission of waiting requests with their
+ * prompts (or full recomputation, or what a swap-in leaves to feed), in
+ * chunks when a budget is given.
  * @param s    the server
  * @param run  the run
  * @param err  receives the reason on failure
@@ -468,6 +500,7 @@ void paged_sched_report_table(FILE *f, const PagedServer *s, const ServingRun *r
  * chunked_prefill, max_num_seqs, preempt, max_step_tokens,
  * max_step_kv_reads, steps_decodes_behind_prompt,
  * max_prompt_tokens_beside_decodes, first_token_steps {min, median, max},
+ * step_tokens_timeline ([step, tokens, prompt tokens] per kept step),
  * swap_space_blocks, swaps_out, swaps_in, swap_blocks_out, swap_blocks_in,
  * swap_bytes_out, swap_bytes_in, swap_fallbacks, recomputed_tokens,
  * recompute_flops, swapped_tokens, swapped_tokens_recompute_flops,

@@ -149,6 +149,25 @@ static int is_decode(const ServingRun *run, const BatchEntry *e)
     return e->pos == r->n_cached && e->pos == r->n_tokens - 1 && r->n_tokens > r->n_prompt;
 }
 
+/* Keeps a step's size; when full, every other sample goes and the stride
+ * doubles, so that recording never allocates (as KvTimeline does). */
+static void keep_step(PagedSched *sc, long step, int tokens, int prompt)
+{
+    if (sc->timeline_stride == 0)
+        sc->timeline_stride = 1;
+    if (sc->timeline_steps++ % sc->timeline_stride != 0)
+        return;
+    if (sc->timeline_n == PAGED_STEP_SAMPLES) {
+        for (int i = 0; i < PAGED_STEP_SAMPLES / 2; i++)
+            sc->timeline[i] = sc->timeline[2 * i];
+        sc->timeline_n = PAGED_STEP_SAMPLES / 2;
+        sc->timeline_stride *= 2;
+        if ((sc->timeline_steps - 1) % sc->timeline_stride != 0)
+            return;
+    }
+    sc->timeline[sc->timeline_n++] = (PagedStepSample){step, tokens, prompt};
+}
+
 void paged_sched_note_step(PagedSched *sc, const ServingRun *run)
 {
     int decodes = 0;
@@ -158,6 +177,7 @@ void paged_sched_note_step(PagedSched *sc, const ServingRun *run)
         reads += run->entries[i].pos + 1;
     }
     int prompt = run->n_entries - decodes;
+    keep_step(sc, run->step, run->n_entries, prompt);
     if (run->n_entries > sc->max_step_tokens)
         sc->max_step_tokens = run->n_entries;
     if (reads > sc->max_step_kv_reads)
@@ -295,4 +315,16 @@ void paged_sched_report_json(JsonWriter *j, const PagedServer *s, const ServingR
     json_int(j, "recomputed_tokens", sc->recomputed_tokens);
     json_double(j, "recompute_flops", sc->recompute_flops);
     json_int(j, "recompute_blocks", sc->recompute_blocks);
+    json_begin_array(j, "step_tokens_timeline");
+    for (int i = 0; i < sc->timeline_n; i++) {
+        int was_pretty = j->pretty;
+        json_begin_array(j, NULL);
+        j->pretty = 0; /* one [step, tokens, prompt tokens] triple per line */
+        json_int(j, NULL, sc->timeline[i].step);
+        json_int(j, NULL, sc->timeline[i].tokens);
+        json_int(j, NULL, sc->timeline[i].prompt_tokens);
+        json_end_array(j);
+        j->pretty = was_pretty;
+    }
+    json_end_array(j);
 }
