@@ -727,7 +727,8 @@ START_TEST(program_refuses_impossible_options)
     expect_refusal(&pf, (const char *const[]){"--preempt", "swap", "--swap-space", "900TB", NULL},
                    "more than the swap space can index");
     /* 500 GB in blocks of 256 x 384 B: few enough to index, more than any test machine's memory. */
-    expect_refusal(&pf, (const char *const[]){"--block-size", "256", "--preempt", "swap", "--swap-space", "500GB", NULL},
+    expect_refusal(&pf,
+                   (const char *const[]){"--block-size", "256", "--preempt", "swap", "--swap-space", "500GB", NULL},
                    "more than this machine's memory");
     program_files_remove(&pf);
 }
@@ -761,7 +762,8 @@ START_TEST(program_reports_budget_and_swaps)
     const char *lines[] = {"scheduler: a budget of 6 tokens a step, decodes first, then prompts in chunks; at most 3 "
                            "running; preemption swaps to 16 host blocks (24.00 KiB)",
                            "swap now    swap peak", "token budget   6 a step", "largest step   6 tokens",
-                           "first token    after", "preemption     swap: ", "swap traffic   out ", "cost           swapping moved"};
+                           "first token    after", "preemption     swap: ", "swap traffic   out ",
+                           "cost           swapping moved"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         ck_assert_msg(strstr(r.err, lines[i]), "'%s' missing from:\n%s", lines[i], r.err);
     test_result_free(&r);

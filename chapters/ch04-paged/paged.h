@@ -154,7 +154,7 @@ int paged_can_admit(int n_free, int needed, int watermark_blocks);
 /** What preemption does with a request's blocks (`--preempt`). */
 typedef enum {
     PAGED_PREEMPT_RECOMPUTE, /**< free them; every position is recomputed when it is readmitted (vLLM V1) */
-    PAGED_PREEMPT_SWAP       /**< copy them to the host swap space, and back when it is readmitted (vLLM V0's other way) */
+    PAGED_PREEMPT_SWAP       /**< copy them to the host swap space and back when readmitted (vLLM V0's other way) */
 } PagedPreemptMode;
 
 /**
@@ -225,7 +225,7 @@ typedef struct {
     int max_prompt_beside_decodes; /**< most prompt positions in a step that also ran decodes */
     long recomputed_tokens;  /**< positions whose K/V a preemption dropped, to be recomputed */
     double recompute_flops;  /**< the forward-pass FLOPs of recomputing them (paged_recompute_flops()) */
-    long recompute_blocks;   /**< blocks those preemptions freed (what swapping them instead would have moved each way) */
+    long recompute_blocks;   /**< blocks those preemptions freed (what swapping would have moved each way) */
     long swaps_out;          /**< requests swapped out */
     long swaps_in;           /**< requests swapped back in */
     long swap_blocks_out;    /**< blocks copied to the host (a block shared by several tables: once) */
@@ -244,7 +244,7 @@ typedef struct {
     PagedKv kv;               /**< the pool and the block tables */
     size_t bytes_per_token;   /**< K and V of all layers for one token */
     int watermark_blocks;     /**< free blocks kept back at admission: --watermark % of the pool, rounded down */
-    int max_batched_tokens;   /**< token budget of one step: --max-num-batched-tokens, or max(seq_len, 2048) (vLLM's default without chunked prefill) */
+    int max_batched_tokens;   /**< token budget of one step: --max-num-batched-tokens, or max(seq_len, 2048) */
     int *running;             /**< [n_reqs] running requests, oldest admission first */
     int n_running;            /**< entries of running */
     int first_waiting;        /**< no request before this index is waiting (where admission starts looking) */

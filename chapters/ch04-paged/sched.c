@@ -40,7 +40,8 @@ static int check_swap_space(const ServingRun *run, Err *err)
     size_t ram = mem_physical_bytes();
     char a[32], b[32];
     if (slots < 1)
-        return err_set(err, "--swap-space %s holds no block of %s", cli_format_bytes(a, sizeof a, (double)o->swap_space),
+        return err_set(err, "--swap-space %s holds no block of %s",
+                       cli_format_bytes(a, sizeof a, (double)o->swap_space),
                        cli_format_bytes(b, sizeof b, (double)per_block));
     if (slots > INT_MAX / BLOCK_SIZE_MAX)
         return err_set(err, "--swap-space %s is %zu blocks, more than the swap space can index",
@@ -240,8 +241,8 @@ static void print_budget(FILE *f, const PagedServer *s, const ServingRun *run)
     fprintf(f, "  token budget   %d a step, %s; at most %d running\n", s->max_batched_tokens,
             sc->chunked_prefill ? "decodes first, then prompts in chunks" : "whole prompts",
             paged_max_running(s, run));
-    fprintf(f, "  largest step   %d tokens; attention read at most %ld K/V positions in one step\n", sc->max_step_tokens,
-            sc->max_step_kv_reads);
+    fprintf(f, "  largest step   %d tokens; attention read at most %ld K/V positions in one step\n",
+            sc->max_step_tokens, sc->max_step_kv_reads);
     fprintf(f, "  decodes        shared %ld of %ld steps with prompt positions, at most %d of them\n", sc->steps_mixed,
             run->busy_steps, sc->max_prompt_beside_decodes);
     long lo, hi;

@@ -158,7 +158,8 @@ static int make_room_for_token(PagedServer *s, Request *r)
 static int blocks_to_write_range(const BlockPool *p, const BlockTable *t, int start, int end)
 {
     int grow = block_count_for_tokens(end, p->shape.block_size) - t->n_blocks;
-    return (grow > 0 ? grow : 0) + (start < t->n_blocks * p->shape.block_size && block_table_blocks_to_write(p, t, start));
+    int cow = start < t->n_blocks * p->shape.block_size && block_table_blocks_to_write(p, t, start);
+    return (grow > 0 ? grow : 0) + cow;
 }
 
 /* Room for positions n_cached..end-1 of r (a prompt chunk, a recomputation,

@@ -230,7 +230,8 @@ static void print_assumptions(const SwapOptions *o)
 {
     const KvsimSwapGpu *g = &o->gpu;
     printf("scenario " SCENARIO ": recomputing a preempted request against swapping its blocks out and back in, as "
-           "the\nPagedAttention paper's Fig. 19 (Kwon et al., SOSP 2023, section 7.3), modelled at 7B and 13B scale\n\n");
+           "the\nPagedAttention paper's Fig. 19 (Kwon et al., SOSP 2023, section 7.3), modelled at 7B and 13B "
+           "scale\n\n");
     printf("assumptions (--gpu %s, %s)\n", g->name, g->label);
     printf("  datasheet  %s\n", g->source);
     printf("  compute    a recomputation (a prefill) achieves %.0f%% of %.0f TFLOP/s (--mfu: an assumption)\n",
@@ -275,8 +276,8 @@ static void print_by_block_size(const SwapOptions *o, const char *name, const Mo
 static void print_crossovers(const SwapOptions *o)
 {
     printf("where they cross: the smallest block size from which swapping out and in costs less than recomputing\n");
-    printf("(in a step, or alone; kvlab: one copy per block, in a step; -: recomputing is cheaper at every block size up "
-           "to %d)\n", BLOCK_SIZE_MAX);
+    printf("(in a step, or alone; kvlab: one copy per block, in a step; -: recomputing is cheaper at every block "
+           "size up to %d)\n", BLOCK_SIZE_MAX);
     printf("  %7s |", "");
     for (size_t m = 0; m < 2; m++)
         printf(" %-35s |", MODELS[m]);
