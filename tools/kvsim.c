@@ -6,6 +6,7 @@
  *   build/kvsim --scenario source-13b-a100-80gb
  *   build/kvsim --scenario paper-13b-a100-40gb
  *   build/kvsim --preset llama-7b --gpu h100-80gb --workload alpaca --rate 0.5
+ *   build/kvsim --scenario paper-fig19     (recompute against swap: tools/lib/kvsim_swap.c)
  *
  * For every strategy (chapter 3's four reservation policies with static
  * batching, three of them with continuous batching as the PagedAttention
@@ -28,6 +29,7 @@
 #include "json.h"
 #include "kvmath.h"
 #include "kvsim.h"
+#include "kvsim_swap.h"
 #include "mem.h"
 #include "outfile.h"
 #include "paged.h"
@@ -91,6 +93,7 @@ static void list_scenarios(FILE *f)
 {
     for (size_t i = 0; i < sizeof SCENARIOS / sizeof SCENARIOS[0]; i++)
         fprintf(f, "%s\n  %s\n  = %s\n", SCENARIOS[i].name, SCENARIOS[i].what, SCENARIOS[i].options);
+    kvsim_swap_describe(f);
 }
 
 /* ------------------------------------------------------------ options */
@@ -178,7 +181,9 @@ static void usage(void)
            "output\n"
            "  --json FILE          the setup and every strategy's numbers as JSON\n"
            "  --verbose            the chapters' setup lines and progress on stderr\n"
-           "  --help               show this help\n",
+           "  --help               show this help\n"
+           "\n--scenario paper-fig19 (recomputation against swapping) takes its own options: --scenario paper-fig19 "
+           "--help\n",
            PROGRAM, kvmath_preset_names(), kvsim_gpu_names());
 }
 
@@ -709,6 +714,8 @@ static int fail(const char *msg)
 
 int main(int argc, char **argv)
 {
+    if (kvsim_swap_requested(argc, argv)) /* a model of costs, not a run: tools/lib/kvsim_swap.c */
+        return kvsim_swap_main(argc, argv);
     Options o;
     Err err = {{0}};
     int rc = parse_options(&o, argc, argv, &err);

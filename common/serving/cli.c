@@ -12,7 +12,8 @@
 enum {
     OPT_MODEL = 1000, OPT_TOKENIZER, OPT_PROMPT, OPT_STEPS, OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_JSON,
     OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
-    OPT_BATCHING, OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_HELP
+    OPT_BATCHING, OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_MAX_NUM_BATCHED_TOKENS,
+    OPT_MAX_NUM_SEQS, OPT_PREEMPT, OPT_SWAP_SPACE, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_HELP
 };
 
 typedef struct {
@@ -41,6 +42,10 @@ static const OptionSpec SPECS[] = {
     {"block-size", OPT_BLOCK_SIZE, CLI_PAGED, "N", "tokens per KV block, a power of two from 1 to 256 (default 16)"},
     {"n", OPT_N, CLI_PAGED, "N", "samples per prompt, sharing the prompt's blocks (default 1; needs --temperature > 0 when > 1)"},
     {"watermark", OPT_WATERMARK, CLI_PAGED, "PCT", "percent of blocks kept free when admitting, against thrashing (default 1)"},
+    {"max-num-batched-tokens", OPT_MAX_NUM_BATCHED_TOKENS, CLI_PAGED, "N", "tokens one step may run, decodes first, then prompts in chunks that fit the rest (chunked prefill, as vLLM V1); no step exceeds it (default: max(seq_len, 2048) with whole prompts)"},
+    {"max-num-seqs", OPT_MAX_NUM_SEQS, CLI_PAGED, "N", "most requests running at once (default: no limit, or --max-num-batched-tokens when that is given, so that every running request's decode fits a step)"},
+    {"preempt", OPT_PREEMPT, CLI_PAGED, "recompute|swap", "what preemption does with a request's blocks: free them and recompute later, or copy them to the host swap space and back (default recompute)"},
+    {"swap-space", OPT_SWAP_SPACE, CLI_PAGED, "SIZE", "host memory for swapped-out blocks with --preempt swap, e.g. 4MiB (default: as large as --kv-budget); when it is full, preemption recomputes"},
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
     {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the K/V cache on the device (default f32)"},
     {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights on the device (default f32; f16/bf16 use cublasGemmEx)"},
@@ -130,6 +135,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     static const char *const batchings[] = {"static", "continuous", NULL};
     static const char *const devices[] = {"cpu", "cuda", NULL};
     static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
+    static const char *const preempts[] = {"recompute", "swap", NULL};
     long v = 0;
     switch (id) {
     case OPT_MODEL: o->model_path = arg; return 0;
@@ -154,6 +160,16 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_WATERMARK:
         if (cli_parse_long(name, arg, 0, 50, &v, err)) return -1;
         o->watermark = (int)v; return 0;
+    case OPT_MAX_NUM_BATCHED_TOKENS:
+        if (cli_parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;
+        o->max_num_batched_tokens = (int)v; return 0;
+    case OPT_MAX_NUM_SEQS:
+        if (cli_parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;
+        o->max_num_seqs = (int)v; return 0;
+    case OPT_SWAP_SPACE:
+        if (cli_parse_size(arg, &o->swap_space, err)) return err_prefix(err, "--swap-space");
+        if (o->swap_space == 0) return err_set(err, "--swap-space: the swap space must be more than 0 bytes");
+        return 0;
     case OPT_BLOCK_SIZE:
         if (cli_parse_long(name, arg, 1, 256, &v, err)) return -1;
         if (v & (v - 1))
@@ -174,6 +190,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_RESERVE: return parse_choice(name, arg, reserves, &o->reserve, err);
     case OPT_BATCHING: return parse_choice(name, arg, batchings, &o->batching, err);
     case OPT_DEVICE: return parse_choice(name, arg, devices, &o->device, err);
+    case OPT_PREEMPT: return parse_choice(name, arg, preempts, &o->preempt, err);
     case OPT_KV_DTYPE: return parse_choice(name, arg, dtypes, &o->kv_dtype, err);
     case OPT_WEIGHT_DTYPE: return parse_choice(name, arg, dtypes, &o->weight_dtype, err);
     }

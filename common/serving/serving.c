@@ -56,17 +56,25 @@ void kv_breakdown_fractions(const KvBreakdown *b, double out[4])
 
 int serving_feed(ServingRun *run, Request *r, Err *err)
 {
-    int n = r->n_tokens - r->n_cached;
-    if (n <= 0)
-        return err_set(err, "request %d has no token without K/V to feed", r->index);
+    return serving_feed_upto(run, r, r->n_tokens, err);
+}
+
+int serving_feed_upto(ServingRun *run, Request *r, int end, Err *err)
+{
+    int n = end - r->n_cached;
+    if (n <= 0 || end > r->n_tokens)
+        return err_set(err, "request %d has no token without K/V to feed up to position %d", r->index, end);
     if (run->n_entries + n > run->max_step_tokens)
         return err_set(err, "step of more than %d tokens (request %d needs %d more)", run->max_step_tokens, r->index,
                        n);
-    if (run->n_logits >= run->max_logits)
+    int last = end == r->n_tokens; /* only the newest token's logits pick a next token */
+    if (last && run->n_logits >= run->max_logits)
         return err_set(err, "step wants more than %d logits rows", run->max_logits);
-    for (int pos = r->n_cached; pos < r->n_tokens; pos++)
+    for (int pos = r->n_cached; pos < end; pos++)
         run->entries[run->n_entries++] =
             (BatchEntry){.seq = r->index, .pos = pos, .token = r->tokens[pos], .logits_row = -1};
+    if (!last)
+        return 0;
     run->entries[run->n_entries - 1].logits_row = run->n_logits;
     run->taker_row[run->n_takers] = run->n_logits++;
     run->taker_req[run->n_takers++] = r->index;
