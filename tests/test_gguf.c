@@ -439,6 +439,10 @@ START_TEST(open_refuses_what_is_not_a_file)
     unlink(path);
     test_write_temp("", 0, path);
     ck_assert_int_eq(gguf_open(&f, path, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "truncated: 0 bytes"));
+    unlink(path);
+    test_write_temp("GGML", 4, path);
+    ck_assert_int_eq(gguf_open(&f, path, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "not a GGUF file"));
     unlink(path);
     ck_assert_int_eq(mem_current(MEM_WEIGHTS, MEM_HOST), 0);

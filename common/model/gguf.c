@@ -306,7 +306,7 @@ fail:
 
 static int parse_header(Cursor *c, GgufFile *f)
 {
-    if (c->size < 4 || memcmp(c->image, GGUF_MAGIC_BYTES, 4) != 0)
+    if (c->size > 0 && memcmp(c->image, GGUF_MAGIC_BYTES, c->size < 4 ? c->size : 4) != 0)
         return err_set(c->err, "not a GGUF file (it does not start with the bytes 'GGUF')");
     if (c->size < HEADER_BYTES)
         return err_set(c->err, "truncated: %zu bytes, too short for the 24-byte GGUF header", c->size);

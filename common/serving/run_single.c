@@ -180,6 +180,7 @@ int run_single_main(const SingleStreamChapter *ch, int argc, char **argv)
     ReportContext rc = {ch, &r.kv, &r.gen, r.on_device ? &r.dev : NULL};
     RunReport report = {
         .chapter = name, .device = o.device, .model_path = r.assets.model_path, .cfg = r.assets.model.cfg,
+        .model = &r.assets.model,
         .kv_elem_bytes = r.on_device ? dtype_bytes(r.dev.kv_type) : sizeof(float),
         .kv = ch->keeps_kv ? &r.gen.kv : NULL,
         .tokens_generated = r.gen.n_tokens - r.gen.n_prompt, .elapsed_s = r.gen.elapsed_s,

@@ -733,6 +733,7 @@ int run_serving_main(const ServingChapter *ch, int argc, char **argv)
         ServingReport sr = {ch, &run};
         RunReport report = {
             .chapter = name, .device = o.device, .model_path = a.model_path, .cfg = a.model.cfg,
+            .model = &a.model,
             .kv_elem_bytes = on_device ? dtype_bytes(device.run.kv_type) : sizeof(float), .kv = &run.timeline,
             .tokens_generated = run.tokens_generated, .elapsed_s = run.elapsed_s, .extra_table = serving_table,
             .extra_json = serving_json, .extra = &sr,
