@@ -173,24 +173,20 @@ typedef int32_t Int16 __attribute__((vector_size(16 * sizeof(int32_t))));
  * __builtin_convertvector() of a byte vector into one scalar move per
  * element, so the x86 builds say which instruction they mean (vpmovzxbd,
  * vpmovsxbd); the other builds widen element by element. */
-static inline Int16 widen_bytes(const unsigned char *p, int is_signed)
+static inline void widen_bytes(const unsigned char *p, int is_signed, Int16 *out)
 {
 #if defined(__AVX512F__)
     __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
-    return (Int16)(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+    *out = (Int16)(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
 #elif defined(__AVX2__)
     __m128i b0 = _mm_loadl_epi64((const __m128i *)(const void *)p);
     __m128i b1 = _mm_loadl_epi64((const __m128i *)(const void *)(p + 8));
     __m256i halves[2] = {is_signed ? _mm256_cvtepi8_epi32(b0) : _mm256_cvtepu8_epi32(b0),
                          is_signed ? _mm256_cvtepi8_epi32(b1) : _mm256_cvtepu8_epi32(b1)};
-    Int16 v;
-    memcpy(&v, halves, sizeof v);
-    return v;
+    memcpy(out, halves, sizeof *out);
 #else
-    Int16 v;
     for (int i = 0; i < 16; i++)
-        v[i] = is_signed ? (int8_t)p[i] : p[i];
-    return v;
+        (*out)[i] = is_signed ? (int8_t)p[i] : p[i];
 #endif
 }
 
@@ -204,7 +200,8 @@ static inline __attribute__((always_inline)) void block_to_f32(WeightType type, 
         int has_min = type == WEIGHT_Q4_1;
         const unsigned char *blk = row + (size_t)b * (has_min ? 20 : 18);
         float d = half_to_float(blk), m = has_min ? half_to_float(blk + 2) : 0.0f;
-        Int16 q = widen_bytes(blk + (has_min ? 4 : 2), 0);
+        Int16 q;
+        widen_bytes(blk + (has_min ? 4 : 2), 0, &q);
 #if defined(__AVX512F__)
         /* A 4-bit weight takes one of 16 values: compute them once per
          * block, by the same formula, and look each weight up (vpermps
@@ -222,8 +219,11 @@ static inline __attribute__((always_inline)) void block_to_f32(WeightType type, 
     } else if (type == WEIGHT_Q8_0) {
         const unsigned char *blk = row + (size_t)b * 34;
         float d = half_to_float(blk);
-        *lo = __builtin_convertvector(widen_bytes(blk + 2, 1), Block16) * d;
-        *hi = __builtin_convertvector(widen_bytes(blk + 18, 1), Block16) * d;
+        Int16 q0, q1;
+        widen_bytes(blk + 2, 1, &q0);
+        widen_bytes(blk + 18, 1, &q1);
+        *lo = __builtin_convertvector(q0, Block16) * d;
+        *hi = __builtin_convertvector(q1, Block16) * d;
     } else {
         float w[BLOCK];
         block_to_f32_scalar(type, row, b, w);
@@ -233,10 +233,10 @@ static inline __attribute__((always_inline)) void block_to_f32(WeightType type, 
 }
 
 /* Partial k + 16 onto k, k + 8 onto k, then dot()'s tree over eight. */
-static inline float combine_block_partials(Block16 lo, Block16 hi)
+static inline float combine_block_partials(const Block16 *lo, const Block16 *hi)
 {
     float p[16], q[LANES];
-    Block16 folded = lo + hi;
+    Block16 folded = *lo + *hi;
     memcpy(p, &folded, sizeof p);
     for (int k = 0; k < LANES; k++)
         q[k] = p[k] + p[k + LANES];
@@ -264,7 +264,7 @@ static inline __attribute__((always_inline)) void row_times_tokens(WeightType ty
         }
     }
     for (int t = 0; t < nt; t++)
-        out[t * out_stride] = combine_block_partials(acc[t][0], acc[t][1]);
+        out[t * out_stride] = combine_block_partials(&acc[t][0], &acc[t][1]);
 }
 #else
 /* Without vector extensions: the same order, written out. */
