@@ -16,6 +16,7 @@
 
 #include "forward.h"
 #include "helpers.h"
+#include "kvmath.h"
 #include "mem.h"
 #include "model.h"
 #include "ops.h"
@@ -313,12 +314,39 @@ START_TEST(smollm2_same_bits_for_any_batch_and_threads)
 }
 END_TEST
 
+/* kvcalc's and kvsim's preset is the file's shape, read through
+ * model_read_config() as `kvcalc --model FILE` reads it. */
+START_TEST(smollm2_preset_is_the_files_shape)
+{
+    KvShape preset;
+    ck_assert_int_eq(kvmath_preset("smollm2-135m", &preset), 0);
+    ck_assert_uint_eq(kvmath_bytes_per_token(&preset, KV_DTYPE_FP32), 46080);
+    ck_assert_uint_eq(kvmath_bytes_per_token(&preset, KV_DTYPE_FP16), 23040);
+    const char *path = test_shared_file(SMOLLM2);
+    if (!path) {
+        test_skip("smollm2_preset_is_the_files_shape", "../shared/models/" SMOLLM2 " is absent");
+        return;
+    }
+    ModelConfig cfg;
+    Err err = {{0}};
+    ck_assert_msg(model_read_config(path, &cfg, &err) == 0, "%s", err.msg);
+    KvShape file = kvmath_shape_from_config(&cfg, "file");
+    ck_assert_int_eq(file.n_layers, preset.n_layers);
+    ck_assert_int_eq(file.n_heads, preset.n_heads);
+    ck_assert_int_eq(file.n_kv_heads, preset.n_kv_heads);
+    ck_assert_int_eq(file.head_dim, preset.head_dim);
+    ck_assert_int_eq(file.seq_len, preset.seq_len);
+    ck_assert_uint_eq(mem_current(MEM_WEIGHTS, MEM_HOST), 0);
+}
+END_TEST
+
 Suite *suite_gguf_model(void)
 {
     Suite *s = suite_create("gguf_model");
     TCase *tc = tcase_create("smollm2");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, smollm2_shape_and_sizes);
+    tcase_add_test(tc, smollm2_preset_is_the_files_shape);
     tcase_add_test(tc, smollm2_greedy_matches_the_reference);
     tcase_add_test(tc, smollm2_france_as_stored_and_in_f32);
     tcase_add_test(tc, smollm2_same_bits_for_any_batch_and_threads);
