@@ -40,6 +40,17 @@ static void expect_error(const char *const *argv, const char *word)
     test_result_free(&r);
 }
 
+/* --info prints each of @p lines (NULL-terminated) somewhere. */
+static void expect_info(const char *model, const char *const *lines)
+{
+    ProgramResult r;
+    run((const char *const[]){"tokenize", "--model", model, "--info", NULL}, &r);
+    ck_assert_msg(r.status == 0, "--info exited with %d: %s", r.status, r.err);
+    for (int i = 0; lines[i]; i++)
+        ck_assert_msg(strstr(r.out, lines[i]), "--info lacks '%s':\n%s", lines[i], r.out);
+    test_result_free(&r);
+}
+
 START_TEST(llama2c_ids_and_back)
 {
     if (!test_shared_file("stories260K.bin") || !test_shared_file("tok512.bin")) {
@@ -55,12 +66,15 @@ START_TEST(llama2c_ids_and_back)
                   "1 403 407 261 378\n");
     expect_output((const char *const[]){"tokenize", "--model", model, "--count", "Once upon a time", NULL}, "5\n");
     /* BOS prints nothing and the dummy-prefix space after it is dropped, as the programs print. */
-    expect_output((const char *const[]){"tokenize", "--model", model, "--decode", "1", "403", "407", "261", "378", NULL},
-                  "Once upon a time\n");
+    expect_output(
+        (const char *const[]){"tokenize", "--model", model, "--decode", "1", "403", "407", "261", "378", NULL},
+        "Once upon a time\n");
     expect_output((const char *const[]){"tokenize", "--model", model, "--pieces", "Once", NULL},
-                  "1\t\"\\n<s>\\n\"\n403\t\"Once\"\n"); /* tok512's BOS is "\n<s>\n" */
+                  "1\t\"\\n<s>\\n\"\n403\t\" Once\"\n"); /* tok512's BOS is "\n<s>\n" */
     expect_error((const char *const[]){"tokenize", "--model", model, "--chat", "Hi", NULL},
                  "the model has no chat template");
+    expect_info(model, (const char *const[]){"llama2.c", "vocabulary       512 tokens", "BOS              1 (added",
+                                              "chat template    none", NULL});
     expect_error((const char *const[]){"tokenize", "--model", model, "--decode", "512", NULL},
                  "token id 512 is outside the vocabulary (0..511)");
 }
@@ -88,6 +102,11 @@ START_TEST(gguf_ids_chat_and_back)
                   "<|im_start|> \xf0\x9f\x98\x80\n");
     expect_output((const char *const[]){"tokenize", "--model", model, "--pieces", " \xf0\x9f\x98\x80!", NULL},
                   "40303\t\" \\xF0\\x9F\\x98\"\n218\t\"\\x80\"\n17\t\"!\"\n");
+    expect_info(model, (const char *const[]){"GPT-2 byte-level BPE", "vocabulary       49152 tokens",
+                                              "merges           48900", "control tokens   17", "(not added to prompts)",
+                                              "longest token    81 bytes", "ends a turn with token 2",
+                                              "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
+                                              NULL});
     expect_error((const char *const[]){"tokenize", "--model", model, "--tokenizer", "x.bin", "Hi", NULL},
                  "--tokenizer is for llama2.c models");
     expect_error((const char *const[]){"tokenize", "--model", model, "--decode", "49152", NULL},
@@ -133,6 +152,7 @@ START_TEST(bad_command_lines)
     expect_error((const char *const[]){"tokenize", "--decode", " 5", NULL}, "' 5' is not a token id");
     expect_error((const char *const[]){"tokenize", "--decode", "--chat", "5", NULL}, "--decode takes ids only");
     expect_error((const char *const[]){"tokenize", "--file", "f", "text", NULL}, "not both");
+    expect_error((const char *const[]){"tokenize", "--info", "text", NULL}, "--info takes no text");
     expect_error((const char *const[]){"tokenize", "--model", "/nonexistent.gguf", "x", NULL}, "/nonexistent.gguf");
     ProgramResult r;
     run((const char *const[]){"tokenize", "--help", NULL}, &r);

@@ -384,6 +384,7 @@ static int reference_piece(void *ctx, const char *piece, size_t len, Err *err)
     return 0;
 }
 
+/* The control tokens the random texts below can contain (and one more). */
 static const char *const CONTROL_TEXTS[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<repo_name>"};
 
 static int reference_encode(Reference *r, const Tokenizer *t, const char *text, int *out)
@@ -395,11 +396,13 @@ static int reference_encode(Reference *r, const Tokenizer *t, const char *text, 
     for (size_t at = 0; at <= len; at++) {
         int control = -1;
         size_t clen = 0;
-        for (size_t c = 0; at < len && c < sizeof CONTROL_TEXTS / sizeof CONTROL_TEXTS[0]; c++)
-            if (strncmp(text + at, CONTROL_TEXTS[c], strlen(CONTROL_TEXTS[c])) == 0 && strlen(CONTROL_TEXTS[c]) > clen) {
-                control = find_entry(r->vocab, r->n_vocab, CONTROL_TEXTS[c], strlen(CONTROL_TEXTS[c]));
-                clen = strlen(CONTROL_TEXTS[c]);
+        for (size_t c = 0; at < len && c < sizeof CONTROL_TEXTS / sizeof CONTROL_TEXTS[0]; c++) {
+            size_t n = strlen(CONTROL_TEXTS[c]);
+            if (strncmp(text + at, CONTROL_TEXTS[c], n) == 0 && n > clen) {
+                control = find_entry(r->vocab, r->n_vocab, CONTROL_TEXTS[c], n);
+                clen = n;
             }
+        }
         if (control < 0 && at < len)
             continue;
         ck_assert(bpe_pretok_split(t->bpe->pretok, text + start, at - start, reference_piece, r, &err) == 0);

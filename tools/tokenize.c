@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,7 @@ typedef struct {
     const char *model_path;     /* NULL: the programs' default model */
     const char *tokenizer_path; /* llama2.c models only */
     const char *text_path;      /* --file; "-" for stdin */
-    int chat, decode;
+    int chat, decode, info;
     OutputMode mode;
 } TokenizeOptions;
 
@@ -51,13 +52,14 @@ typedef struct {
     int is_gguf;
 } Source;
 
-enum { OPT_MODEL = 1000, OPT_TOKENIZER, OPT_CHAT, OPT_DECODE, OPT_FILE, OPT_COUNT, OPT_PIECES, OPT_HELP };
+enum { OPT_MODEL = 1000, OPT_TOKENIZER, OPT_CHAT, OPT_DECODE, OPT_FILE, OPT_COUNT, OPT_PIECES, OPT_INFO, OPT_HELP };
 
 static const struct option LONG_OPTIONS[] = {
     {"model", required_argument, NULL, OPT_MODEL},   {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
     {"chat", no_argument, NULL, OPT_CHAT},           {"decode", no_argument, NULL, OPT_DECODE},
     {"file", required_argument, NULL, OPT_FILE},     {"count", no_argument, NULL, OPT_COUNT},
-    {"pieces", no_argument, NULL, OPT_PIECES},       {"help", no_argument, NULL, OPT_HELP},
+    {"pieces", no_argument, NULL, OPT_PIECES},       {"info", no_argument, NULL, OPT_INFO},
+    {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
 
@@ -66,6 +68,7 @@ static void print_help(void)
     printf("Usage: %s [--model M] [--tokenizer T] [--chat] [--count | --pieces] TEXT\n"
            "       %s [--model M] [--tokenizer T] [--chat] [--count | --pieces] --file FILE\n"
            "       %s [--model M] [--tokenizer T] --decode ID...\n"
+           "       %s [--model M] [--tokenizer T] --info\n"
            "Prints the token ids of TEXT on one line, separated by spaces: exactly what the\n"
            "chapters feed the model for that prompt (BOS first when the tokenizer uses one).\n\n"
            "Options:\n"
@@ -77,13 +80,14 @@ static void print_help(void)
            "                  the template's default system message (GGUF models with a template)\n"
            "  --file FILE     read the text from FILE (- for stdin) instead of the command line\n"
            "  --count         print only the number of tokens\n"
-           "  --pieces        print one token per line: its id and the text it stands for\n"
+           "  --pieces        print one token per line: its id and the bytes it stands for\n"
            "  --decode        the arguments are ids: print the text they stand for\n"
+           "  --info          describe the tokenizer: kind, vocabulary, special ids, longest token\n"
            "  --help          show this help and exit\n\n"
            "Examples:\n"
            "  %s \"Once upon a time\"                         (prints 1 403 407 261 378)\n"
            "  %s --model SmolLM2-135M-Instruct.Q4_1.gguf --chat \"What is the capital of France?\"\n",
-           PROGRAM, PROGRAM, PROGRAM, PROGRAM, PROGRAM);
+           PROGRAM, PROGRAM, PROGRAM, PROGRAM, PROGRAM, PROGRAM);
 }
 
 static int parse_options(int argc, char **argv, TokenizeOptions *o, int *help, Err *err)
@@ -101,6 +105,7 @@ static int parse_options(int argc, char **argv, TokenizeOptions *o, int *help, E
         case OPT_FILE: o->text_path = optarg; break;
         case OPT_COUNT: o->mode = OUT_COUNT; break;
         case OPT_PIECES: o->mode = OUT_PIECES; break;
+        case OPT_INFO: o->info = 1; break;
         case OPT_HELP: *help = 1; return 0;
         default: /* getopt sets optopt to the option's value when its argument is missing */
             if (optopt >= OPT_MODEL)
@@ -109,6 +114,10 @@ static int parse_options(int argc, char **argv, TokenizeOptions *o, int *help, E
         }
     }
     int n_args = argc - optind;
+    if (o->info && (o->decode || o->chat || o->text_path || o->mode != OUT_IDS || n_args > 0))
+        return err_set(err, "--info takes no text and no other mode");
+    if (o->info)
+        return 0;
     if (o->decode && (o->chat || o->text_path || o->mode != OUT_IDS))
         return err_set(err, "--decode takes ids only; --chat, --file, --count and --pieces are for text");
     if (o->decode && n_args == 0)
@@ -284,7 +293,9 @@ static void print_tokens(const Tokenizer *t, const int *ids, int n, OutputMode m
             continue;
         }
         size_t len;
-        const char *piece = tokenizer_piece(t, i > 0 ? ids[i - 1] : -1, ids[i], &len);
+        /* The piece as the vocabulary has it: llama2.c's dummy-prefix space
+         * shows (the programs drop it when they print after BOS). */
+        const char *piece = tokenizer_piece(t, -1, ids[i], &len);
         printf("%d\t", ids[i]);
         print_quoted(piece, len);
         putchar('\n');
@@ -349,6 +360,40 @@ static int decode_ids(const Tokenizer *t, int n, char **args, Err *err)
     return 0;
 }
 
+/* What the book quotes: which algorithm, how big, which special ids, and
+ * the longest token (the bound of the early length check). */
+static int print_info(const Tokenizer *t, Err *err)
+{
+    int gpt2 = t->kind == TOKENIZER_GPT2;
+    printf("kind             %s\n",
+           gpt2 ? "GPT-2 byte-level BPE (GGUF metadata)" : "llama2.c (SentencePiece-style BPE)");
+    printf("vocabulary       %d tokens\n", t->vocab_size);
+    if (gpt2) {
+        size_t merges = 0;
+        for (size_t i = 0; i < t->bpe->pair_slots; i++)
+            merges += t->bpe->pair_keys[i] != UINT64_MAX;
+        printf("merges           %zu\n", merges);
+        printf("control tokens   %d\n", t->bpe->n_controls);
+    }
+    printf("BOS              %d%s\n", t->bos_id, t->add_bos ? " (added to prompts)" : " (not added to prompts)");
+    printf("EOS              %d\n", t->eos_id);
+    printf("longest token    %d bytes: no text of more than %d x N bytes fits N tokens\n",
+           tokenizer_max_piece_bytes(t), tokenizer_max_piece_bytes(t));
+    if (!t->chat_template) {
+        printf("chat template    none\n");
+        return 0;
+    }
+    ChatTemplate chat;
+    if (chat_template_open(&chat, t, err)) {
+        printf("chat template    present, not usable: %s\n", err->msg);
+        return 0;
+    }
+    printf("chat template    ChatML, ends a turn with token %d; default system message: %s\n", chat_end_token(&chat),
+           chat.system_message ? chat.system_message : "(none)");
+    chat_template_close(&chat);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     TokenizeOptions o;
@@ -367,7 +412,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: error: %s\n", PROGRAM, err.msg);
         return 1;
     }
-    int rc = o.decode ? decode_ids(src.t, argc - optind, argv + optind, &err) : encode_text(src.t, &o, argv, &err);
+    int rc = o.info     ? print_info(src.t, &err)
+             : o.decode ? decode_ids(src.t, argc - optind, argv + optind, &err)
+                        : encode_text(src.t, &o, argv, &err);
     close_source(&src);
     if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout)))
         rc = err_set(&err, "cannot write the output: %s", strerror(errno));

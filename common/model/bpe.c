@@ -173,9 +173,10 @@ static int bpe_pair_merge(const void *ctx, int left, int right, PairMerge *out)
 static int add_merge(Bpe *b, const StringIndex *index, int rank, BpeString m, char *concat, Err *err)
 {
     const char *space = memchr(m.data, ' ', m.len);
-    if (!space || space == m.data || space + 1 == m.data + m.len || memchr(space + 1, ' ', m.len - (size_t)(space - m.data) - 1))
-        return err_set(err, "merge %d '%.*s' is not two tokens separated by one space", rank, (int)(m.len > 80 ? 80 : m.len),
-                       m.data);
+    int shown = (int)(m.len > 80 ? 80 : m.len);
+    if (!space || space == m.data || space + 1 == m.data + m.len ||
+        memchr(space + 1, ' ', m.len - (size_t)(space - m.data) - 1))
+        return err_set(err, "merge %d '%.*s' is not two tokens separated by one space", rank, shown, m.data);
     size_t left_len = (size_t)(space - m.data), right_len = m.len - left_len - 1;
     memcpy(concat, m.data, left_len);
     memcpy(concat + left_len, space + 1, right_len);
@@ -183,13 +184,11 @@ static int add_merge(Bpe *b, const StringIndex *index, int rank, BpeString m, ch
     int right = string_index_find(index, space + 1, right_len);
     int merged = string_index_find(index, concat, left_len + right_len);
     if (left < 0 || right < 0 || merged < 0)
-        return err_set(err, "merge %d '%.*s' names a token that is not in the vocabulary", rank,
-                       (int)(m.len > 80 ? 80 : m.len), m.data);
+        return err_set(err, "merge %d '%.*s' names a token that is not in the vocabulary", rank, shown, m.data);
     uint64_t key = pair_key(left, right);
     size_t at = pair_find_slot(b, key);
     if (b->pair_keys[at] == key)
-        return err_set(err, "merge %d '%.*s' repeats merge %d", rank, (int)(m.len > 80 ? 80 : m.len), m.data,
-                       b->pair_rank[at]);
+        return err_set(err, "merge %d '%.*s' repeats merge %d", rank, shown, m.data, b->pair_rank[at]);
     b->pair_keys[at] = key;
     b->pair_rank[at] = rank;
     b->pair_merged[at] = merged;

@@ -19,8 +19,9 @@
  * [^\S\x{180E}] (\s without it), and U+180E joins the "other" class. */
 #define SPACE "[^\\S\\x{180E}]"
 #define NOT_SPACE "[\\S\\x{180E}]"
-static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?(?:[^\\s\\p{L}\\p{N}]|\\x{180E})+|" SPACE
-                                   "+(?!" NOT_SPACE ")|" SPACE "+";
+static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+"
+                                   "| ?(?:[^\\s\\p{L}\\p{N}]|\\x{180E})+"
+                                   "|" SPACE "+(?!" NOT_SPACE ")|" SPACE "+";
 /* One number character: the Digits pre-tokenizer isolates each. */
 static const char NUMBER_PATTERN[] = "\\p{N}";
 
@@ -159,7 +160,10 @@ static size_t utf8_char_at(const unsigned char *s, size_t n)
 {
     if (s[0] < 0x80)
         return 1;
-    size_t len = s[0] >= 0xC2 && s[0] <= 0xDF ? 2 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3 : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : 0;
+    size_t len = s[0] >= 0xC2 && s[0] <= 0xDF   ? 2
+                 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+                 : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
+                                                : 0;
     if (len == 0 || len > n)
         return 0;
     /* The second byte's range depends on the first (overlongs, surrogates, > U+10FFFF). */

@@ -95,7 +95,8 @@ int tokenizer_open_gguf(Tokenizer *t, const GgufFile *f, Err *err)
         read_optional_id(f, "tokenizer.ggml.bos_token_id", &spec.bos_id, err) ||
         read_optional_id(f, "tokenizer.ggml.eos_token_id", &spec.eos_id, err))
         goto done;
-    if (gguf_find(f, "tokenizer.ggml.add_bos_token") && gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &spec.add_bos, err))
+    const char *add_bos = "tokenizer.ggml.add_bos_token";
+    if (gguf_find(f, add_bos) && gguf_get_bool(f, add_bos, &spec.add_bos, err))
         goto done;
     if (gguf_find(f, "tokenizer.chat_template")) {
         GgufString tpl;
