@@ -26,9 +26,13 @@ SAN     ?=
 
 # Determinism: no FMA contraction, so that every summation happens exactly
 # as written and the chapters agree bit for bit.
+# PCRE2 (Debian's libpcre2-dev) gives the GPT-2 pre-tokenizer its Unicode
+# letter and number classes (common/model/bpe_pretok.c).
+PCRE2_CFLAGS := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
+PCRE2_LIBS   := $(or $(shell pkg-config --libs libpcre2-8 2>/dev/null),-lpcre2-8)
 CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) $(SAN) -Wall -Wextra -Werror \
-             -ffp-contract=off -fopenmp -MMD -MP $(INCLUDES) $(CFLAGS)
-LDLIBS_ALL = $(SAN) -fopenmp -lm $(LDLIBS)
+             -ffp-contract=off -fopenmp -MMD -MP $(INCLUDES) $(PCRE2_CFLAGS) $(CFLAGS)
+LDLIBS_ALL = $(SAN) -fopenmp -lm $(PCRE2_LIBS) $(LDLIBS)
 
 CHAPTER_DIRS := $(sort $(wildcard chapters/ch*))
 # common/ is one folder per concern (model, cpu, serving, accounting, cuda,
@@ -193,7 +197,7 @@ $(BUILD)/test-kvlab: $(TEST_OBJS) $(BUILD)/obj/tests/runner.o $(BUILD)/obj/tests
 	$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
 
 deps:
-	@scripts/deps.sh check pkg-config
+	@scripts/deps.sh check pkg-config libpcre2-dev
 
 test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/test-kvlab
