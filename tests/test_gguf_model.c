@@ -9,10 +9,12 @@
  * logits are closer than 0.01: there, a different but equally valid order
  * of summation may pick the other token. */
 #include <check.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "forward.h"
 #include "helpers.h"
@@ -314,6 +316,68 @@ START_TEST(smollm2_same_bits_for_any_batch_and_threads)
 }
 END_TEST
 
+/* The generated tokens of one program run, from its JSON. */
+static int program_tokens(const char *const *argv, const char *json_path, const char *key, int skip, int *out,
+                          int max)
+{
+    ProgramResult r;
+    ck_assert_int_eq(test_run_program(argv, &r), 0);
+    ck_assert_msg(r.status == 0, "%s exited with %d: %s", argv[0], r.status, r.err);
+    test_result_free(&r);
+    char *json = test_slurp(json_path);
+    int all[MAX_PROMPT + MAX_GENERATED];
+    int n = test_json_ints(json, key, all, MAX_PROMPT + MAX_GENERATED);
+    free(json);
+    ck_assert_int_ge(n, skip);
+    for (int i = skip; i < n && i - skip < max; i++)
+        out[i - skip] = all[i];
+    return n - skip < max ? n - skip : max;
+}
+
+/* Chapters 1-4 on SmolLM2, through the programs and the model's own
+ * tokenizer: the same 12 tokens for "Once upon a time", and they are the
+ * reference's. Short runs: chapter 1 recomputes the whole sequence. */
+START_TEST(smollm2_every_chapter_gives_the_reference_tokens)
+{
+    const char *path = test_shared_file(SMOLLM2);
+    if (!path) {
+        test_skip("smollm2_every_chapter_gives_the_reference_tokens", "../shared/models/" SMOLLM2 " is absent");
+        return;
+    }
+    Golden g;
+    read_golden("raw-once", &g);
+    enum { STEPS = 12 };
+    char json[PATH_MAX], reqs[PATH_MAX];
+    test_write_temp("", 0, json);
+    test_write_temp("12\tOnce upon a time\n", 20, reqs);
+    const char *single[][2] = {{"ch01-naive", NULL}, {"ch02-kvcache", NULL}};
+    for (int c = 0; c < 2; c++) {
+        const char *argv[] = {single[c][0], "--model", path, "--prompt", "Once upon a time", "--steps", "12",
+                              "--threads", "1", "--quiet", "--json", json, NULL};
+        int got[STEPS];
+        int n = program_tokens(argv, json, "tokens", g.n_prompt, got, STEPS);
+        ck_assert_msg(n == STEPS, "%s: %d tokens", argv[0], n);
+        for (int i = 0; i < STEPS; i++)
+            ck_assert_msg(got[i] == g.generated[i], "%s token %d: %d, the reference %d", argv[0], i, got[i],
+                          g.generated[i]);
+    }
+    const char *batched[][6] = {{"ch03-batching", "--reserve", "request", "--kv-budget", "64MiB", NULL},
+                                {"ch04-paged", "--block-size", "16", "--kv-budget", "64MiB", NULL}};
+    for (int c = 0; c < 2; c++) {
+        const char *argv[] = {batched[c][0], batched[c][1], batched[c][2], batched[c][3], batched[c][4],
+                              "--model", path, "--requests", reqs, "--threads", "1", "--quiet", "--out", json, NULL};
+        int got[STEPS];
+        int n = program_tokens(argv, json, "tokens", 0, got, STEPS);
+        ck_assert_msg(n == STEPS, "%s: %d tokens", argv[0], n);
+        for (int i = 0; i < STEPS; i++)
+            ck_assert_msg(got[i] == g.generated[i], "%s token %d: %d, the reference %d", argv[0], i, got[i],
+                          g.generated[i]);
+    }
+    unlink(json);
+    unlink(reqs);
+}
+END_TEST
+
 /* kvcalc's and kvsim's preset is the file's shape, read through
  * model_read_config() as `kvcalc --model FILE` reads it. */
 START_TEST(smollm2_preset_is_the_files_shape)
@@ -350,6 +414,7 @@ Suite *suite_gguf_model(void)
     tcase_add_test(tc, smollm2_greedy_matches_the_reference);
     tcase_add_test(tc, smollm2_france_as_stored_and_in_f32);
     tcase_add_test(tc, smollm2_same_bits_for_any_batch_and_threads);
+    tcase_add_test(tc, smollm2_every_chapter_gives_the_reference_tokens);
     suite_add_tcase(s, tc);
     return s;
 }

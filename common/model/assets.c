@@ -114,12 +114,20 @@ static int open_synthetic(Assets *a, Err *err)
     return rc;
 }
 
-/* The tokenizer of a GGUF model is in its metadata (tokenizer.ggml.*). */
+/* The tokenizer of a GGUF model is in its metadata (tokenizer.ggml.*),
+ * read from the file the model already has open. */
 static int open_gguf_tokenizer(Assets *a, Err *err)
 {
     snprintf(a->tokenizer_path, sizeof a->tokenizer_path, "(in %.*s)", PATH_MAX - 8, a->model_path);
-    return err_set(err, "%s: reading the tokenizer from GGUF metadata is not built in yet; pass --tokenizer",
-                   a->model_path);
+    if (tokenizer_open_gguf(&a->tokenizer, &a->model.gguf, err))
+        return err_prefix(err, "%s", a->model_path);
+    if (a->tokenizer.vocab_size != a->model.cfg.vocab_size) {
+        int tokens = a->tokenizer.vocab_size;
+        tokenizer_free(&a->tokenizer);
+        return err_set(err, "%s: the tokenizer has %d tokens but the embedding table %d rows", a->model_path, tokens,
+                       a->model.cfg.vocab_size);
+    }
+    return 0;
 }
 
 /* --weight-dtype f32 on the CPU: every matrix dequantized at load, to
