@@ -236,6 +236,42 @@ START_TEST(fused_matmul_is_thread_count_independent)
 }
 END_TEST
 
+/* A group (Q, K, V on one input) gives each matrix's own bits, on 1 and 2
+ * threads, also when one of them is f32 (llama2.c's path). */
+START_TEST(group_equals_each_matrix_alone)
+{
+    const WeightType types[][3] = {{WEIGHT_Q4_1, WEIGHT_Q4_1, WEIGHT_Q4_1}, {WEIGHT_Q8_0, WEIGHT_Q4_0, WEIGHT_BF16},
+                                   {WEIGHT_F32, WEIGHT_Q4_1, WEIGHT_F16}};
+    const int rows[3] = {256, 96, 96}, cols = 192, n = 3;
+    for (size_t c = 0; c < sizeof types / sizeof types[0]; c++) {
+        WeightMatrix w[3];
+        void *data[3];
+        float *alone[3], *grouped[3];
+        for (int i = 0; i < 3; i++) {
+            data[i] = random_matrix(types[c][i], rows[i], cols, 70 + 3 * c + i, &w[i]);
+            alone[i] = malloc(sizeof(float) * n * rows[i]);
+            grouped[i] = malloc(sizeof(float) * n * rows[i]);
+        }
+        float x[3 * 192];
+        unsigned long long rng = 8;
+        random_fill(x, n * cols, &rng, 1.0f);
+        const WeightMatrix *ws[3] = {&w[0], &w[1], &w[2]};
+        for (int threads = 1; threads <= 2; threads++) {
+            ops_set_threads(threads);
+            for (int i = 0; i < 3; i++)
+                matmul_weights(alone[i], x, &w[i], n);
+            matmul_weights_group(grouped, x, ws, 3, n);
+            for (int i = 0; i < 3; i++)
+                ck_assert_msg(memcmp(alone[i], grouped[i], sizeof(float) * n * rows[i]) == 0,
+                              "case %zu, %d threads: matrix %d (%s) differs in the group", c, threads, i,
+                              weight_type_name(types[c][i]));
+        }
+        for (int i = 0; i < 3; i++)
+            free(data[i]), free(alone[i]), free(grouped[i]);
+    }
+}
+END_TEST
+
 /* Round trip: each weight comes back within half a step of its block
  * (Q4_1: (max - min) / 15; Q8_0: max|x| / 127; Q4_0: a whole step of
  * |extreme| / 8, since the far end clamps at +7), f16 within its relative
@@ -286,6 +322,7 @@ Suite *suite_quant(void)
     tcase_add_test(tc, fused_matmul_equals_dequantize_then_dot);
     tcase_add_test(tc, fused_matmul_matches_double);
     tcase_add_test(tc, fused_matmul_is_thread_count_independent);
+    tcase_add_test(tc, group_equals_each_matrix_alone);
     tcase_add_test(tc, quantize_round_trip);
     suite_add_tcase(s, tc);
     return s;

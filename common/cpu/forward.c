@@ -120,9 +120,9 @@ void forward(const Model *m, ForwardState *s, const KvSeam *kv, const BatchEntry
         /* Attention block: x += Wo . attention(RoPE(Wq xn), RoPE(Wk xn), Wv xn) */
         for (int i = 0; i < n; i++)
             rmsnorm_eps(s->xb + (long)i * dim, s->x + (long)i * dim, lw->rms_att, dim, eps);
-        matmul_weights(s->q, s->xb, &lw->wq, n);
-        matmul_weights(s->k, s->xb, &lw->wk, n);
-        matmul_weights(s->v, s->xb, &lw->wv, n);
+        float *qkv_out[3] = {s->q, s->k, s->v};
+        const WeightMatrix *qkv[3] = {&lw->wq, &lw->wk, &lw->wv};
+        matmul_weights_group(qkv_out, s->xb, qkv, 3, n);
         for (int i = 0; i < n; i++) {
             const float *cos_row = s->rope_cos + (long)e[i].pos * (hd / 2);
             const float *sin_row = s->rope_sin + (long)e[i].pos * (hd / 2);
@@ -140,8 +140,9 @@ void forward(const Model *m, ForwardState *s, const KvSeam *kv, const BatchEntry
         /* Feed-forward block: x += W2 . (silu(W1 xn) * W3 xn) */
         for (int i = 0; i < n; i++)
             rmsnorm_eps(s->xb + (long)i * dim, s->x + (long)i * dim, lw->rms_ffn, dim, eps);
-        matmul_weights(s->hb, s->xb, &lw->w1, n);
-        matmul_weights(s->hb2, s->xb, &lw->w3, n);
+        float *gate_up_out[2] = {s->hb, s->hb2};
+        const WeightMatrix *gate_up[2] = {&lw->w1, &lw->w3};
+        matmul_weights_group(gate_up_out, s->xb, gate_up, 2, n);
         swiglu(s->hb, s->hb2, n * hid);
         matmul_weights(s->xb, s->hb, &lw->w2, n);
         add_inplace(s->x, s->xb, n * dim);

@@ -138,6 +138,7 @@ void matmul(float *out, const float *x, const float *w, int n_tokens, int in_dim
 
 #define BLOCK QUANT_BLOCK
 #define TOKEN_TILE 4
+#define PREFETCH_AHEAD 4096
 
 /* Half to float for the per-block scales: the F16C instruction where the
  * build has it, else the exact bit-level conversion (the same value). */
@@ -252,8 +253,15 @@ static inline __attribute__((always_inline)) void row_times_tokens(WeightType ty
     for (int t = 0; t < nt; t++)
         acc[t][0] = acc[t][1] = (Block16){0};
     int n_blocks = cols / BLOCK;
+    const size_t block_bytes = weight_type_block_bytes(type) * (type >= WEIGHT_Q8_0 ? 1 : BLOCK);
     for (int b = 0; b < n_blocks; b++) {
         Block16 lo, hi, xv;
+        /* A row is a few hundred bytes, so the hardware prefetcher has
+         * little to go on inside one; asking for the bytes 4 KiB ahead
+         * (about a dozen rows of Q4_1) keeps the stream from memory flowing
+         * and made single-thread decode of SmolLM2 about 20% faster.
+         * Prefetching past the end of the matrix is harmless. */
+        __builtin_prefetch(row + (size_t)b * block_bytes + PREFETCH_AHEAD, 0, 0);
         block_to_f32(type, row, b, &lo, &hi);
         for (int t = 0; t < nt; t++) {
             const float *xt = x + (long)t * cols + b * BLOCK;
@@ -337,16 +345,17 @@ static inline void row_times_batch(const WeightMatrix *w, WeightType type, int r
 }
 
 /* One function per block type, with the type written as a constant inside
- * the parallel loop (a variable would reach the outlined OpenMP body
- * through memory), so that the compiler drops the other branches of
- * block_to_f32() from the hot loop. */
-#define ROWS_OF_TYPE(name, type_const)                                                              \
-    static void name(const WeightMatrix *w, const float *x, float *out, int n_tokens, long macs)     \
-    {                                                                                               \
-        (void)macs;                                                                                 \
-        _Pragma("omp parallel for schedule(static) if (macs >= PARALLEL_MIN_MACS)")                 \
-        for (int r = 0; r < w->rows; r++)                                                           \
-            row_times_batch(w, type_const, r, x, out, n_tokens);                                    \
+ * the loop (a variable would reach the outlined OpenMP body through
+ * memory), so that the compiler drops the other branches of block_to_f32()
+ * from the hot loop. Each shares its rows out among the threads of the
+ * enclosing parallel region (an orphaned `omp for`) and does not wait for
+ * the others at the end: the caller's region does. */
+#define ROWS_OF_TYPE(name, type_const)                                                  \
+    static void name(const WeightMatrix *w, const float *x, float *out, int n_tokens)  \
+    {                                                                                   \
+        _Pragma("omp for schedule(static) nowait")                                      \
+        for (int r = 0; r < w->rows; r++)                                               \
+            row_times_batch(w, type_const, r, x, out, n_tokens);                        \
     }
 ROWS_OF_TYPE(rows_q4_1, WEIGHT_Q4_1)
 ROWS_OF_TYPE(rows_q4_0, WEIGHT_Q4_0)
@@ -354,18 +363,48 @@ ROWS_OF_TYPE(rows_q8_0, WEIGHT_Q8_0)
 ROWS_OF_TYPE(rows_f16, WEIGHT_F16)
 ROWS_OF_TYPE(rows_bf16, WEIGHT_BF16)
 
-void matmul_weights(float *out, const float *x, const WeightMatrix *w, int n_tokens)
+static void rows_of(const WeightMatrix *w, const float *x, float *out, int n_tokens)
 {
-    long macs = (long)n_tokens * w->cols * w->rows;
     switch (w->type) {
-    case WEIGHT_F32: matmul(out, x, (const float *)w->data, n_tokens, w->cols, w->rows); return;
-    case WEIGHT_Q4_1: rows_q4_1(w, x, out, n_tokens, macs); return;
-    case WEIGHT_Q4_0: rows_q4_0(w, x, out, n_tokens, macs); return;
-    case WEIGHT_Q8_0: rows_q8_0(w, x, out, n_tokens, macs); return;
-    case WEIGHT_F16: rows_f16(w, x, out, n_tokens, macs); return;
-    case WEIGHT_BF16: rows_bf16(w, x, out, n_tokens, macs); return;
+    case WEIGHT_Q4_1: rows_q4_1(w, x, out, n_tokens); return;
+    case WEIGHT_Q4_0: rows_q4_0(w, x, out, n_tokens); return;
+    case WEIGHT_Q8_0: rows_q8_0(w, x, out, n_tokens); return;
+    case WEIGHT_F16: rows_f16(w, x, out, n_tokens); return;
+    case WEIGHT_BF16: rows_bf16(w, x, out, n_tokens); return;
     default: return;
     }
+}
+
+void matmul_weights(float *out, const float *x, const WeightMatrix *w, int n_tokens)
+{
+    matmul_weights_group(&out, x, &w, 1, n_tokens);
+}
+
+void matmul_weights_group(float *const *outs, const float *x, const WeightMatrix *const *w, int n_mats,
+                          int n_tokens)
+{
+    long macs = 0;
+    int any_f32 = 0;
+    for (int i = 0; i < n_mats; i++) {
+        macs += (long)n_tokens * w[i]->cols * w[i]->rows;
+        any_f32 |= w[i]->type == WEIGHT_F32;
+    }
+    if (any_f32) {
+        /* llama2.c's f32 path, exactly as before: matmul() per matrix. */
+        for (int i = 0; i < n_mats; i++) {
+            if (w[i]->type == WEIGHT_F32)
+                matmul(outs[i], x, (const float *)w[i]->data, n_tokens, w[i]->cols, w[i]->rows);
+            else
+                matmul_weights_group(&outs[i], x, &w[i], 1, n_tokens);
+        }
+        return;
+    }
+    (void)macs;
+    /* One fork and one join for all the matrices: the threads go on to the
+     * next matrix without waiting (nowait above). */
+#pragma omp parallel if (macs >= PARALLEL_MIN_MACS)
+    for (int i = 0; i < n_mats; i++)
+        rows_of(w[i], x, outs[i], n_tokens);
 }
 
 void rmsnorm_eps(float *out, const float *x, const float *weight, int n, float eps)

@@ -66,6 +66,20 @@ void matmul(float *out, const float *x, const float *w, int n_tokens, int in_dim
 void matmul_weights(float *out, const float *x, const WeightMatrix *w, int n_tokens);
 
 /**
+ * matmul_weights() of several matrices on the same input, out_i = W_i x
+ * (Q, K and V of a layer; its gate and up projections), with one fork and
+ * one join of the threads for all of them instead of one per matrix. Every
+ * output is the same bits as matmul_weights() gives it alone.
+ * @param outs      [n_mats] outputs, out_i [n_tokens][w[i]->rows]
+ * @param x         [n_tokens][cols] (every matrix has cols columns)
+ * @param w         [n_mats] the weights
+ * @param n_mats    how many matrices
+ * @param n_tokens  tokens in the batch
+ */
+void matmul_weights_group(float *const *outs, const float *x, const WeightMatrix *const *w, int n_mats,
+                          int n_tokens);
+
+/**
  * RMSNorm with the model's epsilon: out = weight * x / sqrt(mean(x^2) + eps).
  * out may alias x.
  * @param out     [n]
