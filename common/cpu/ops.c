@@ -137,7 +137,7 @@ void matmul(float *out, const float *x, const float *w, int n_tokens, int in_dim
  * the row alone (ops.h states it). */
 
 #define BLOCK QUANT_BLOCK
-#define TOKEN_TILE 4
+#define TOKEN_TILE 8 /* 16 vector sums + 2 of weights: within 32 registers (AVX-512) */
 #define PREFETCH_AHEAD 4096
 
 /* Half to float for the per-block scales: the F16C instruction where the
@@ -334,6 +334,10 @@ static inline void row_times_batch(const WeightMatrix *w, WeightType type, int r
         float *ot = out + (long)t0 * stride + r;
         int nt = n_tokens - t0 < TOKEN_TILE ? n_tokens - t0 : TOKEN_TILE;
         switch (nt) {
+        case 8: row_times_tokens(type, row, w->cols, xt, ot, stride, 8); break;
+        case 7: row_times_tokens(type, row, w->cols, xt, ot, stride, 7); break;
+        case 6: row_times_tokens(type, row, w->cols, xt, ot, stride, 6); break;
+        case 5: row_times_tokens(type, row, w->cols, xt, ot, stride, 5); break;
         case 4: row_times_tokens(type, row, w->cols, xt, ot, stride, 4); break;
         case 3: row_times_tokens(type, row, w->cols, xt, ot, stride, 3); break;
         case 2: row_times_tokens(type, row, w->cols, xt, ot, stride, 2); break;

@@ -53,7 +53,7 @@ void matmul(float *out, const float *x, const float *w, int n_tokens, int in_dim
  * weights k, k + 32, k + 64, ... in turn; then partial k + 16 is added to
  * partial k, then k + 8 to k, then the eight are combined as in dot(), and
  * the weights past the last whole block (f16/bf16 rows only) are added in
- * order. A row is read once, start to end, for up to four tokens at a
+ * order. A row is read once, start to end, for up to eight tokens at a
  * time; the threads split the rows. So every output is the same bits
  * whatever the number of tokens, their position in the batch and the
  * number of threads, and equals the dot product in that order of the
