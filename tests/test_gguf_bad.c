@@ -230,6 +230,68 @@ START_TEST(smollm2_cut_short_is_refused)
 }
 END_TEST
 
+/* A number of a JSON report ("key": value). */
+static double json_value(const char *json, const char *key)
+{
+    char quoted[80];
+    snprintf(quoted, sizeof quoted, "\"%s\":", key);
+    const char *p = strstr(json, quoted);
+    ck_assert_msg(p != NULL, "the report lacks %s", key);
+    return strtod(p + strlen(quoted), NULL);
+}
+
+/* Not a bad file: the same small model as above, run as stored and with
+ * --weight-dtype f32, which on the CPU dequantizes at load. The report
+ * shows the weights grow by exactly the f32 bytes less the stored ones, and
+ * the table says so; f16 on the CPU is still refused. */
+START_TEST(weight_dtype_f32_dequantizes_on_the_cpu)
+{
+    size_t bytes;
+    unsigned char *good = good_image(&bytes);
+    char model[PATH_MAX], gguf[PATH_MAX + 8], tok[PATH_MAX], json[PATH_MAX];
+    test_write_temp(good, bytes, model);
+    snprintf(gguf, sizeof gguf, "%s.gguf", model);
+    ck_assert_int_eq(rename(model, gguf), 0);
+    void *tok_image;
+    size_t tok_bytes;
+    Err err = {{0}};
+    ck_assert_int_eq(synth_tokenizer_image(400, &tok_image, &tok_bytes, &err), 0);
+    test_write_temp(tok_image, tok_bytes, tok);
+    mem_free(tok_image);
+    test_write_temp("", 0, json);
+    double weights[2], tensor[2], f32[2];
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0 ends the list before --weight-dtype f32 */
+        const char *argv[] = {"ch02-kvcache", "--model", gguf, "--tokenizer", tok, "--steps", "4", "--json", json,
+                              pass ? "--weight-dtype" : NULL, "f32", NULL};
+        ProgramResult r;
+        ck_assert_int_eq(test_run_program(argv, &r), 0);
+        ck_assert_msg(r.status == 0, "pass %d: status %d: %s", pass, r.status, r.err);
+        ck_assert_msg(strstr(r.err, pass ? "stored as" : "as stored") != NULL, "pass %d: %s", pass, r.err);
+        ck_assert_msg(!pass || strstr(r.err, "Q8_0 + Q4_1 (dequantized to f32)") != NULL, "%s", r.err);
+        test_result_free(&r);
+        char *text = test_slurp(json);
+        weights[pass] = json_value(text, "weights_bytes");
+        tensor[pass] = json_value(text, "weights_tensor_bytes");
+        f32[pass] = json_value(text, "weights_f32_bytes");
+        free(text);
+    }
+    ck_assert(f32[0] == f32[1] && tensor[1] == f32[1] && tensor[0] < f32[0]);
+    /* The file stays mapped; the f32 copy of the matrices comes on top:
+     * everything but the norms, 5 x 64 f32 (2 per layer and the final one). */
+    double norms = 5 * 64 * 4;
+    ck_assert_msg(weights[1] - weights[0] == f32[0] - norms, "weights grew by %.0f, the f32 matrices are %.0f",
+                  weights[1] - weights[0], f32[0] - norms);
+    const char *argv[] = {"ch02-kvcache", "--model", gguf, "--tokenizer", tok, "--weight-dtype", "f16", NULL};
+    ProgramResult r;
+    ck_assert_int_eq(test_run_program(argv, &r), 0);
+    ck_assert_msg(r.status == 1 && test_count_lines(r.err) == 1 && strstr(r.err, "--device cuda"), "%s", r.err);
+    test_result_free(&r);
+    unlink(gguf), unlink(tok), unlink(json);
+    free(good);
+}
+END_TEST
+
 Suite *suite_gguf_bad(void)
 {
     Suite *s = suite_create("gguf_bad");
@@ -239,6 +301,7 @@ Suite *suite_gguf_bad(void)
     tcase_add_test(tc, truncated_files_are_refused_in_one_line);
     tcase_add_test(tc, wrong_models_are_refused_in_one_line);
     tcase_add_test(tc, smollm2_cut_short_is_refused);
+    tcase_add_test(tc, weight_dtype_f32_dequantizes_on_the_cpu);
     suite_add_tcase(s, tc);
     return s;
 }
