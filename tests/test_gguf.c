@@ -357,7 +357,9 @@ START_TEST(bad_tensor_infos)
         {{"t", GGUF_TENSOR_F32, 0, {4}, data, 16}, "0 dimensions"},
         {{"t", GGUF_TENSOR_F32, 5, {1, 1, 1, 1}, data, 16}, "5 dimensions"},
         {{"t", GGUF_TENSOR_F32, 2, {4, 0}, data, 16}, "dimension 1 is 0"},
-        {{"t", GGUF_TENSOR_F32, 2, {1ull << 40, 1ull << 40}, data, 16}, "too large"},
+        {{"t", GGUF_TENSOR_F32, 2, {1ull << 40, 1ull << 40}, data, 16}, "more than 2^63 elements"},
+        /* a name that would break the one line */
+        {{"bad\nname\x01", 99, 1, {4}, data, 16}, "tensor 0 'bad?name?': unknown tensor type 99"},
         {{"t", 99, 1, {4}, data, 16}, "unknown tensor type 99"},
         {{"t", 4, 1, {4}, data, 16}, "unknown tensor type 4"},
         {{"t", GGUF_TENSOR_Q4_1, 2, {33, 2}, data, 40}, "do not split"},
@@ -420,6 +422,23 @@ START_TEST(bad_offsets_alignment_and_duplicates)
         expect_refused(img, bytes, word[c], word[c]);
         mem_free(img);
     }
+}
+END_TEST
+
+START_TEST(printable_names)
+{
+    char buf[64];
+    GgufString s = {"ok.name", 7};
+    ck_assert_str_eq(gguf_string_printable(s, buf, sizeof buf), "ok.name");
+    GgufString ctl = {"a\nb\tc\x7f\xc3\xa9", 8};
+    ck_assert_str_eq(gguf_string_printable(ctl, buf, sizeof buf), "a?b?c???");
+    char longer[100];
+    memset(longer, 'x', sizeof longer);
+    GgufString l = {longer, sizeof longer};
+    gguf_string_printable(l, buf, sizeof buf);
+    ck_assert_uint_eq(strlen(buf), 51);
+    ck_assert_str_eq(buf + 48, "...");
+    ck_assert_str_eq(gguf_string_printable(l, buf, 5), "xxxx");
 }
 END_TEST
 
@@ -546,6 +565,7 @@ Suite *suite_gguf(void)
     tcase_add_test(tc, bad_metadata_values);
     tcase_add_test(tc, bad_tensor_infos);
     tcase_add_test(tc, bad_offsets_alignment_and_duplicates);
+    tcase_add_test(tc, printable_names);
     tcase_add_test(tc, open_refuses_what_is_not_a_file);
     tcase_add_test(tc, reads_smollm2);
     tcase_add_test(tc, smollm2_truncated_anywhere);

@@ -152,6 +152,23 @@ static int read_string(Cursor *c, GgufString *s, const char *what)
     return 0;
 }
 
+/* Names from the file go into error messages: they must not break the one
+ * line (a corrupt name may hold a newline) or run on for pages. */
+const char *gguf_string_printable(GgufString s, char *buf, size_t n)
+{
+    if (n == 0)
+        return buf;
+    size_t keep = s.len > 48 ? 48 : (size_t)s.len, at = 0;
+    for (size_t i = 0; i < keep && at + 1 < n; i++) {
+        unsigned char c = (unsigned char)s.data[i];
+        buf[at++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    for (const char *dots = s.len > keep ? "..." : ""; *dots && at + 1 < n; dots++)
+        buf[at++] = *dots;
+    buf[at] = '\0';
+    return buf;
+}
+
 /* ------------------------------------------------------------ metadata */
 
 /* Checks (and steps over) the elements of an array whose type and count
@@ -224,8 +241,9 @@ static int parse_kv(Cursor *c, GgufKv *kv, uint64_t *strings)
         return -1;
     if (key.len == 0)
         return err_set(c->err, "empty key at byte %zu", c->pos - 12);
+    char name[64];
     if (type >= GGUF_VALUE_TYPE_COUNT)
-        return err_set(c->err, "key '%.*s' has unknown value type %u", (int)(key.len > 64 ? 64 : key.len), key.data,
+        return err_set(c->err, "key '%s' has unknown value type %u", gguf_string_printable(key, name, sizeof name),
                        type);
     GgufKv e = {.key = key, .type = (GgufValueType)type, .elem_type = (GgufValueType)type, .count = 1};
     if (type == GGUF_ARRAY) {
@@ -247,7 +265,7 @@ static int parse_kv(Cursor *c, GgufKv *kv, uint64_t *strings)
         *kv = e;
     return 0;
 fail:
-    return err_prefix(c->err, "key '%.*s'", (int)(key.len > 64 ? 64 : key.len), key.data);
+    return err_prefix(c->err, "key '%s'", gguf_string_printable(key, name, sizeof name));
 }
 
 /* ------------------------------------------------------------ tensors */
@@ -267,8 +285,12 @@ static int parse_tensor(Cursor *c, GgufTensor *t, uint64_t index)
         e.dims[d] = 1;
         if (d < e.n_dims && read_u64(c, &e.dims[d], "a dimension"))
             goto fail;
-        if (e.dims[d] == 0 || e.dims[d] > UINT64_MAX / 2 / e.n_elements) {
-            err_set(c->err, "dimension %u is %llu: zero, or too large for a tensor", d, (unsigned long long)e.dims[d]);
+        if (e.dims[d] == 0) {
+            err_set(c->err, "dimension %u is 0", d);
+            goto fail;
+        }
+        if (e.dims[d] > UINT64_MAX / 2 / e.n_elements) {
+            err_set(c->err, "its dimensions multiply to more than 2^63 elements");
             goto fail;
         }
         e.n_elements *= e.dims[d];
@@ -296,9 +318,11 @@ static int parse_tensor(Cursor *c, GgufTensor *t, uint64_t index)
         *t = e;
     return 0;
 fail:
-    if (e.name.data)
-        return err_prefix(c->err, "tensor %llu '%.*s'", (unsigned long long)index,
-                          (int)(e.name.len > 64 ? 64 : e.name.len), e.name.data);
+    if (e.name.data) {
+        char name[64];
+        return err_prefix(c->err, "tensor %llu '%s'", (unsigned long long)index,
+                          gguf_string_printable(e.name, name, sizeof name));
+    }
     return err_prefix(c->err, "tensor %llu", (unsigned long long)index);
 }
 
@@ -372,13 +396,14 @@ static int place_tensors(GgufFile *f, size_t end_of_infos, Err *err)
     uint64_t room = f->size - f->data_start;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         GgufTensor *t = &f->tensors[i];
-        int nl = (int)(t->name.len > 64 ? 64 : t->name.len);
+        char name[64];
+        gguf_string_printable(t->name, name, sizeof name);
         if (t->offset % a != 0)
-            return err_set(err, "tensor '%.*s': data offset %llu is not a multiple of the alignment %llu", nl,
-                           t->name.data, (unsigned long long)t->offset, (unsigned long long)a);
+            return err_set(err, "tensor '%s': data offset %llu is not a multiple of the alignment %llu", name,
+                           (unsigned long long)t->offset, (unsigned long long)a);
         if (t->offset > room || t->bytes > room - t->offset)
-            return err_set(err, "tensor '%.*s': its %llu bytes at data offset %llu lie outside the file "
-                                "(%llu bytes of data)", nl, t->name.data, (unsigned long long)t->bytes,
+            return err_set(err, "tensor '%s': its %llu bytes at data offset %llu lie outside the file "
+                                "(%llu bytes of data)", name, (unsigned long long)t->bytes,
                            (unsigned long long)t->offset, (unsigned long long)room);
         t->data = f->image + f->data_start + t->offset;
     }
@@ -421,8 +446,8 @@ static int check_unique(const void *items, uint64_t n, size_t item_bytes, int (*
     int rc = 0;
     for (uint64_t i = 1; i < n && rc == 0; i++)
         if (cmp(&order[i - 1], &order[i]) == 0) {
-            const GgufString *s = name_of(order[i]);
-            rc = err_set(err, "two %s named '%.*s'", what, (int)(s->len > 64 ? 64 : s->len), s->data);
+            char name[64];
+            rc = err_set(err, "two %s named '%s'", what, gguf_string_printable(*name_of(order[i]), name, sizeof name));
         }
     mem_free(order);
     return rc;

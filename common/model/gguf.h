@@ -281,6 +281,16 @@ float gguf_array_f32(const GgufKv *kv, uint64_t i);
 int gguf_string_eq(GgufString s, const char *c);
 
 /**
+ * A file string made safe to quote in a one-line message: at most 48
+ * bytes, every byte outside printable ASCII shown as '?', "..." when cut.
+ * @param s    a string from the file
+ * @param buf  output buffer (64 bytes are enough)
+ * @param n    its size
+ * @return buf
+ */
+const char *gguf_string_printable(GgufString s, char *buf, size_t n);
+
+/**
  * Finds a tensor by name.
  * @param f     the file
  * @param name  NUL-terminated tensor name

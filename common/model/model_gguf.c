@@ -43,9 +43,10 @@ static int read_architecture(const GgufFile *f, Err *err)
     GgufString arch;
     if (gguf_get_string(f, "general.architecture", &arch, err))
         return -1;
+    char name[64];
     if (!gguf_string_eq(arch, "llama"))
-        return err_set(err, "architecture '%.*s' is not supported (kvlab runs 'llama')",
-                       (int)(arch.len > 40 ? 40 : arch.len), arch.data);
+        return err_set(err, "architecture '%s' is not supported (kvlab runs 'llama')",
+                       gguf_string_printable(arch, name, sizeof name));
     return 0;
 }
 
@@ -62,9 +63,10 @@ static int check_rope(const GgufFile *f, const ModelConfig *c, Err *err)
         GgufString s;
         if (gguf_get_string(f, "llama.rope.scaling.type", &s, err))
             return -1;
+        char name[64];
         if (!gguf_string_eq(s, "none"))
-            return err_set(err, "llama.rope.scaling.type is '%.*s'; kvlab computes plain RoPE only",
-                           (int)(s.len > 20 ? 20 : s.len), s.data);
+            return err_set(err, "llama.rope.scaling.type is '%s'; kvlab computes plain RoPE only",
+                           gguf_string_printable(s, name, sizeof name));
     }
     return 0;
 }
