@@ -180,7 +180,7 @@ static void expect_tokens_match(const Golden *g, const Run *r, const char *name)
 {
     int n = comparable_steps(g);
     ck_assert_msg(n >= 8, "%s: only %d steps before a near-tie; a weak golden", name, n);
-    for (int s = 0; s < n; s++)
+    for (int s = 0; s < n && s < r->n; s++)
         ck_assert_msg(r->tokens[s] == g->generated[s], "%s step %d: kvlab picks %d, the reference %d (gap %.4f)", name,
                       s, r->tokens[s], g->generated[s], (double)g->gap[s]);
 }
@@ -197,7 +197,17 @@ static int open_smollm2(Model *m, const char *test)
     return 0;
 }
 
-static const char *const GOLDENS[] = {"chat-france", "chat-haiku", "chat-primes", "raw-once", "raw-fox", "raw-long"};
+static const char *const GOLDENS[] = {"chat-france", "raw-once", "chat-haiku", "chat-primes", "raw-fox", "raw-long"};
+
+/* The sanitizer build (-O1, every access checked) runs the model some
+ * twenty times slower: there, the first two goldens, 12 steps each. */
+#if defined(__SANITIZE_ADDRESS__)
+#define GOLDENS_RUN 2
+#define MAX_STEPS 12
+#else
+#define GOLDENS_RUN (int)(sizeof GOLDENS / sizeof GOLDENS[0])
+#define MAX_STEPS MAX_GENERATED
+#endif
 
 /* The facts of ../shared/models/README.md, read from the file. */
 START_TEST(smollm2_shape_and_sizes)
@@ -241,11 +251,12 @@ START_TEST(smollm2_greedy_matches_the_reference)
     Model m;
     if (open_smollm2(&m, "smollm2_greedy_matches_the_reference"))
         return;
-    for (size_t i = 0; i < sizeof GOLDENS / sizeof GOLDENS[0]; i++) {
+    for (int i = 0; i < GOLDENS_RUN; i++) {
         Golden g;
         read_golden(GOLDENS[i], &g);
+        int steps = comparable_steps(&g) < MAX_STEPS ? comparable_steps(&g) : MAX_STEPS;
         Run r;
-        run_greedy(&m, &g, comparable_steps(&g), 1, &r);
+        run_greedy(&m, &g, steps, 1, &r);
         expect_tokens_match(&g, &r, GOLDENS[i]);
         expect_logits_close(&g, &r, m.cfg.vocab_size, GOLDENS[i]);
         free(r.logits);
