@@ -476,6 +476,7 @@ docs:
 # BUILD says.
 check-book:
 	@$(MAKE) --no-print-directory BUILD=build all
+	scripts/check-book.sh --self-test
 	scripts/check-book.sh
 
 # Every chapter on the same requests (default model, data/requests-mixed.tsv):

@@ -3,6 +3,7 @@
 # the figures it quotes (make check-book).
 #
 #   scripts/check-book.sh [PAGE.md ...]     default: every book/*.md
+#   scripts/check-book.sh --self-test       the checker on pages made to fail, skip or pass
 #
 # A checked block is a fenced ```sh block with at least one marker line:
 #
@@ -22,6 +23,57 @@
 # otherwise (each failure says page:line, the figure, and the output's tail).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+# --self-test: the checker on small pages of its own, each with the outcome
+# it must give (a wrong figure, a wrong status, a block without figures on a
+# checked page and a block past its time limit must fail; a missing need
+# must skip; a page without checked blocks is left alone).
+self_test() {
+    local dir status=0
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/check-book-self.XXXXXX")
+    fence='```'
+    page() { printf '%s\n' "# $1" "" "${fence}sh" "${@:3}" "$fence" > "$dir/$2.md"; }
+    page good good 'echo "figure 42"' '# expect: figure 42'
+    page wrong-figure wrong-figure 'echo "figure 42"' '# expect: figure 43'
+    page skipped skipped '# needs: /nonexistent/kvlab-model' 'false' '# expect: never'
+    page status status 'echo "refused"; exit 3' '# status: 3' '# expect: refused'
+    page wrong-status wrong-status 'echo "refused"; exit 3' '# expect: refused'
+    page slow slow 'sleep 5' '# expect: never'
+    page unmarked unmarked 'false'
+    page half-marked half-marked 'echo "figure 42"' '# expect: figure 42'
+    printf '%s\n' '' "${fence}sh" 'echo "no figure"' "$fence" >> "$dir/half-marked.md"
+    expect_outcome() { # PAGE STATUS TEXT
+        local out rc
+        out=$(BOOK_TIMEOUT=2 bash "$0" "$dir/$1.md" 2>&1); rc=$?
+        if [ "$rc" != "$2" ] || ! grep -qF -- "$3" <<<"$out"; then
+            echo "check-book: self-test FAIL: $1.md: exit status $rc (wanted $2), output:" >&2
+            sed 's/^/    /' <<<"$out" >&2
+            status=1
+        fi
+    }
+    expect_outcome good 0 "1 blocks run, 1 figures checked, 0 skipped, 0 failed"
+    expect_outcome wrong-figure 1 "the output has no 'figure 43'"
+    expect_outcome skipped 0 "SKIP $dir/skipped.md:3: /nonexistent/kvlab-model is absent"
+    expect_outcome status 0 "1 blocks run, 1 figures checked, 0 skipped, 0 failed"
+    expect_outcome wrong-status 1 "exit status 3, the page says 0"
+    expect_outcome slow 1 "still running after 2 s"
+    expect_outcome unmarked 0 "0 blocks run, 0 figures checked, 0 skipped, 0 failed"
+    expect_outcome half-marked 1 "a \`\`\`sh block without '# expect:' on a checked page"
+    rm -rf "$dir"
+    [ "$status" = 0 ] && echo "check-book: self-test: 8 pages, each with the outcome it must give"
+    return "$status"
+}
+if [ "${1:-}" = --self-test ]; then
+    self_test
+    exit
+fi
+
+# The figures are those of the reference answers; a handout builds the
+# chapters from the cut-out exercises, whose stubs print other numbers.
+if [ $# = 0 ] && [ ! -d solutions ]; then
+    echo "check-book: SKIP: no solutions/ here (a handout?): the book's figures come from the reference answers"
+    exit 0
+fi
 
 timeout_s=${BOOK_TIMEOUT:-120}
 if [ $# -gt 0 ]; then pages=("$@"); else pages=(book/*.md); fi
