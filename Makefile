@@ -16,6 +16,7 @@
 #   make handout      dist/kvlab-handout/ and .tar.gz: the project without the answers
 #   make check-handout  a handout, built and graded end to end in a scratch folder
 #   make docs         the book and API reference as one HTML site (html/)
+#   make check-book   run every command the book quotes in a checked ```sh block, check its figures
 #   make bench        benchmarks (not tests): writes build/bench/report.md
 #   make demo         every chapter on the same requests, side by side
 #   make models       fetch the larger real models: TinyStories checkpoints, SmolLM2 GGUF (needs internet or ../shared)
@@ -188,7 +189,7 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
-.PHONY: all test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout docs bench demo models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
+.PHONY: all test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout check-book docs bench demo models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
 all: $(PROGRAMS) $(TOOLS)
 
 # Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
@@ -468,6 +469,15 @@ docs:
 	rm -rf html
 	doxygen Doxyfile
 	@echo "docs: open html/index.html"
+
+# The book's quoted commands (scripts/check-book.sh says how a block is
+# marked): each runs from the root against build/, the figures it quotes are
+# checked. The pages name build/ itself, so this target builds build/ whatever
+# BUILD says.
+check-book:
+	@$(MAKE) --no-print-directory BUILD=build all
+	scripts/check-book.sh --self-test
+	scripts/check-book.sh
 
 # Every chapter on the same requests (default model, data/requests-mixed.tsv):
 # one side-by-side table, and a plot of KV memory over the steps drawn with
