@@ -213,6 +213,32 @@ void *device_kv_paged_blocks(const DeviceKv *kv, size_t *block_bytes)
     return s->blocks;
 }
 
+/* One block of the pool between the device and a host buffer laid out as
+ * the host pool's block, [n_layers][2 (K, V)][block_size][kv_dim]: the
+ * device block has that layout too, so it is one copy of block_bytes. */
+static int pool_copy_block_host(DevicePool *s, int block, void *host, int to_device, Err *err)
+{
+    char *dev = (char *)s->blocks + (size_t)block * s->block_bytes;
+    CUDA_CHECK(err, cudaMemcpyAsync(to_device ? (void *)dev : host, to_device ? host : (void *)dev, s->block_bytes,
+                                    to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s->dev->stream));
+    return 0;
+}
+
+int paged_device_swap_block(ServingRun *run, int block, void *host, int to_device, Err *err)
+{
+    DeviceKv *kv = run->device->kv.kv;
+    if (kv->close != pool_free)
+        return err_set(err, "paged_device_swap_block: not a paged store");
+    DevicePool *s = kv->seam.ctx;
+    if (block < 0 || block >= s->n_blocks)
+        return err_set(err, "swap: block %d is not in the pool", block);
+    /* The host buffer is pageable memory: a copy out returns once the bytes
+     * are on the host, a copy in once they are staged, so the buffer may be
+     * reused at once; both run in stream order with the steps' kernels. */
+    if (pool_copy_block_host(s, block, host, to_device, err))
+        return err_prefix(err, "--preempt swap: block %d %s the host", block, to_device ? "from" : "to");
+    return 0;
+}
 
 #else /* built without CUDA: device_open() fails first */
 
@@ -242,6 +268,12 @@ void *device_kv_paged_blocks(const DeviceKv *kv, size_t *block_bytes)
 {
     (void)kv, (void)block_bytes;
     return NULL;
+}
+
+int paged_device_swap_block(ServingRun *run, int block, void *host, int to_device, Err *err)
+{
+    (void)run, (void)block, (void)host, (void)to_device;
+    return err_set(err, NO_CUDA);
 }
 
 #endif
