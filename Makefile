@@ -74,7 +74,8 @@ COMMON_SRCS := $(sort $(wildcard common/*/*.c))
 COMMON_OBJS := $(COMMON_SRCS:%.c=$(BUILD)/obj/%.o)
 # Code only the tools (kvcalc, kvsim) and their tests use.
 TOOL_LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tools/lib/*.c)))
-# CPU references of the K/V kernels, for the kernel checks and their tests.
+# The CPU reference of the K/V write kernel, for the kernel checks and their
+# tests (the paged kernels are checked against chapter 4's own code).
 KV_REF_OBJS := $(BUILD)/obj/kernels/check/kv_ref.o
 
 # ---------------------------------------------------------------- CUDA
