@@ -185,6 +185,7 @@ int batching_open(ServingRun *run, BatchingState **state, FILE *log, Err *err)
     reserve_policy_parse(run->opts->reserve, &b->policy, err);
     batching_mode_parse(run->opts->batching, &b->mode, err);
     b->told_head = -1;
+    b->first_waiting = 0;
     b->cfg = run->model->cfg;
     b->bytes_per_token = run->kv_bytes_per_token;
     b->log = log;
