@@ -68,5 +68,7 @@ for file in $FILES; do
         done
     done
 done
-cp "$tmp/table.md" "$OUT/ch03-policies.md"
+# Copied beside, then renamed: never half a table in place of the old one.
+cp "$tmp/table.md" "$OUT/.ch03-policies.md.tmp"
+mv -f "$OUT/.ch03-policies.md.tmp" "$OUT/ch03-policies.md"
 cat "$tmp/table.md"

@@ -22,7 +22,10 @@ REPEATS=${REPEATS:-3}
 THREADS=${THREADS:-1}
 OUT=${OUT:-$BUILD/bench}
 mkdir -p "$OUT"
-md=$OUT/ch04.md
+# The table grows in a file beside ch04.md and replaces it only when
+# complete (a rename): a failed run leaves the previous table whole.
+final_md=$OUT/ch04.md
+md=$OUT/.ch04.md.tmp
 
 model_args=""
 [ -n "${MODEL:-}" ] && model_args="--model $MODEL"
@@ -143,5 +146,7 @@ if [ -x "$BUILD/paged_attention_bench" ]; then
     } >>"$md"
 fi
 
+mv -f "$md" "$final_md"
+md=$final_md
 cat "$md"
 echo "bench-ch04: wrote $md" >&2

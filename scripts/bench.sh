@@ -47,6 +47,7 @@ RUNS_15M=${RUNS_15M:-3}
 RUNS_110M=${RUNS_110M:-2}
 THREADS=${THREADS:-1}
 OUT=$BUILD/bench
+FINAL=$OUT # where the results go; a section writes into a staging folder (see main)
 TMP=$OUT/tmp
 RUNS_SMOLLM2=${RUNS_SMOLLM2:-5}
 SECTIONS="ch01_vs_ch02 llama2c ch03_vs_ch04 ch03_policies ch04_paged attention smollm2"
@@ -378,7 +379,7 @@ prompt|llama.cpp|2"
 # "--model FILE --tokenizer FILE".
 synth_model_args() {
     preset=$1
-    dir=$OUT/models
+    dir=$FINAL/models
     mkdir -p "$dir"
     if [ ! -r "$dir/$preset.bin" ] || [ ! -r "$dir/$preset-tok.bin" ]; then
         say "bench: writing a synthetic $preset into $dir"
@@ -605,14 +606,39 @@ section_attention() {
 
 # ------------------------------------------------------------ main
 
+# A section writes its SECTION.md and SECTION.json into a staging folder
+# beside the results; only once it has finished do they replace the old
+# ones (mv within one file system is a rename). An interrupted or failed
+# section leaves the previous results whole, never half a table; a section
+# that skipped itself (no llama2.c, no SmolLM2) removes its old results.
+publish() {
+    base=$(echo "$1" | tr _ -)
+    for ext in md json; do
+        if [ -e "$2/$base.$ext" ]; then
+            mv -f "$2/$base.$ext" "$FINAL/$base.$ext"
+        else
+            rm -f "$FINAL/$base.$ext"
+        fi
+    done
+    rm -rf "$2"
+}
+
 wanted=${*:-$SECTIONS}
 for s in $wanted; do
     case " $SECTIONS " in
-        *" $s "*) "section_$s" ;;
+        *" $s "*)
+            stage=$FINAL/.staging-$s
+            rm -rf "$stage"
+            mkdir -p "$stage"
+            OUT=$stage
+            "section_$s"
+            OUT=$FINAL
+            publish "$s" "$stage" ;;
         *) say "bench: no section '$s' (sections: $SECTIONS)"; exit 1 ;;
     esac
 done
 
+# The joined reports the same way: written beside, then renamed.
 {
     echo "# kvlab benchmarks"
     echo
@@ -624,7 +650,7 @@ done
         f=$OUT/$(echo "$s" | tr _ -).md
         if [ -r "$f" ]; then cat "$f"; fi
     done
-} > "$OUT/report.md"
+} > "$OUT/.report.md.tmp"
 {
     printf '{\n  "machine": "%s, %s CPUs",\n  "date": "%s",\n  "threads": %s,\n  "sections": {' \
         "$(uname -m)" "$(nproc)" "$(date -u +%Y-%m-%d)" "$THREADS"
@@ -638,7 +664,10 @@ done
         fi
     done
     printf '\n  }\n}\n'
-} > "$OUT/report.json"
+} > "$OUT/.report.json.tmp"
+sync
+mv -f "$OUT/.report.md.tmp" "$OUT/report.md"
+mv -f "$OUT/.report.json.tmp" "$OUT/report.json"
 rm -rf "$TMP"
 say "bench: wrote $OUT/report.md"
 cat "$OUT/report.md"

@@ -21,7 +21,10 @@ KV=${KV:-640KiB}
 command -v gnuplot > /dev/null || { echo "plot-step-sizes: gnuplot is missing (Debian: apt-get install gnuplot-nox)" >&2; exit 1; }
 [ -x "$BUILD/ch04-paged" ] || { echo "plot-step-sizes: $BUILD/ch04-paged is missing (make first)" >&2; exit 1; }
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# The plot is drawn beside $OUT and renamed over it when complete: a failed
+# or interrupted run leaves the previous plot whole.
+part=$(dirname "$OUT")/.$(basename "$OUT").tmp-$$
+trap 'rm -rf "$tmp" "$part"' EXIT
 # [step, tokens, prompt tokens] triples, one per line, into "step tokens prompt".
 timeline() {
     awk '/"step_tokens_timeline"/ { on = 1; next }
@@ -32,5 +35,6 @@ timeline() {
 "$BUILD/ch04-paged" --kv-budget "$KV" --max-num-batched-tokens "$BUDGET" --quiet --json "$tmp/budget.json"
 timeline "$tmp/whole.json" > "$tmp/whole.tsv"
 timeline "$tmp/budget.json" > "$tmp/budget.tsv"
-gnuplot -e "whole='$tmp/whole.tsv'; chunked='$tmp/budget.tsv'; budget=$BUDGET; out='$OUT'" scripts/step-sizes.gp
+gnuplot -e "whole='$tmp/whole.tsv'; chunked='$tmp/budget.tsv'; budget=$BUDGET; out='$part'" scripts/step-sizes.gp
+mv -f "$part" "$OUT"
 echo "plot-step-sizes: $OUT ($(wc -l < "$tmp/whole.tsv") and $(wc -l < "$tmp/budget.tsv") steps)" >&2

@@ -759,8 +759,8 @@ START_TEST(program_reports_budget_and_swaps)
     run_ch04(&pf, (const char *const[]){"--block-size", "4", "--kv-budget", "24KiB", "--max-num-batched-tokens", "6",
                                         "--preempt", "swap", "--json", json, NULL}, &r);
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
-    const char *lines[] = {"scheduler: a budget of 6 tokens a step, decodes first, then prompts in chunks; at most 3 "
-                           "running; preemption swaps to 16 host blocks (24.00 KiB)",
+    const char *lines[] = {("scheduler: a budget of 6 tokens a step, decodes first, then prompts in chunks; at most 3 "
+                            "running; preemption swaps to 16 host blocks (24.00 KiB)"),
                            "swap now    swap peak", "token budget   6 a step", "largest step   6 tokens",
                            "first token    after", "preemption     swap: ", "swap traffic   out ",
                            "cost           swapping moved"};

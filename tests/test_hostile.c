@@ -43,6 +43,10 @@
 #include "gguf.h"
 #define HAVE_GGUF 1 /* the GGUF reader is in this tree (branch gguf) */
 #endif
+#if __has_include("bpe.h")
+#include "fuzz/bpe_seed.h" /* the BPE fuzz target's small tokenizer, as GGUF metadata */
+#define HAVE_BPE 1
+#endif
 
 #include "suites.h"
 #include "synth.h"
@@ -908,6 +912,91 @@ START_TEST(hostile_gguf_files)
 END_TEST
 #endif
 
+#ifdef HAVE_BPE
+/* Where @p what (@p n bytes) first occurs in a GGUF image, after its first 8 bytes. */
+static size_t find_bytes(const unsigned char *image, size_t bytes, const void *what, size_t n)
+{
+    for (size_t at = 8; at + n <= bytes; at++)
+        if (memcmp(image + at, what, n) == 0)
+            return at;
+    ck_abort_msg("the tokenizer image has no '%.*s'", (int)n, (const char *)what);
+    return 0;
+}
+
+/* Where the element count of the array under @p key is in a GGUF image:
+ * after the key (u64 length, bytes), its type (u32) and element type (u32). */
+static size_t array_count_at(const unsigned char *image, size_t bytes, const char *key)
+{
+    return find_bytes(image, bytes, key, strlen(key)) + strlen(key) + 8;
+}
+
+/* A copy of @p image with @p len bytes at @p at replaced by @p with. */
+static void write_patched(const char *name, const unsigned char *image, size_t bytes, size_t at, const void *with,
+                          size_t len)
+{
+    unsigned char *copy = malloc(bytes);
+    memcpy(copy, image, bytes);
+    memcpy(copy + at, with, len);
+    write_file(name, copy, bytes);
+    free(copy);
+}
+
+/* The fuzz target's byte-level BPE tokenizer (GGUF metadata only, which
+ * `tokenize --model` reads; the chapters load a GGUF's weights first),
+ * then broken: cut, absurd array counts, a merge of unknown tokens, a BOS
+ * id outside the vocabulary. */
+static void make_bpe_fixtures(void)
+{
+    void *image;
+    size_t bytes;
+    Err err = {{0}};
+    ck_assert_msg(bpe_seed_gguf(&image, &bytes, &err) == 0, "%s", err.msg);
+    const unsigned char *b = image;
+    write_file("bpe.gguf", b, bytes);
+    write_file("bpe-truncated.gguf", b, bytes / 2);
+    const uint64_t huge = (uint64_t)1 << 62;
+    write_patched("bpe-tokens-huge.gguf", b, bytes, array_count_at(b, bytes, "tokenizer.ggml.tokens"), &huge, 8);
+    write_patched("bpe-merges-huge.gguf", b, bytes, array_count_at(b, bytes, "tokenizer.ggml.merges"), &huge, 8);
+    write_patched("bpe-merge-unknown.gguf", b, bytes, find_bytes(b, bytes, "i n", 3), "i q", 3);
+    /* A u32 value: after its key and its type (u32). */
+    const char *bos = "tokenizer.ggml.bos_token_id";
+    const uint32_t far = 100000;
+    write_patched("bpe-bos-outside.gguf", b, bytes, find_bytes(b, bytes, bos, strlen(bos)) + strlen(bos) + 4, &far,
+                  4);
+    mem_free(image);
+    char path[PATH_MAX];
+    fixture_path("fifo-bpe.gguf", path);
+    ck_assert(mkfifo(path, 0600) == 0);
+}
+
+static const HostileCase BPE_FILES[] = {
+    {"the well-formed BPE tokenizer (the check of the fixtures themselves)", RUNS, NULL, STDOUT_TEXT,
+     {"tokenize", "--model", "@bpe.gguf", "Hello"}},
+    {"a FIFO as tokenize --model", REFUSED, "is not a regular file (a FIFO)", 0,
+     {"tokenize", "--model", "@fifo-bpe.gguf", "Hello"}},
+    {"a BPE tokenizer cut in half", REFUSED, "key 'tokenizer.ggml.tokens'", 0,
+     {"tokenize", "--model", "@bpe-truncated.gguf", "Hello"}},
+    {"a vocabulary claiming 2^62 tokens", REFUSED, "claims 4611686018427387904 elements", 0,
+     {"tokenize", "--model", "@bpe-tokens-huge.gguf", "Hello"}},
+    {"a merge list claiming 2^62 merges", REFUSED, "claims 4611686018427387904 elements", 0,
+     {"tokenize", "--model", "@bpe-merges-huge.gguf", "--info"}},
+    {"a merge naming a token that is not in the vocabulary", REFUSED, "is not in the vocabulary", 0,
+     {"tokenize", "--model", "@bpe-merge-unknown.gguf", "Hello"}},
+    {"a BOS id outside the vocabulary", REFUSED, "BOS token id 100000 is outside the vocabulary", 0,
+     {"tokenize", "--model", "@bpe-bos-outside.gguf", "--decode", "1"}},
+};
+
+START_TEST(hostile_bpe_files)
+{
+    make_fixtures();
+    make_bpe_fixtures();
+    int n_passed = run_table(BPE_FILES, sizeof BPE_FILES / sizeof BPE_FILES[0]);
+    fprintf(stderr, "hostile: BPE_FILES: %d cases passed\n", n_passed);
+    remove_tree(dir);
+}
+END_TEST
+#endif
+
 /* Prompts too long for the context: refused (or, in a request file, the
  * request rejected) before they are tokenized, whatever merging costs. */
 static const HostileCase LONG_PROMPTS[] = {
@@ -1050,6 +1139,12 @@ Suite *suite_hostile(void)
     tcase_set_timeout(gguf, 900);
     tcase_add_test(gguf, hostile_gguf_files);
     suite_add_tcase(s, gguf);
+#endif
+#ifdef HAVE_BPE
+    TCase *bpe = tcase_create("bpe");
+    tcase_set_timeout(bpe, 900);
+    tcase_add_test(bpe, hostile_bpe_files);
+    suite_add_tcase(s, bpe);
 #endif
 
     return s;

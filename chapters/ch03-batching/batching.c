@@ -173,6 +173,8 @@ int batching_requeue(BatchingState *b, ServingRun *run, Request *r, const Reques
              r->spec->id, why->spec->id, r->n_cached);
     b->stats.requeues++;
     b->stats.positions_recomputed += r->n_cached;
+    if (r->index < b->first_waiting)
+        b->first_waiting = r->index; /* it waits again, before everyone who waited already */
     /* Its slack was for tokens it will still produce, after readmission. */
     kv_track_close(&r->kv, r->kv.reserved, &run->breakdown);
     if (release_region(b, r, err))
@@ -249,16 +251,24 @@ static void list_batch(const BatchingState *b, const ServingRun *run, int from, 
     }
 }
 
+/* Moves first_waiting past the requests that run or are done, up to the
+ * first that waits or has not arrived (n_arrived): a request that left the
+ * queue comes back only by a requeue, which moves first_waiting back. So
+ * each step looks only at the requests it touches, however long the file. */
+static void skip_to_first_waiting(BatchingState *b, const ServingRun *run)
+{
+    while (b->first_waiting < run->n_arrived && run->reqs[b->first_waiting].phase != REQ_WAITING)
+        b->first_waiting++;
+}
+
 /* Tells, once, why the head of the queue waits after an admission: the
  * batch is full, or its reservation did not fit (last_refusal). Continuous
  * batching tries the head again at every step; the same wait for the same
  * reason is told only the first time. */
 static void tell_head_waits(BatchingState *b, const ServingRun *run)
 {
-    const Request *head = NULL;
-    for (int i = 0; i < run->n_reqs && !head; i++)
-        if (run->reqs[i].phase == REQ_WAITING)
-            head = &run->reqs[i];
+    skip_to_first_waiting(b, run);
+    const Request *head = b->first_waiting < run->n_arrived ? &run->reqs[b->first_waiting] : NULL;
     if (!head) {
         b->told_head = -1;
         return;
@@ -286,6 +296,7 @@ static int start_batch(BatchingState *b, ServingRun *run, Err *err)
 {
     if (batching_end(b, run, err))
         return -1;
+    skip_to_first_waiting(b, run);
     int admitted = batching_admit(b, run);
     if (admitted == 0)
         return err_set(err, "no waiting request could be admitted into an empty arena (%s)",
@@ -304,6 +315,7 @@ static int start_batch(BatchingState *b, ServingRun *run, Err *err)
 /* Continuous batching: waiting requests join the running batch. */
 static void join_batch(BatchingState *b, ServingRun *run)
 {
+    skip_to_first_waiting(b, run);
     int before = b->n_batch, joined = batching_admit(b, run);
     if (joined > 0) {
         b->stats.joined_running += joined;

@@ -209,6 +209,7 @@ typedef struct {
     int told_head;            /**< request whose wait the log told last (-1: none), so a wait is told once */
     int told_reason;          /**< why it waited then: 1 no space, 2 fragmentation, 3 batch full */
     Err fault;                /**< a bookkeeping error seen by batching_finished(), which cannot return one (empty: none); the next schedule reports it */
+    int first_waiting;        /**< no request before this index is waiting: where admission starts looking (batching_requeue() moves it back) */
     /**
      * Told of every move that copies K/V (positions 0..n_pos-1 from one
      * region to the other), while both regions exist; NULL: nobody
@@ -274,7 +275,7 @@ int batching_serve(ServingRun *run, BatchingState **state, FILE *log, Err *err);
 KvSeam batching_seam(BatchingState *b);
 
 /**
- * After a step: the requests' reservations (serving_account_default()),
+ * After a step: the reservations of the batch's members (serving_account_holders()),
  * this step's external fragmentation, free bytes, holes, and what finished
  * requests still hold.
  * @param b    the state

@@ -185,6 +185,7 @@ int batching_open(ServingRun *run, BatchingState **state, FILE *log, Err *err)
     reserve_policy_parse(run->opts->reserve, &b->policy, err);
     batching_mode_parse(run->opts->batching, &b->mode, err);
     b->told_head = -1;
+    b->first_waiting = 0;
     b->cfg = run->model->cfg;
     b->bytes_per_token = run->kv_bytes_per_token;
     b->log = log;
@@ -264,7 +265,7 @@ int batching_serve(ServingRun *run, BatchingState **state, FILE *log, Err *err)
 
 void batching_account(BatchingState *b, ServingRun *run)
 {
-    serving_account_default(run);
+    serving_account_holders(run, b->batch, b->n_batch); /* only the batch's members hold a region */
     run->breakdown.external_fragmentation += (double)b->step_external;
     b->stats.steps++;
     b->stats.free_fraction_sum += (double)b->arena.free_bytes / (double)b->arena.capacity;

@@ -223,6 +223,38 @@ int outfile_open(OutFile *o, const char *what, const char *path, Err *err)
     return 0;
 }
 
+/* Copies the file at o->path (already checked to be a regular file, or
+ * absent) into the temporary file: 0, or the errno of the failure. */
+static int copy_old_contents(OutFile *o)
+{
+    FILE *old = fopen(o->path, "rb");
+    if (!old)
+        return errno == ENOENT ? 0 : errno;
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, old)) > 0)
+        if (fwrite(buf, 1, n, o->f) != n)
+            break;
+    int e = ferror(old) ? EIO : ferror(o->f) ? (o->write_errno ? o->write_errno : EIO) : 0;
+    fclose(old);
+    return e;
+}
+
+int outfile_open_append(OutFile *o, const char *what, const char *path, Err *err)
+{
+    if (outfile_open(o, what, path, err))
+        return -1;
+    int e = copy_old_contents(o);
+    if (e) {
+        char shown[PATH_MAX + 40];
+        err_set(err, "%s: cannot read the old contents: %s", label(shown, sizeof shown, o->what, o->path),
+                strerror(e));
+        outfile_abort(o);
+        return -1;
+    }
+    return 0;
+}
+
 /* Flush, fsync, close: 0, or the errno of the first step that failed. */
 static int finish_writing(OutFile *o)
 {

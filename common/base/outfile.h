@@ -75,6 +75,20 @@ int outfile_check(const char *what, const char *path, Err *err);
 int outfile_open(OutFile *o, const char *what, const char *path, Err *err);
 
 /**
+ * Starts appending to @p path the safe way: as outfile_open(), then the
+ * temporary file gets the current contents of @p path (when it exists), so
+ * that after outfile_commit() the file is its old contents followed by what
+ * was written, and after a failure it is exactly the old contents (an
+ * append in place would leave half a line on a full disk).
+ * @param o     receives the open file (as outfile_open())
+ * @param what  what named the file, for messages, or NULL
+ * @param path  the output path
+ * @param err   receives the reason on failure ("WHAT PATH: cannot read the old contents: REASON")
+ * @return 0 on success (write what to append to o->f), -1 on failure (nothing to abort)
+ */
+int outfile_open_append(OutFile *o, const char *what, const char *path, Err *err);
+
+/**
  * Finishes the file: flush, fsync, close, rename over the final path.
  * On failure the temporary file is removed and the old file, if any, is
  * untouched. Either way @p o is closed afterwards.

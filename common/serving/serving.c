@@ -93,17 +93,28 @@ int serving_share_logits(ServingRun *run, const Request *source, Request *taker,
                    taker->index);
 }
 
+/* Every change of phase goes through here, so that the counts of running
+ * and waiting requests are known at every step without looking at all the
+ * requests (a file may hold a million). */
+static void set_phase(ServingRun *run, Request *r, RequestPhase phase)
+{
+    run->n_running -= r->phase == REQ_RUNNING;
+    run->n_waiting -= r->phase == REQ_WAITING;
+    r->phase = phase;
+    run->n_running += phase == REQ_RUNNING;
+    run->n_waiting += phase == REQ_WAITING;
+}
+
 void serving_admit(ServingRun *run, Request *r)
 {
-    r->phase = REQ_RUNNING;
+    set_phase(run, r, REQ_RUNNING);
     if (r->admitted_step < 0)
         r->admitted_step = run->step;
 }
 
 void serving_preempt(ServingRun *run, Request *r)
 {
-    (void)run;
-    r->phase = REQ_WAITING;
+    set_phase(run, r, REQ_WAITING);
     r->n_cached = 0;
     r->preemptions++;
 }
@@ -114,7 +125,7 @@ void serving_reject(ServingRun *run, Request *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(r->note, sizeof r->note, fmt, ap);
     va_end(ap);
-    r->phase = REQ_DONE;
+    set_phase(run, r, REQ_DONE);
     r->finish = REQ_FINISH_REJECTED;
     r->finished_step = run->step;
     run->n_done++;
@@ -127,18 +138,31 @@ size_t serving_kv_budget(const ServingRun *run)
     return 8u * (size_t)run->model->cfg.seq_len * run->kv_bytes_per_token;
 }
 
+/* One step of request i's reservation; adds its bytes to the step's totals. */
+static void account_request(ServingRun *run, int i, size_t *reserved, size_t *used)
+{
+    Request *r = &run->reqs[i];
+    if (r->kv.reserved == 0)
+        return;
+    size_t u = (size_t)r->n_cached * run->kv_bytes_per_token;
+    kv_track_step(&r->kv, u);
+    *reserved += r->kv.reserved;
+    *used += u;
+}
+
 void serving_account_default(ServingRun *run)
 {
     size_t reserved = 0, used = 0;
-    for (int i = 0; i < run->n_reqs; i++) {
-        Request *r = &run->reqs[i];
-        if (r->kv.reserved == 0)
-            continue;
-        size_t u = (size_t)r->n_cached * run->kv_bytes_per_token;
-        kv_track_step(&r->kv, u);
-        reserved += r->kv.reserved;
-        used += u;
-    }
+    for (int i = 0; i < run->n_reqs; i++)
+        account_request(run, i, &reserved, &used);
+    kv_timeline_record(&run->timeline, run->step, reserved, used);
+}
+
+void serving_account_holders(ServingRun *run, const int *holders, int n_holders)
+{
+    size_t reserved = 0, used = 0;
+    for (int k = 0; k < n_holders; k++)
+        account_request(run, holders[k], &reserved, &used);
     kv_timeline_record(&run->timeline, run->step, reserved, used);
 }
 
@@ -254,7 +278,7 @@ void serving_run_free(ServingRun *run)
 
 static void finish(ServingRun *run, Request *r, RequestFinish why)
 {
-    r->phase = REQ_DONE;
+    set_phase(run, r, REQ_DONE);
     r->finish = why;
     r->finished_step = run->step;
     run->n_done++;
@@ -329,7 +353,7 @@ void serving_show_progress(ServingRun *run, FILE *log)
         return;
     run->progress_shown_s = now;
     fprintf(log, "%s[step %ld] running %d, waiting %d, done %d/%d%s", tty ? "\r" : "", run->step,
-            count_phase(run, REQ_RUNNING), count_phase(run, REQ_WAITING), run->n_done, run->n_reqs, tty ? "" : "\n");
+            run->n_running, run->n_waiting, run->n_done, run->n_reqs, tty ? "" : "\n");
     fflush(log);
 }
 
@@ -353,18 +377,22 @@ static void let_arrivals_in(ServingRun *run)
     while (run->n_arrived < run->n_reqs && run->reqs[run->n_arrived].arrival_step <= run->step) {
         Request *r = &run->reqs[run->n_arrived++];
         if (r->phase == REQ_PENDING)
-            r->phase = REQ_WAITING;
+            set_phase(run, r, REQ_WAITING);
     }
 }
 
 /* Called once the chapter is open (it has seen, and possibly rejected,
- * every request): those that have not arrived step out of the queue. */
+ * every request): those that have not arrived step out of the queue. The
+ * counts of running and waiting requests start here, from the phases the
+ * requests have (a test may have built them by hand). */
 static void hold_until_arrival(ServingRun *run)
 {
     run->n_arrived = 0;
     for (int i = 0; i < run->n_reqs; i++)
         if (run->reqs[i].phase == REQ_WAITING && run->reqs[i].arrival_step > run->step)
             run->reqs[i].phase = REQ_PENDING;
+    run->n_running = count_phase(run, REQ_RUNNING);
+    run->n_waiting = count_phase(run, REQ_WAITING);
     let_arrivals_in(run);
 }
 
@@ -375,10 +403,8 @@ static void wait_for_arrivals(ServingRun *run)
     let_arrivals_in(run);
     if (run->n_done == run->n_reqs || run->n_arrived == run->n_reqs)
         return;
-    /* The newest arrivals are the likeliest to be still there: look from the back. */
-    for (int i = run->n_arrived - 1; i >= 0; i--)
-        if (run->reqs[i].phase == REQ_WAITING || run->reqs[i].phase == REQ_RUNNING)
-            return;
+    if (run->n_waiting > 0 || run->n_running > 0)
+        return;
     long next = run->reqs[run->n_arrived].arrival_step;
     if (next > run->step)
         run->step = next;
@@ -437,8 +463,8 @@ int serving_step_forward(ServingRun *run, const KvSeam *seam, Err *err)
 {
     if (run->n_entries == 0)
         return err_set(err, "step %ld: no request could run (%d waiting, %d running); the scheduler is stuck",
-                       run->step, count_phase(run, REQ_WAITING), count_phase(run, REQ_RUNNING));
-    int running = count_phase(run, REQ_RUNNING);
+                       run->step, run->n_waiting, run->n_running);
+    int running = run->n_running;
     if (running > run->max_concurrent)
         run->max_concurrent = running;
     run->running_sum += running;

@@ -162,6 +162,8 @@ typedef struct ServingRun {
     int n_reqs;                /**< requests (file lines x samples) */
     long step;                 /**< forward steps run so far */
     int n_done;                /**< requests finished or rejected */
+    int n_running;             /**< requests RUNNING now (kept by every change of phase from serving_open_steps() on) */
+    int n_waiting;             /**< requests WAITING now (arrived, not running, not done; kept likewise) */
     int max_concurrent;        /**< most requests RUNNING after any step */
     double running_sum;        /**< requests RUNNING, summed over the steps that ran a batch */
     long busy_steps;           /**< steps that ran a batch (step - busy_steps: steps nobody was there to serve) */
@@ -278,6 +280,18 @@ size_t serving_kv_budget(const ServingRun *run);
  * @param run  the run
  */
 void serving_account_default(ServingRun *run);
+
+/**
+ * The default accounting of a step over the requests that can hold a
+ * reservation, listed by the chapter (its batch): the same sums and tracks
+ * as serving_account_default() when every request with a reservation is
+ * listed, in time proportional to the list instead of the whole file.
+ * Listed requests that hold nothing are skipped.
+ * @param run        the run
+ * @param holders    [n_holders] request indexes, each at most once
+ * @param n_holders  entries of @p holders
+ */
+void serving_account_holders(ServingRun *run, const int *holders, int n_holders);
 
 /**
  * Sets up a run without a program around it (for tests and tools): encodes

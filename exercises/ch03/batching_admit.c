@@ -11,7 +11,7 @@
 int batching_admit(BatchingState *b, ServingRun *run)
 {
     int admitted = 0;
-    // TODO(lab ch03.admit): admit WAITING requests in file order while the batch has room (b->max_batch) and batching_place() fits their reservation; stop at the first refusal
+    // TODO(lab ch03.admit): admit WAITING requests in file order, from b->first_waiting to the last arrived (run->n_arrived), while the batch has room (b->max_batch) and batching_place() fits their reservation; stop at the first refusal
     (void)b; (void)run;
     LAB_TODO("admit waiting requests in file order while their reservation fits");
     return admitted;

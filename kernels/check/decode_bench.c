@@ -33,6 +33,7 @@
 #include "device_forward.h"
 #include "device_kv.h"
 #include "mem.h"
+#include "outfile.h"
 #include "report.h"
 #include "sampler.h"
 #include "synth.h"
@@ -300,13 +301,16 @@ static int run(Bench *b, const BenchOptions *o, Err *err)
     printf("decode-bench on %s\n  %s\n  prefill of sequence 0: %d tokens in %.3f s\n  %s\n  %s\n  %s\n", b->dev.name,
            line[0], o->context, prefill_s, line[1], line[2], line[3]);
     if (o->markdown) {
-        FILE *f = fopen(o->markdown, "a");
-        if (!f)
-            return err_set(err, "cannot open %s", o->markdown);
+        /* Appended through a temporary copy renamed into place: a failed
+         * write leaves the table as it was, never half a row. */
+        OutFile out;
+        if (outfile_open_append(&out, "--markdown", o->markdown, err))
+            return -1;
+        FILE *f = out.f;
         fprintf(f, "| %s | %s | %s | batch %d, context %d | %.3f ms | %.0f | %.0f GB/s | %.0f GB/s | %.2f | %s |\n",
                 o->preset, dtype_name(o->weight_type), dtype_name(o->kv_type), o->batch, o->context, step_ms,
                 o->batch * o->steps / wall, gbs, copy_gbs, fraction, fraction >= GOAL_FRACTION ? "met" : "MISSED");
-        fclose(f);
+        return outfile_commit(&out, err);
     }
     return 0;
 }

@@ -16,6 +16,7 @@
 #include "cases.h"
 #include "cli.h"
 #include "device.h"
+#include "outfile.h"
 #include "report.h"
 
 typedef struct {
@@ -117,12 +118,15 @@ int main(int argc, char **argv)
         return 0;
     }
     Tally t = {0};
+    /* The table goes to a temporary file renamed into place at the end:
+     * a failed or interrupted check leaves the previous table whole. */
+    OutFile markdown = {0};
     if (markdown_path) {
-        t.markdown = fopen(markdown_path, "w");
-        if (!t.markdown) {
+        if (outfile_open(&markdown, "--markdown", markdown_path, &err)) {
             device_close(&dev);
-            return usage("cannot create the Markdown file");
+            return usage(err.msg);
         }
+        t.markdown = markdown.f;
         fprintf(t.markdown, "Kernels on %s (compute capability %d.%d, %d SMs)\n\n", dev.name, dev.cc_major,
                 dev.cc_minor, dev.sm_count);
         fprintf(t.markdown, "| kernel | case | dtype | version | max error | tolerance | result | us | GB/s |\n"
@@ -134,8 +138,12 @@ int main(int argc, char **argv)
            "tol", "result", "us", "GB/s");
     int failed = kcase_run(&dev, kernel, &o, print_result, &t, &err);
     device_close(&dev);
-    if (t.markdown)
-        fclose(t.markdown);
+    if (t.markdown && failed < 0)
+        outfile_abort(&markdown);
+    else if (t.markdown && outfile_commit(&markdown, &err)) {
+        fprintf(stderr, "kernel-check: error: %s\n", err.msg);
+        return 1;
+    }
     if (failed < 0) {
         fprintf(stderr, "kernel-check: error: %s\n", err.msg);
         return 1;

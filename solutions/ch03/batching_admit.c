@@ -7,8 +7,8 @@
 int batching_admit(BatchingState *b, ServingRun *run)
 {
     int admitted = 0;
-    // LAB BEGIN(ch03.admit): admit WAITING requests in file order while the batch has room (b->max_batch) and batching_place() fits their reservation; stop at the first refusal
-    for (int i = 0; i < run->n_reqs && b->n_batch < b->max_batch; i++) {
+    // LAB BEGIN(ch03.admit): admit WAITING requests in file order, from b->first_waiting to the last arrived (run->n_arrived), while the batch has room (b->max_batch) and batching_place() fits their reservation; stop at the first refusal
+    for (int i = b->first_waiting; i < run->n_arrived && b->n_batch < b->max_batch; i++) {
         Request *r = &run->reqs[i];
         if (r->phase != REQ_WAITING)
             continue;

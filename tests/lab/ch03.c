@@ -251,6 +251,34 @@ START_TEST(lab_admission_in_file_order)
 }
 END_TEST
 
+START_TEST(lab_admission_skips_rejected)
+{
+    /* Under request, "b" with max_new_tokens 30 would reserve 32 positions,
+     * more than the whole budget of 20: it is rejected before the first
+     * step (its phase is REQ_DONE). "a" and "c" reserve 6 each, so both
+     * start in the first batch; an admission that tries the rejected
+     * request stops there, and "c" waits for the next batch (step 4). */
+    LabModel lm;
+    open_model(&lm, 3);
+    LabRun lr;
+    ServingRun *run = &lr.run;
+    Err err = {{0}};
+    int rc = run_chapter(&lm, "4\ta\n30\tb\n4\tc\n", "request", 20 * 256, &lr, &err);
+    ck_assert_msg(rc == 0, "the run failed: %s; hint: batching_admit() must admit at least the first waiting "
+                  "request into an empty arena", err.msg);
+    ck_assert_msg(run->reqs[1].finish == REQ_FINISH_REJECTED, "expected request 1 to be rejected (finish %d)",
+                  (int)run->reqs[1].finish);
+    static const long want[] = {0, -1, 0};
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(run->reqs[i].admitted_step == want[i],
+                      "request %d: expected to be admitted at step %ld, got %ld; hint: batching_admit() looks only "
+                      "at WAITING requests: a rejected one (REQ_DONE) is not in the queue and must not stop it",
+                      i, want[i], run->reqs[i].admitted_step);
+    end_chapter(&lr);
+    close_model(&lm);
+}
+END_TEST
+
 START_TEST(lab_continuous_admission)
 {
     /* The same admission function, called at every step (--batching
@@ -431,6 +459,7 @@ Suite *lab_suite(void)
     lab_add_test(s, lab_coalesce, 10);
     lab_add_test(s, lab_fragmentation_refusal, 60);
     lab_add_test(s, lab_admission_in_file_order, 60);
+    lab_add_test(s, lab_admission_skips_rejected, 60);
     lab_add_test(s, lab_continuous_admission, 60);
     lab_add_test(s, lab_admission_never_overtakes, 60);
     lab_add_test(s, lab_admission_respects_max_batch, 60);

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "json.h"
+#include "outfile.h"
 #include "lab/grading.h"
 
 #define MAX_TESTS 128
@@ -292,11 +293,15 @@ static char *unindented(const char *text)
  * point, the score their sum. */
 static int write_results(const char *path, const char *title, const GradedTest *g, int passed)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "grader: --results %s: cannot create it\n", path);
+    /* A temporary file renamed into place: an autograder never reads half
+     * a results.json, and a failed write leaves the previous one. */
+    OutFile out;
+    Err err = {{0}};
+    if (outfile_open(&out, "--results", path, &err)) {
+        fprintf(stderr, "grader: error: %s\n", err.msg);
         return -1;
     }
+    FILE *f = out.f;
     JsonWriter j;
     json_init(&j, f, 1);
     json_begin_object(&j, NULL);
@@ -319,8 +324,8 @@ static int write_results(const char *path, const char *title, const GradedTest *
     json_end_array(&j);
     json_end_object(&j);
     fputc('\n', f);
-    if (fclose(f) != 0) {
-        fprintf(stderr, "grader: --results %s: write failed\n", path);
+    if (outfile_commit(&out, &err)) {
+        fprintf(stderr, "grader: error: %s\n", err.msg);
         return -1;
     }
     return 0;
@@ -377,6 +382,11 @@ int main(int argc, char **argv)
     }
     if (expect && strcmp(expect, "full") && strcmp(expect, "incomplete")) {
         fprintf(stderr, "grader: --expect takes full or incomplete, not '%s'\n", expect);
+        return 2;
+    }
+    Err results_err = {{0}};
+    if (results && outfile_check("--results", results, &results_err)) { /* a FIFO or a device: before any test */
+        fprintf(stderr, "grader: error: %s\n", results_err.msg);
         return 2;
     }
 
