@@ -11,7 +11,7 @@
 enum {
     OPT_MODEL = 1000, OPT_TOKENIZER, OPT_PROMPT, OPT_STEPS, OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_JSON,
     OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
-    OPT_BATCHING, OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_HELP
+    OPT_BATCHING, OPT_ARENA, OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_HELP
 };
 
 typedef struct {
@@ -37,6 +37,7 @@ static const OptionSpec SPECS[] = {
     {"max-batch", OPT_MAX_BATCH, CLI_BATCHING, "N", "most requests in one batch (default 64)"},
     {"reserve", OPT_RESERVE, CLI_BATCHING, "max|request|pow2|grow", "how much K/V to reserve per request (default max)"},
     {"batching", OPT_BATCHING, CLI_BATCHING, "static|continuous", "static: a batch runs until its last request ends (FasterTransformer); continuous: a finished request frees its region at once, waiting ones join at every step (Orca) (default static)"},
+    {"arena", OPT_ARENA, CLI_BATCHING, "first-fit|buddy", "how regions are placed: exact sizes, first fit; or blocks of a power of two of positions, merged only with their buddy (the PagedAttention paper's Orca) (default first-fit)"},
     {"block-size", OPT_BLOCK_SIZE, CLI_PAGED, "N", "tokens per KV block, a power of two from 1 to 256 (default 16)"},
     {"n", OPT_N, CLI_PAGED, "N", "samples per prompt, sharing the prompt's blocks (default 1; needs --temperature > 0 when > 1)"},
     {"watermark", OPT_WATERMARK, CLI_PAGED, "PCT", "percent of blocks kept free when admitting, against thrashing (default 1)"},
@@ -62,6 +63,7 @@ void cli_defaults(CliOptions *o)
     o->max_batch = 64;
     o->reserve = "max";
     o->batching = "static";
+    o->arena = "first-fit";
     o->block_size = 16;
     o->n_samples = 1;
     o->watermark = 1;
@@ -139,6 +141,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     static const char *const kv_allocs[] = {"max", "grow", NULL};
     static const char *const reserves[] = {"max", "request", "pow2", "grow", NULL};
     static const char *const batchings[] = {"static", "continuous", NULL};
+    static const char *const arenas[] = {"first-fit", "buddy", NULL};
     static const char *const devices[] = {"cpu", "cuda", NULL};
     static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
     long v = 0;
@@ -187,6 +190,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_KV_ALLOC: return parse_choice(name, arg, kv_allocs, &o->kv_alloc, err);
     case OPT_RESERVE: return parse_choice(name, arg, reserves, &o->reserve, err);
     case OPT_BATCHING: return parse_choice(name, arg, batchings, &o->batching, err);
+    case OPT_ARENA: return parse_choice(name, arg, arenas, &o->arena, err);
     case OPT_DEVICE: return parse_choice(name, arg, devices, &o->device, err);
     case OPT_KV_DTYPE: return parse_choice(name, arg, dtypes, &o->kv_dtype, err);
     case OPT_WEIGHT_DTYPE: return parse_choice(name, arg, dtypes, &o->weight_dtype, err);

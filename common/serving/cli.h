@@ -21,7 +21,7 @@ typedef enum {
     CLI_SAMPLING = 1 << 2,  /**< --temperature --top-p --seed */
     CLI_KV_ALLOC = 1 << 3,  /**< --kv-alloc (chapter 2) */
     CLI_SERVING = 1 << 4,   /**< --requests --out --kv-budget (chapters 3, 4) */
-    CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve --batching (chapter 3) */
+    CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve --batching --arena (chapter 3) */
     CLI_PAGED = 1 << 6,     /**< --block-size --n --watermark (chapter 4) */
     CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype --weight-dtype */
 } CliFeature;
@@ -45,6 +45,7 @@ typedef struct {
     int max_batch;              /**< --max-batch */
     const char *reserve;        /**< --reserve: max | request | pow2 | grow */
     const char *batching;       /**< --batching: static | continuous (NULL: static) */
+    const char *arena;          /**< --arena: first-fit | buddy (NULL: first-fit) */
     int block_size;             /**< --block-size */
     int n_samples;              /**< --n: samples per prompt */
     int watermark;              /**< --watermark: free blocks kept back, percent of the pool */
