@@ -7,6 +7,7 @@
  * blocks back the moment they finish. */
 #include <string.h>
 
+#include "beam.h"
 #include "paged.h"
 
 /* ------------------------------------------------------------ blocks in and out */
@@ -195,6 +196,8 @@ static int admit_waiting(PagedServer *s, ServingRun *run, Err *err)
 
 int paged_schedule(PagedServer *s, ServingRun *run, Err *err)
 {
+    if (s->sharing && s->sharing->beam) /* --beam: beam groups run and wait as a whole (beam.c) */
+        return beam_schedule(s, run, err);
     int preempted = 0;
     if (schedule_decodes(s, run, &preempted, err))
         return -1;
@@ -209,4 +212,36 @@ void paged_finished(PagedServer *s, ServingRun *run, Request *r)
 {
     release_blocks(s, run, r, 0);
     remove_running(s, r->index);
+}
+
+/* ------------------------------------------------------------ for beam.c */
+
+void paged_track_table(PagedServer *s, const BlockTable *t)
+{
+    track_table(s, t);
+}
+
+int paged_make_room(PagedServer *s, Request *r)
+{
+    return make_room_for_token(s, r);
+}
+
+void paged_start_running(PagedServer *s, ServingRun *run, Request *r)
+{
+    start_running(s, run, r);
+}
+
+void paged_preempt(PagedServer *s, ServingRun *run, Request *r)
+{
+    release_blocks(s, run, r, 1);
+    remove_running(s, r->index);
+    serving_preempt(run, r);
+    s->preemptions++;
+    if (r->index < s->first_waiting)
+        s->first_waiting = r->index;
+}
+
+void paged_release_table(PagedServer *s, ServingRun *run, Request *r)
+{
+    release_blocks(s, run, r, 0);
 }

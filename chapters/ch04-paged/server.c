@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "beam.h"
 #include "mem.h"
 #include "paged.h"
 
@@ -26,7 +27,7 @@ static void reject_never_fitting(PagedServer *s, ServingRun *run)
     int usable = p->n_blocks - s->watermark_blocks;
     for (int i = 0; i < run->n_reqs; i++) {
         Request *r = &run->reqs[i];
-        int need = cache_blocks_at_most(r, p->shape.block_size);
+        int need = cache_blocks_at_most(r, p->shape.block_size) * beam_group_size(run->opts);
         if (r->phase == REQ_WAITING && need > usable)
             serving_reject(run, r,
                            "it may need %d blocks of %d tokens (%d positions) but the whole pool has %d "
@@ -115,7 +116,7 @@ int paged_check(const ServingRun *run, Err *err)
         const Request *r = &run->reqs[i];
         if (r->phase != REQ_WAITING)
             continue;
-        if (cache_blocks_at_most(r, shape.block_size) <= usable)
+        if (cache_blocks_at_most(r, shape.block_size) * beam_group_size(run->opts) <= usable)
             return 0;
         if (smallest < 0 || r->max_tokens < run->reqs[smallest].max_tokens)
             smallest = i;
@@ -128,7 +129,8 @@ int paged_check(const ServingRun *run, Err *err)
                    "--kv-budget %s holds no request: the smallest (request %d) may need %d blocks of %d tokens "
                    "(%d positions) but the whole pool has %d (%d above the watermark)",
                    cli_format_bytes(a, sizeof a, (double)serving_kv_budget(run)), r->spec->id,
-                   cache_blocks_at_most(r, shape.block_size), shape.block_size, r->max_tokens - 1, n_blocks, usable);
+                   cache_blocks_at_most(r, shape.block_size) * beam_group_size(run->opts), shape.block_size,
+                   r->max_tokens - 1, n_blocks, usable);
 }
 
 static int open_pool(PagedServer *s, ServingRun *run, Err *err)
@@ -181,6 +183,10 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err)
      * decodes + prompts within the budget, so a step never exceeds the
      * larger of the two. */
     int max_step_tokens = s->max_batched_tokens > run->n_reqs ? s->max_batched_tokens : run->n_reqs;
+    if ((o->n_samples > 1 || o->beam_width > 0) && !(s->sharing = mem_alloc(MEM_ACTIVATIONS, sizeof *s->sharing)))
+        return err_set(err, "out of memory");
+    if (o->beam_width > 0 && beam_open(s, run, &max_step_tokens, err)) /* beam.c */
+        return -1;
     if (serving_open_steps(run, max_step_tokens, run->n_reqs, err))
         return -1;
     return run->device ? paged_device_open(s, run, err) : 0;
@@ -197,6 +203,9 @@ void paged_close(PagedServer *s)
     mem_free(s->running);
     mem_free(s->block_filled);
     mem_free(s->block_track);
+    if (s->sharing)
+        beam_close(s->sharing->beam);
+    mem_free(s->sharing);
     mem_free(s);
 }
 
@@ -219,7 +228,10 @@ int paged_step(PagedServer *s, ServingRun *run, Err *err)
     KvSeam seam = paged_seam(&s->kv);
     if (serving_step_forward(run, &seam, err))
         return -1;
-    serving_step_sample(run); /* every fed request takes its next token */
+    if (s->sharing && s->sharing->beam)
+        beam_select(s, run);      /* --beam: each group keeps its best continuations (beam.c) */
+    else
+        serving_step_sample(run); /* every fed request takes its next token */
     paged_account(s, run);    /* blocks held, rows filled, the breakdown (report.c) */
     int n_finished = serving_step_finished(run);
     for (int i = 0; i < n_finished; i++) /* their blocks go back to the pool at once */

@@ -11,7 +11,7 @@
 enum {
     OPT_MODEL = 1000, OPT_TOKENIZER, OPT_PROMPT, OPT_STEPS, OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_JSON,
     OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
-    OPT_BATCHING, OPT_ARENA, OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_HELP
+    OPT_BATCHING, OPT_ARENA, OPT_BLOCK_SIZE, OPT_N, OPT_BEAM, OPT_WATERMARK, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_HELP
 };
 
 typedef struct {
@@ -40,6 +40,7 @@ static const OptionSpec SPECS[] = {
     {"arena", OPT_ARENA, CLI_BATCHING, "first-fit|buddy", "how regions are placed: exact sizes, first fit; or blocks of a power of two of positions, merged only with their buddy (the PagedAttention paper's Orca) (default first-fit)"},
     {"block-size", OPT_BLOCK_SIZE, CLI_PAGED, "N", "tokens per KV block, a power of two from 1 to 256 (default 16)"},
     {"n", OPT_N, CLI_PAGED, "N", "samples per prompt, sharing the prompt's blocks (default 1; needs --temperature > 0 when > 1)"},
+    {"beam", OPT_BEAM, CLI_PAGED, "W", "beam search with W beams per prompt, sharing blocks copy-on-write; --out holds the best beam (greedy, no --temperature or --n; --beam 1 is greedy)"},
     {"watermark", OPT_WATERMARK, CLI_PAGED, "PCT", "percent of blocks kept free when admitting, against thrashing (default 1)"},
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
     {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the K/V cache on the device (default f32)"},
@@ -165,6 +166,9 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_N:
         if (cli_parse_long(name, arg, 1, 256, &v, err)) return -1;
         o->n_samples = (int)v; return 0;
+    case OPT_BEAM:
+        if (cli_parse_long(name, arg, 1, 64, &v, err)) return -1;
+        o->beam_width = (int)v; return 0;
     case OPT_WATERMARK:
         if (cli_parse_long(name, arg, 0, 50, &v, err)) return -1;
         o->watermark = (int)v; return 0;
@@ -241,6 +245,11 @@ CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *o
     }
     if (optind < argc) {
         err_set(err, "unexpected argument '%s' (options start with --; see --help)", argv[optind]);
+        return CLI_ERROR;
+    }
+    if (opts->beam_width > 0 && (opts->n_samples > 1 || opts->temperature > 0.0f)) {
+        err_set(err, "--beam %d searches deterministically: it takes neither --n nor --temperature > 0",
+                opts->beam_width);
         return CLI_ERROR;
     }
     if (opts->n_samples > 1 && opts->temperature <= 0.0f) {

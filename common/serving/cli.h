@@ -22,7 +22,7 @@ typedef enum {
     CLI_KV_ALLOC = 1 << 3,  /**< --kv-alloc (chapter 2) */
     CLI_SERVING = 1 << 4,   /**< --requests --out --kv-budget (chapters 3, 4) */
     CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve --batching --arena (chapter 3) */
-    CLI_PAGED = 1 << 6,     /**< --block-size --n --watermark (chapter 4) */
+    CLI_PAGED = 1 << 6,     /**< --block-size --n --beam --watermark (chapter 4) */
     CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype --weight-dtype */
 } CliFeature;
 
@@ -48,6 +48,7 @@ typedef struct {
     const char *arena;          /**< --arena: first-fit | buddy (NULL: first-fit) */
     int block_size;             /**< --block-size */
     int n_samples;              /**< --n: samples per prompt */
+    int beam_width;             /**< --beam: beams per prompt (beam search); 0 = off */
     int watermark;              /**< --watermark: free blocks kept back, percent of the pool */
     const char *device;         /**< --device: cpu | cuda */
     const char *kv_dtype;       /**< --kv-dtype: f32 | f16 | bf16 */
