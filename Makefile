@@ -3,6 +3,7 @@
 #   make              build every program into build/
 #   make test         unit, chapter and golden tests (installs Check if missing)
 #   make test-sanitize  the same tests under AddressSanitizer and UBSan
+#   make test-integer the same tests built by clang with -fsanitize=integer
 #   make lab CH=n     build chapter n with YOUR exercise files and grade them; also writes
 #                     build/lab/chNN/results.json for an autograder
 #                     (LAB=solutions grades the reference; TEST=name runs one test)
@@ -19,6 +20,7 @@
 #   make demo         every chapter on the same requests, side by side
 #   make models       fetch the real TinyStories checkpoints (needs internet)
 #   make cuda-check   compile every CUDA file for sm_80 and sm_90 (no GPU needed)
+#   make fuzz         every libFuzzer target (tests/fuzz/) under ASan+UBSan, FUZZ_SECONDS each
 #   make emu-check    the kernels and the GPU tests on the CPU, through the
 #                     emulator in ../shared/tools/cuda-emu (no GPU needed)
 #
@@ -182,7 +184,7 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
-.PHONY: all test test-sanitize lab lab-run grade check-stubs check-mutants handout check-handout check-layout docs bench demo models cuda-check emu-check exercises check-exercises deps clean
+.PHONY: all test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout docs bench demo models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
 all: $(PROGRAMS) $(TOOLS)
 
 # Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
@@ -282,6 +284,17 @@ test: deps
 test-sanitize: deps
 	@$(MAKE) --no-print-directory test BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"
+
+# The same tests built by clang with its integer checks (-fsanitize=integer:
+# signed overflow, division by zero, bad shifts, and implicit conversions
+# that truncate a value or change its sign), less unsigned wrap-around,
+# which the random number generators and hashes do on purpose. CPU only;
+# clang's -Wunused-but-set-variable sees more than gcc's and is not an error.
+test-integer: deps
+	@scripts/deps.sh clang libomp-dev
+	@$(MAKE) --no-print-directory test BUILD=build/isan CUDA=0 CC=clang OPT="-O1 -g -march=native -fno-omit-frame-pointer" \
+		SAN="-fsanitize=integer -fno-sanitize=unsigned-integer-overflow,unsigned-shift-base -fno-sanitize-recover=all" \
+		CFLAGS="-Wno-unused-but-set-variable"
 
 # The real TinyStories checkpoints (needs internet; not part of the tests).
 # MODELS="stories15M.bin tokenizer.bin" fetches only those.
@@ -463,10 +476,55 @@ endif
 bench: all
 	BUILD=$(BUILD) scripts/bench.sh
 
+# ---------------------------------------------------------------- fuzzing
+# `make fuzz`: the libFuzzer targets tests/fuzz/fuzz_*.c, built by clang
+# with ASan and UBSan, each run for FUZZ_SECONDS (default 60) from its seed
+# corpus tests/fuzz/corpus/NAME/ (never written to: new inputs go to
+# build/fuzz/work/), FUZZ_JOBS targets at a time (default 1). Any crash,
+# leak, timeout or sanitizer report fails, and the reproducer is printed
+# (scripts/fuzz.sh). The targets link only the parsers' sources, without
+# OpenMP. FUZZ_TARGETS="fuzz_requests" runs some of them.
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
+FUZZ_CC ?= clang
+FUZZ_BUILD := build/fuzz
+# A target for code that not every tree has yet (the GGUF reader, the BPE
+# tokenizer) is built only where that code is.
+FUZZ_NEEDS_fuzz_gguf := common/model/gguf.c
+FUZZ_NEEDS_fuzz_bpe := common/model/bpe.c
+FUZZ_ALL := $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_TARGETS ?= $(foreach t,$(FUZZ_ALL),$(if $(FUZZ_NEEDS_$(t)),$(if $(wildcard $(FUZZ_NEEDS_$(t))),$(t)),$(t)))
+FUZZ_LIB_SRCS := $(sort $(wildcard common/base/*.c common/accounting/*.c common/model/*.c) common/cpu/ops.c \
+                   common/cpu/forward.c common/serving/requests.c common/serving/cli.c)
+FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -march=native -fno-omit-frame-pointer \
+              -fsanitize=address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror \
+              -Wno-unknown-pragmas -Wno-source-uses-openmp -ffp-contract=off -MMD -MP $(COMMON_INCLUDES) -Itests/fuzz \
+              $(PCRE2_CFLAGS)
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZ_BUILD)/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(FUZZ_LIB_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ -lm $(PCRE2_LIBS)
+
+# The GGUF seeds' writer (tests/fuzz/make-corpus.sh runs it): a plain
+# program on the same objects, without libFuzzer's main.
+$(FUZZ_BUILD)/make-seeds: $(FUZZ_BUILD)/obj/tests/fuzz/make-seeds.o $(FUZZ_LIB_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $^ -o $@ -lm $(PCRE2_LIBS)
+
+fuzz-build:
+	@scripts/deps.sh clang
+	@$(MAKE) --no-print-directory $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
+
+fuzz: fuzz-build
+	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) scripts/fuzz.sh $(FUZZ_TARGETS)
+
 clean:
 	rm -rf build html
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(wildcard $(FUZZ_BUILD)/obj/*/*.d $(FUZZ_BUILD)/obj/*/*/*.d)
 ifneq ($(CUDA_OK),)
 -include $(wildcard $(CUDA_BUILD)/*.d)
 endif

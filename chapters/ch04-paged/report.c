@@ -43,11 +43,11 @@ void paged_account(PagedServer *s, ServingRun *run)
         if (p->ref_count[b] == 0)
             continue;
         used_rows += (size_t)s->block_filled[b];
-        kv_track_step(&s->block_track[b], (size_t)s->block_filled[b] * s->bytes_per_token);
+        kv_track_step(&s->block_track[b], (size_t)s->block_filled[b] * paged_bytes_per_token(s));
     }
     int physical = block_pool_used(p);
     kv_timeline_record(&run->timeline, run->step, (size_t)physical * p->bytes_per_block,
-                       used_rows * s->bytes_per_token);
+                       used_rows * paged_bytes_per_token(s));
     if (physical > s->blocks_peak_used) {
         s->blocks_peak_used = physical;
         s->blocks_peak_step = run->step;
@@ -121,8 +121,10 @@ void paged_report_table(FILE *f, void *ctx, const ServingRun *run)
             s->kv.tables.count, s->kv.tables.capacity,
             cli_format_bytes(a, sizeof a, (double)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity)),
             cli_format_bytes(b, sizeof b, (double)mem_current(MEM_KV_METADATA, MEM_HOST)));
-    fprintf(f, "  preemptions    %ld (recomputed from prompt + generated tokens when readmitted)\n",
-            s->preemptions);
+    fprintf(f, "  preemptions    %ld (%s)\n", s->preemptions,
+            s->sched && s->sched->preempt == PAGED_PREEMPT_SWAP
+                ? "blocks swapped to the host and back, or recomputed when the swap space was full"
+                : "recomputed from prompt + generated tokens when readmitted");
     fprintf(f, "  sharing        forks saved up to %d blocks at once (%.1f on average); %ld copy-on-write copies\n",
             s->blocks_saved_peak, s->steps_accounted ? s->blocks_saved_sum / (double)s->steps_accounted : 0.0,
             s->cow_copies);
@@ -130,6 +132,8 @@ void paged_report_table(FILE *f, void *ctx, const ServingRun *run)
         fprintf(f, "                 %.1f%% of the blocks the same sequences would hold unshared, at peak use "
                    "(step %ld); %.1f%% over all steps%s\n", 100.0 * saved_fraction_at_peak(s->sharing),
                 s->blocks_peak_step, 100.0 * saved_fraction_avg(s), s->sharing->beam ? " (beams fork and share)" : "");
+    if (s->sched) /* the token budget and swapping (sched.c) */
+        paged_sched_report_table(f, s, run);
 }
 
 static void json_blocks_timeline(JsonWriter *j, const PagedServer *s, const KvTimeline *t)
@@ -173,4 +177,6 @@ void paged_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     json_int(j, "block_table_bytes", (long long)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity));
     json_int(j, "kv_metadata_bytes", (long long)mem_current(MEM_KV_METADATA, MEM_HOST));
     json_blocks_timeline(j, s, &run->timeline);
+    if (s->sched)
+        paged_sched_report_json(j, s, run);
 }

@@ -47,7 +47,7 @@ static void print_setup(const PagedServer *s, const ServingRun *run, size_t budg
     if (run->device)
         kv_bytes_note = " (K/V bytes on the device)";
     fprintf(log, "%s: KV budget %s: %d blocks of %d tokens x %zu B = %s each (%ld tokens; %s left over)\n", name,
-            cli_format_bytes(a, sizeof a, (double)budget), p->n_blocks, p->shape.block_size, s->bytes_per_token,
+            cli_format_bytes(a, sizeof a, (double)budget), p->n_blocks, p->shape.block_size, paged_bytes_per_token(s),
             cli_format_bytes(b, sizeof b, (double)p->bytes_per_block), (long)p->n_blocks * p->shape.block_size,
             cli_format_bytes(d, sizeof d, (double)(budget - (size_t)p->n_blocks * p->bytes_per_block)));
     fprintf(log, "%s: max concurrency at the model's full length (%d tokens = %d blocks): %d; "
@@ -108,7 +108,7 @@ int paged_check(const ServingRun *run, Err *err)
 {
     BlockShape shape;
     int n_blocks;
-    if (pool_blocks(run, &shape, &n_blocks, err))
+    if (paged_sched_check(run, err) || pool_blocks(run, &shape, &n_blocks, err))
         return -1;
     /* As chapter 3 does: a pool that no request fits would reject them all. */
     int usable = n_blocks - watermark_blocks(n_blocks, run->opts->watermark), smallest = -1;
@@ -145,6 +145,15 @@ static int open_pool(PagedServer *s, ServingRun *run, Err *err)
     return block_tables_init(&s->kv.tables, run->n_reqs, capacity, err);
 }
 
+/* Tokens of every request at its longest: no step can feed more. */
+static int all_positions(const ServingRun *run)
+{
+    long n = 0;
+    for (int i = 0; i < run->n_reqs; i++)
+        n += run->reqs[i].max_tokens;
+    return n < 1 ? 1 : n > INT_MAX ? INT_MAX : (int)n;
+}
+
 /* The queue and the measurement books are the scheduler's, not K/V
  * bookkeeping a server keeps per block: they are charged to activations. */
 static int open_books(PagedServer *s, const ServingRun *run, Err *err)
@@ -170,19 +179,27 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err)
         return err_set(err, "out of memory");
     *server = s;
     s->kv.cfg = run->model->cfg;
-    s->bytes_per_token = run->kv_bytes_per_token;
     if (open_pool(s, run, err) || open_books(s, run, err))
         return -1;
     s->watermark_blocks = watermark_blocks(s->kv.pool.n_blocks, o->watermark);
     int seq_len = run->model->cfg.seq_len;
     s->max_batched_tokens = seq_len > PAGED_MIN_BATCHED_TOKENS ? seq_len : PAGED_MIN_BATCHED_TOKENS;
+    /* --max-num-batched-tokens, --max-num-seqs, --preempt (sched.c). */
+    if (paged_sched_open(s, run, err))
+        return -1;
     reject_never_fitting(s, run);
     if (log)
         print_setup(s, run, serving_kv_budget(run), log);
+    if (log && s->sched)
+        paged_sched_print_setup(log, s, run);
     /* Decodes always run (one token per running request); admission keeps
      * decodes + prompts within the budget, so a step never exceeds the
-     * larger of the two. */
-    int max_step_tokens = s->max_batched_tokens > run->n_reqs ? s->max_batched_tokens : run->n_reqs;
+     * larger of the two (with --max-num-batched-tokens, the budget itself:
+     * no more requests run than it has tokens). */
+    int decodes = paged_max_running(s, run);
+    int max_step_tokens = s->max_batched_tokens > decodes ? s->max_batched_tokens : decodes;
+    if (s->sched && max_step_tokens > all_positions(run))
+        max_step_tokens = all_positions(run); /* a budget larger than the whole file needs no larger buffers */
     if ((o->n_samples > 1 || o->beam_width > 0) && !(s->sharing = mem_alloc(MEM_ACTIVATIONS, sizeof *s->sharing)))
         return err_set(err, "out of memory");
     if (o->beam_width > 0 && beam_open(s, run, &max_step_tokens, err)) /* beam.c */
@@ -196,6 +213,7 @@ void paged_close(PagedServer *s)
 {
     if (!s)
         return;
+    paged_sched_close(s->sched);
     for (int i = 0; i < s->kv.tables.count; i++)
         block_table_release(&s->kv.pool, &s->kv.tables.tables[i], NULL, NULL);
     block_tables_free(&s->kv.tables);
@@ -232,6 +250,8 @@ int paged_step(PagedServer *s, ServingRun *run, Err *err)
         beam_select(s, run);      /* --beam: each group keeps its best continuations (beam.c) */
     else
         serving_step_sample(run); /* every fed request takes its next token */
+    if (s->sched)
+        paged_sched_note_tokens(s, run); /* first tokens, for the steps to the first token */
     paged_account(s, run);    /* blocks held, rows filled, the breakdown (report.c) */
     int n_finished = serving_step_finished(run);
     for (int i = 0; i < n_finished; i++) /* their blocks go back to the pool at once */

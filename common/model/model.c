@@ -1,14 +1,13 @@
 #include "model.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "infile.h"
 #include "mem.h"
 
 #define LEGACY_HEADER_BYTES 28u
@@ -185,33 +184,20 @@ int model_open_image(Model *m, const void *image, size_t bytes, Err *err)
     return 0;
 }
 
-static int open_regular_file(const char *path, size_t *size, Err *err)
-{
-    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
-     * writer forever; for a regular file it changes nothing. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK);
-    if (fd < 0)
-        return err_set(err, "cannot open: %s", strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return err_set(err, "not a regular file");
-    }
-    *size = (size_t)st.st_size;
-    return fd;
-}
-
 int model_read_config(const char *path, ModelConfig *cfg, Err *err)
 {
     size_t size;
-    int fd = open_regular_file(path, &size, err);
+    int fd = infile_open(path, UINT64_MAX, &size, err);
     if (fd < 0)
-        return err_prefix(err, "%s", path);
+        return -1;
     unsigned char buf[AK42_HEADER_BYTES];
-    ssize_t got = read(fd, buf, sizeof buf);
+    size_t n = size < sizeof buf ? size : sizeof buf;
+    int read_failed = infile_read_exact(fd, buf, n, path, err);
     close(fd);
     Header h;
-    if (got < 0 || parse_header(buf, (size_t)got, &h, err))
+    if (read_failed)
+        return -1;
+    if (parse_header(buf, n, &h, err))
         return err_prefix(err, "%s", path);
     *cfg = h.cfg;
     return 0;
@@ -221,9 +207,9 @@ int model_load(Model *m, const char *path, Err *err)
 {
     memset(m, 0, sizeof *m);
     size_t size;
-    int fd = open_regular_file(path, &size, err);
+    int fd = infile_open(path, UINT64_MAX, &size, err);
     if (fd < 0)
-        return err_prefix(err, "%s", path);
+        return -1;
     if (size < LEGACY_HEADER_BYTES) {
         close(fd);
         err_set(err, "file has %zu bytes, too short for a checkpoint header", size);

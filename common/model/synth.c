@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mem.h"
+#include "outfile.h"
 #include "sampler.h"
 
 typedef struct {
@@ -178,11 +179,5 @@ int synth_tokenizer_image(int vocab_size, void **image, size_t *bytes, Err *err)
 
 int synth_write_file(const char *path, const void *image, size_t bytes, Err *err)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return err_set(err, "%s: cannot create: %s", path, strerror(errno));
-    size_t wrote = fwrite(image, 1, bytes, f);
-    if (fclose(f) != 0 || wrote != bytes)
-        return err_set(err, "%s: write failed", path);
-    return 0;
+    return outfile_write_all(NULL, path, image, bytes, err);
 }

@@ -62,7 +62,8 @@ int synth_model_image(const SynthSpec *spec, void **image, size_t *bytes, Err *e
 int synth_tokenizer_image(int vocab_size, void **image, size_t *bytes, Err *err);
 
 /**
- * Writes an image to a file.
+ * Writes an image to a file, atomically (outfile_write_all()): on failure
+ * the old file, if any, is left as it was.
  * @param path   output file
  * @param image  bytes
  * @param bytes  size

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "infile.h"
 #include "mem.h"
 
 /* Llama 2's 32,000-token file is 434 KB; anything past this is not one. */
@@ -99,36 +100,25 @@ int tokenizer_open_image(Tokenizer *t, const void *image, size_t bytes, int voca
 int tokenizer_load(Tokenizer *t, const char *path, int vocab_size, Err *err)
 {
     memset(t, 0, sizeof *t);
-    /* O_NONBLOCK: a FIFO would otherwise block the open until a writer
-     * comes; a directory opens fine and "seeks" to a huge end. Ask what the
-     * file is before reading it. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    /* Tokenizer files are small (Llama 2's is 434 KB); read it whole. */
+    size_t size;
+    int fd = infile_open(path, TOKENIZER_MAX_FILE_BYTES, &size, err);
     if (fd < 0)
-        return err_set(err, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    FILE *f = NULL;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !(f = fdopen(fd, "rb"))) {
-        close(fd);
-        return err_set(err, "%s: not a regular file", path);
-    }
-    /* Tokenizer files are small (under a megabyte); read it whole. */
-    if (st.st_size > TOKENIZER_MAX_FILE_BYTES) {
-        fclose(f);
-        return err_set(err, "%s: %lld bytes is too large for a tokenizer file", path, (long long)st.st_size);
-    }
-    long size = (long)st.st_size;
-    unsigned char *buf = size > 0 ? malloc((size_t)size) : NULL;
+        return -1;
+    unsigned char *buf = size > 0 ? malloc(size) : NULL;
     int rc = -1;
-    if (size <= 0)
-        err_set(err, "%s: empty or unreadable file", path);
-    else if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size)
-        err_set(err, "%s: cannot read", path);
-    else if (tokenizer_open_image(t, buf, (size_t)size, vocab_size, err) == 0)
-        rc = 0;
-    else
-        err_prefix(err, "%s", path);
+    if (size == 0)
+        err_set(err, "%s: empty file", path);
+    else if (!buf)
+        err_set(err, "%s: out of memory for %zu bytes", path, size);
+    else if (infile_read_exact(fd, buf, size, path, err) == 0) {
+        if (tokenizer_open_image(t, buf, size, vocab_size, err) == 0)
+            rc = 0;
+        else
+            err_prefix(err, "%s", path);
+    }
     free(buf);
-    fclose(f);
+    close(fd);
     return rc;
 }
 

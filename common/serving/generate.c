@@ -1,8 +1,17 @@
 #include "generate.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "mem.h"
+
+size_t generation_max_prompt_bytes(const Tokenizer *t, int seq_len)
+{
+    if (seq_len <= 0 || t->max_token_length <= 0)
+        return 0;
+    size_t per_token = (size_t)t->max_token_length;
+    return (size_t)seq_len > SIZE_MAX / per_token ? SIZE_MAX : (size_t)seq_len * per_token;
+}
 
 int generation_init(Generation *g, const Model *m, const Tokenizer *t, const char *prompt, Err *err)
 {
@@ -10,7 +19,10 @@ int generation_init(Generation *g, const Model *m, const Tokenizer *t, const cha
     int seq_len = m->cfg.seq_len, max_tokens = model_max_tokens(&m->cfg);
     if (prompt[0] == '\0')
         return err_set(err, "the prompt is empty; give some text with --prompt");
-    size_t text_len = strlen(prompt);
+    size_t text_len = strlen(prompt), fits = generation_max_prompt_bytes(t, seq_len);
+    if (text_len > fits)
+        return err_set(err, "the prompt is %zu bytes, more than the %zu that the model's seq_len of %d tokens can "
+                       "hold (a token stands for at most %d bytes)", text_len, fits, seq_len, t->max_token_length);
     int *ids = mem_alloc_array(MEM_ACTIVATIONS, text_len + 3, sizeof(int));
     if (!ids)
         return err_set(err, "out of memory for a prompt of %zu bytes", text_len);

@@ -1,23 +1,16 @@
 #include "report.h"
 
-#include <errno.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "mem.h"
+#include "outfile.h"
 
 int report_check_writable(const char *option, const char *path, Err *err)
 {
-    int existed = access(path, F_OK) == 0;
-    FILE *f = fopen(path, "a");
-    if (!f)
-        return err_set(err, "%s %s: cannot create: %s", option, path, strerror(errno));
-    fclose(f);
-    if (!existed)
-        unlink(path);
-    return 0;
+    return outfile_check(option, path, err);
 }
 
 double now_seconds(void)
@@ -75,24 +68,36 @@ static size_t run_activation_bytes(const RunReport *r)
     return mem_peak(MEM_ACTIVATIONS, p);
 }
 
+/* The places a table shows: the host always, the device and the swap
+ * space only when something was ever held there. */
+static int place_shown(MemPlace p)
+{
+    return p == MEM_HOST || mem_peak_total(p) > 0;
+}
+
 static void print_ledger(FILE *f)
 {
-    char a[32], b[32], c[32], d[32];
-    int device = mem_peak_total(MEM_DEVICE) > 0;
-    fprintf(f, "  %-14s %12s %12s%s\n", "category", "host now", "host peak",
-            device ? "  device now  device peak" : "");
+    static const char *const headers[MEM_PLACE_COUNT] = {"     host now    host peak", "  device now  device peak",
+                                                         "     swap now    swap peak"};
+    char a[32], b[32];
+    fprintf(f, "  %-14s", "category");
+    for (int p = 0; p < MEM_PLACE_COUNT; p++)
+        if (place_shown((MemPlace)p))
+            fputs(headers[p], f);
+    fputc('\n', f);
     for (int i = 0; i < MEM_CATEGORY_COUNT; i++) {
-        fprintf(f, "  %-14s %12s %12s", mem_category_name((MemCategory)i),
-                cli_format_bytes(a, sizeof a, (double)mem_current((MemCategory)i, MEM_HOST)),
-                cli_format_bytes(b, sizeof b, (double)mem_peak((MemCategory)i, MEM_HOST)));
-        if (device)
-            fprintf(f, " %12s %12s", cli_format_bytes(c, sizeof c, (double)mem_current((MemCategory)i, MEM_DEVICE)),
-                    cli_format_bytes(d, sizeof d, (double)mem_peak((MemCategory)i, MEM_DEVICE)));
+        fprintf(f, "  %-14s", mem_category_name((MemCategory)i));
+        for (int p = 0; p < MEM_PLACE_COUNT; p++)
+            if (place_shown((MemPlace)p))
+                fprintf(f, " %12s %12s",
+                        cli_format_bytes(a, sizeof a, (double)mem_current((MemCategory)i, (MemPlace)p)),
+                        cli_format_bytes(b, sizeof b, (double)mem_peak((MemCategory)i, (MemPlace)p)));
         fputc('\n', f);
     }
-    fprintf(f, "  %-14s %12s %12s", "total (peak)", "", cli_format_bytes(a, sizeof a, (double)mem_peak_total(MEM_HOST)));
-    if (device)
-        fprintf(f, " %12s %12s", "", cli_format_bytes(b, sizeof b, (double)mem_peak_total(MEM_DEVICE)));
+    fprintf(f, "  %-14s", "total (peak)");
+    for (int p = 0; p < MEM_PLACE_COUNT; p++)
+        if (place_shown((MemPlace)p))
+            fprintf(f, " %12s %12s", "", cli_format_bytes(a, sizeof a, (double)mem_peak_total((MemPlace)p)));
     fputc('\n', f);
 }
 
@@ -130,8 +135,10 @@ void report_print(FILE *f, const RunReport *r)
 static void json_ledger(JsonWriter *j)
 {
     json_begin_object(j, "memory");
-    static const char *places[] = {"host", "device"};
+    static const char *places[MEM_PLACE_COUNT] = {"host", "device", "swap"};
     for (int p = 0; p < MEM_PLACE_COUNT; p++) {
+        if (p == MEM_SWAP && !place_shown(MEM_SWAP))
+            continue; /* no swap space in this run */
         json_begin_object(j, places[p]);
         for (int i = 0; i < MEM_CATEGORY_COUNT; i++) {
             json_begin_object(j, mem_category_name((MemCategory)i));
@@ -189,11 +196,11 @@ static void json_kv(JsonWriter *j, const RunReport *r)
 
 int report_write_json(const char *path, const RunReport *r, Err *err)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return err_set(err, "--json %s: cannot create: %s", path, strerror(errno));
+    OutFile out;
+    if (outfile_open(&out, "--json", path, err))
+        return -1;
     JsonWriter j;
-    json_init(&j, f, 1);
+    json_init(&j, out.f, 1);
     json_begin_object(&j, NULL);
     json_string(&j, "chapter", r->chapter);
     json_string(&j, "device", r->device);
@@ -208,7 +215,5 @@ int report_write_json(const char *path, const RunReport *r, Err *err)
     if (r->extra_json)
         r->extra_json(&j, r->extra);
     json_end_object(&j);
-    if (fclose(f) != 0)
-        return err_set(err, "--json %s: write failed", path);
-    return 0;
+    return outfile_commit(&out, err);
 }

@@ -141,10 +141,12 @@ int serving_program_report(ServingProgram *p, void (*table)(FILE *f, void *chapt
         .tokens_generated = run->tokens_generated, .elapsed_s = run->elapsed_s, .extra_table = serving_table,
         .extra_json = serving_json, .extra = &sr,
     };
-    if (!o->quiet)
-        report_print(stderr, &report);
+    /* The table only once every file is safely written: a failed write
+     * is then the one line on stderr. */
     if (o->json_path && report_write_json(o->json_path, &report, &p->err))
         return -1;
+    if (!o->quiet)
+        report_print(stderr, &report);
     return 0;
 }
 
