@@ -422,6 +422,8 @@ START_TEST(program_refuses_bad_beams)
     expect_refusal((const char *[]){"--beam", "2", "--n", "2", "--temperature", "1", NULL}, "neither --n");
     expect_refusal((const char *[]){"--beam", "2", "--temperature", "0.5", NULL}, "--temperature");
     expect_refusal((const char *[]){"--beam", NULL}, "needs a value");
+    expect_refusal((const char *[]){"--beam", "2", "--max-num-batched-tokens", "64", NULL}, "schedules its groups");
+    expect_refusal((const char *[]){"--beam", "2", "--preempt", "swap", NULL}, "--swap-space");
     ProgramResult r;
     const char *argv[] = {"ch03-batching", "--beam", "2", NULL};
     ck_assert_int_eq(test_run_program(argv, &r), 0);
