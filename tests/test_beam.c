@@ -424,6 +424,9 @@ START_TEST(program_refuses_bad_beams)
     expect_refusal((const char *[]){"--beam", NULL}, "needs a value");
     expect_refusal((const char *[]){"--beam", "2", "--max-num-batched-tokens", "64", NULL}, "schedules its groups");
     expect_refusal((const char *[]){"--beam", "2", "--preempt", "swap", NULL}, "--swap-space");
+    /* 3 blocks hold the smallest request alone (2 blocks), not its 2 beams (4). */
+    expect_refusal((const char *[]){"--beam", "2", "--kv-budget", "60KiB", NULL}, "4 blocks of 16 tokens (26 "
+                   "positions, for each of 2 beams) but the whole pool has 3");
     ProgramResult r;
     const char *argv[] = {"ch03-batching", "--beam", "2", NULL};
     ck_assert_int_eq(test_run_program(argv, &r), 0);

@@ -702,6 +702,9 @@ START_TEST(program_refuses_bad_options)
     expect_one_line_error((const char *[]){"--filter", "600:1024:1200", "--requests", "5", NULL}, "keeps");
     expect_one_line_error((const char *[]){"--rate-per-s", "2", NULL}, "go together");
     expect_one_line_error((const char *[]){"--step-ms", "0", NULL}, "--step-ms");
+    expect_one_line_error((const char *[]){"--rate", "1e-12", "--requests", "5", NULL}, "more than the 1e+12");
+    expect_one_line_error((const char *[]){"--scenario", "paper-fig2", "--rate-per-s", "1e-300", NULL},
+                          "--rate-per-s x --step-ms");
     expect_one_line_error((const char *[]){"--scenario", "paper-fig2", "--kv-budget", "1GiB", NULL}, "holds no");
     expect_one_line_error((const char *[]){"--weights", "79GB", NULL}, "leaves nothing");
     expect_one_line_error((const char *[]){"--kv-budget", "1MiB", NULL}, "holds no block");

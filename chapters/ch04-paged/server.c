@@ -21,18 +21,28 @@ static int cache_blocks_at_most(const Request *r, int block_size)
     return block_count_for_tokens(r->max_tokens - 1, block_size);
 }
 
+/* "" by default; ", for each of W beams" with --beam W > 1, for the messages. */
+static const char *beams_note(const CliOptions *o, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (beam_group_size(o) > 1)
+        snprintf(buf, size, ", for each of %d beams", beam_group_size(o));
+    return buf;
+}
+
 static void reject_never_fitting(PagedServer *s, ServingRun *run)
 {
     const BlockPool *p = &s->kv.pool;
     int usable = p->n_blocks - s->watermark_blocks;
+    char beams[48];
     for (int i = 0; i < run->n_reqs; i++) {
         Request *r = &run->reqs[i];
         int need = cache_blocks_at_most(r, p->shape.block_size) * beam_group_size(run->opts);
         if (r->phase == REQ_WAITING && need > usable)
             serving_reject(run, r,
-                           "it may need %d blocks of %d tokens (%d positions) but the whole pool has %d "
-                           "(%d above the watermark)",
-                           need, p->shape.block_size, r->max_tokens - 1, p->n_blocks, usable);
+                           "it may need %d blocks of %d tokens (%d positions%s) but the whole pool has %d "
+                           "(%d above the watermark)", need, p->shape.block_size, r->max_tokens - 1,
+                           beams_note(run->opts, beams, sizeof beams), p->n_blocks, usable);
     }
 }
 
@@ -124,13 +134,13 @@ int paged_check(const ServingRun *run, Err *err)
     if (smallest < 0)
         return 0;
     const Request *r = &run->reqs[smallest];
-    char a[32];
+    char a[32], beams[48];
     return err_set(err,
                    "--kv-budget %s holds no request: the smallest (request %d) may need %d blocks of %d tokens "
-                   "(%d positions) but the whole pool has %d (%d above the watermark)",
+                   "(%d positions%s) but the whole pool has %d (%d above the watermark)",
                    cli_format_bytes(a, sizeof a, (double)serving_kv_budget(run)), r->spec->id,
                    cache_blocks_at_most(r, shape.block_size) * beam_group_size(run->opts), shape.block_size,
-                   r->max_tokens - 1, n_blocks, usable);
+                   r->max_tokens - 1, beams_note(run->opts, beams, sizeof beams), n_blocks, usable);
 }
 
 static int open_pool(PagedServer *s, ServingRun *run, Err *err)

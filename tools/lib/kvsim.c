@@ -207,6 +207,12 @@ int kvsim_workload_check(const KvsimWorkload *w, int seq_len, Err *err)
         return err_set(err, "--max-new %d: must be at least 1 (or oracle)", w->max_new_tokens);
     if (!(w->rate >= 0) || w->rate > 1e6)
         return err_set(err, "--rate %g: give requests per step >= 0 (0: all at once)", w->rate);
+    /* Gaps are at most 37 / rate steps (-log of a 53-bit uniform): this
+     * keeps every arrival step far inside a long. */
+    if (w->rate > 0 && (double)w->n_requests / w->rate > KVSIM_MAX_ARRIVAL_STEPS)
+        return err_set(err, "arrivals at %.3g requests per step (--rate, or --rate-per-s x --step-ms / 1000) spread "
+                       "%d requests over about %.3g steps, more than the %.0e a run may span", w->rate,
+                       w->n_requests, (double)w->n_requests / w->rate, KVSIM_MAX_ARRIVAL_STEPS);
     if (!reaches(&w->input, 1, w->max_input))
         return err_set(err, "--input %s never gives a prompt of 1 to %d tokens (--max-input)",
                        kvsim_dist_format(a, sizeof a, &w->input), w->max_input);

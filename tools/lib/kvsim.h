@@ -194,9 +194,13 @@ typedef struct {
  */
 int kvsim_filter_solve(const KvsimWorkload *w, int seq_len, KvsimFilterFit *fit, Err *err);
 
+/** Mean span of the arrivals (requests / rate), in steps, beyond which a
+ *  workload is refused: arrival steps stay far inside a long. */
+#define KVSIM_MAX_ARRIVAL_STEPS 1e12
+
 /**
  * Checks a workload against the model's seq_len (lengths that can never
- * be drawn, limits that leave no room).
+ * be drawn, limits that leave no room, arrivals too slow to fit a run).
  * @param w        the workload
  * @param seq_len  the model's longest sequence
  * @param err      receives the reason on failure
