@@ -283,6 +283,7 @@ Suite *suite_buddy(void)
 {
     Suite *s = suite_create("buddy");
     TCase *t = tcase_create("by_hand");
+    tcase_set_timeout(t, 60); /* well under a second alone; it timed out at the default 4 s under a load of 27 */
     tcase_add_test(t, block_sizes_round_up);
     tcase_add_test(t, tops_of_the_paper_pool);
     tcase_add_test(t, split_then_merge_with_buddies);
