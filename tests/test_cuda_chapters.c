@@ -469,6 +469,40 @@ START_TEST(chapter4_forks_copy_on_write_on_device)
 }
 END_TEST
 
+/* Beam search on the device: beams fork and copy on write there too (the
+ * pool's on_copy hook); every prompt ends with exactly one line in --out,
+ * its best beam. The logits are not the CPU's bits, so the beams are not
+ * compared with the CPU's. */
+START_TEST(chapter4_beams_on_device)
+{
+    if (!cuda_test_device_present("chapter4_beams_on_device"))
+        return;
+    TestFiles f;
+    files_open(&f);
+    char reqs[PATH_MAX], jd[PATH_MAX], od[PATH_MAX];
+    test_write_temp(REQUESTS, strlen(REQUESTS), reqs);
+    temp_path(jd, "beam-json");
+    temp_path(od, "beam-out");
+    const char *argv[] = {"ch04-paged", "--model", f.model, "--tokenizer", f.tok, "--requests", reqs, "--beam", "3",
+                          "--block-size", "8", "--json", jd, "--out", od, "--device", "cuda", "--quiet", NULL};
+    ProgramResult r;
+    run_ok(argv, &r, "beams on the device");
+    char *j = test_slurp(jd), *out = test_slurp(od);
+    ck_assert_int_gt(json_number(j, "cow_copies"), 0);
+    ck_assert_int_eq(json_number(j, "requests_completed"), 18);
+    ck_assert_int_eq(test_count_lines(out), 6);
+    ck_assert_ptr_nonnull(strstr(out, "\"beam_score\":"));
+    ck_assert_ptr_null(strstr(out, "\"finish\":\"unfinished\""));
+    free(j);
+    free(out);
+    test_result_free(&r);
+    unlink(reqs);
+    unlink(jd);
+    unlink(od);
+    files_close(&f);
+}
+END_TEST
+
 /* With f16 K/V the books count device bytes: the same budget holds twice
  * the blocks. */
 START_TEST(chapter4_f16_books_count_device_bytes)
@@ -517,6 +551,7 @@ SKIP_TEST(chapter3_on_device_matches_cpu)
 SKIP_TEST(chapter4_on_device_matches_cpu)
 SKIP_TEST(chapter4_forks_copy_on_write_on_device)
 SKIP_TEST(chapter4_budget_and_swap_on_device_match_cpu)
+SKIP_TEST(chapter4_beams_on_device)
 SKIP_TEST(chapter4_f16_books_count_device_bytes)
 
 #endif
@@ -531,6 +566,7 @@ Suite *suite_cuda_chapters(void)
     tcase_add_test(tc, chapter4_on_device_matches_cpu);
     tcase_add_test(tc, chapter4_forks_copy_on_write_on_device);
     tcase_add_test(tc, chapter4_budget_and_swap_on_device_match_cpu);
+    tcase_add_test(tc, chapter4_beams_on_device);
     tcase_add_test(tc, chapter4_f16_books_count_device_bytes);
     suite_add_tcase(s, tc);
     return s;

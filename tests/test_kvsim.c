@@ -94,8 +94,8 @@ START_TEST(workloads_are_seeded_and_arrive_at_the_rate)
     KvsimWorkload w = {.n_requests = N, .input = {KVSIM_UNIFORM, 1, 100}, .output = {KVSIM_UNIFORM, 1, 50},
                        .max_input = 100, .max_output = 50, .max_new_tokens = 64, .rate = 0.5, .seed = 3};
     SimRequestSpec *a = calloc(N, sizeof *a), *b = calloc(N, sizeof *b);
-    kvsim_make_requests(&w, 2048, a);
-    kvsim_make_requests(&w, 2048, b);
+    kvsim_make_requests(&w, 2048, NULL, a);
+    kvsim_make_requests(&w, 2048, NULL, b);
     ck_assert(memcmp(a, b, N * sizeof *a) == 0);
     ck_assert_int_eq(a[0].arrival_step, 0);
     for (int i = 1; i < N; i++)
@@ -108,7 +108,7 @@ START_TEST(workloads_are_seeded_and_arrive_at_the_rate)
     /* The lengths do not depend on the rate; the oracle asks for its output. */
     w.rate = 0;
     w.max_new_tokens = 0;
-    kvsim_make_requests(&w, 2048, b);
+    kvsim_make_requests(&w, 2048, NULL, b);
     for (int i = 0; i < N; i++) {
         ck_assert_int_eq(b[i].prompt_tokens, a[i].prompt_tokens);
         ck_assert_int_eq(b[i].output_tokens, a[i].output_tokens);
@@ -116,7 +116,7 @@ START_TEST(workloads_are_seeded_and_arrive_at_the_rate)
         ck_assert_int_eq(b[i].arrival_step, 0);
     }
     w.seed = 4;
-    kvsim_make_requests(&w, 2048, b);
+    kvsim_make_requests(&w, 2048, NULL, b);
     int same = 0;
     for (int i = 0; i < N; i++)
         same += b[i].prompt_tokens == a[i].prompt_tokens;
@@ -543,6 +543,126 @@ END_TEST
 
 /* ---------------------------------------------------------- the program */
 
+/* ---------------------------------------------------------- the paper's method */
+
+/* The paper's Fig. 2 shares of the whole pool, by hand. One request: a
+ * prompt of 2 and 3 new tokens (it holds 2, 3, 4, 5 positions after steps
+ * 0..3 and ends with 5) in a pool of 10 positions of 4 B, seq_len 8.
+ * Chapter 3, --reserve max, continuous: it asks for 8 positions.
+ *   token states   2 + 3 + 4 + 5           = 14 position-steps
+ *   reservation    3 + 2 + 1 + 0           =  6 (filled later)
+ *   internal       (8 - 5) x 4             = 12 (never filled)
+ *   others         (10 - 8) x 4            =  8
+ * of 10 x 4 = 40. Chapter 4, blocks of 2: it asks for its blocks, 2, 4,
+ * 4, 6 positions: reservation 0 + 1 + 0 + 0 = 1, internal 0 + 0 + 0 + 1
+ * = 1 (the third block's second row is never filled), others 40 - 16. */
+START_TEST(pool_shares_by_hand)
+{
+    Model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = (ModelConfig){.dim = 2, .n_layers = 1, .n_heads = 1, .n_kv_heads = 1, .vocab_size = 1, .seq_len = 8};
+    SimRequestSpec req = {.prompt_tokens = 2, .max_new_tokens = 6, .output_tokens = 3};
+    CliOptions o;
+    cli_defaults(&o);
+    o.reserve = "max";
+    o.batching = "continuous";
+    o.kv_budget = 10 * 4;
+    o.block_size = 2;
+    o.watermark = 0;
+    KvsimResult r;
+    Err err = {{0}};
+    ck_assert_msg(kvsim_run(SERVE_BATCHING, &m, &o, 4, &req, 1, NULL, &r, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(r.steps, 4);
+    ck_assert_double_eq_tol(r.pool_share[0], 14.0 / 40, 1e-12);
+    ck_assert_double_eq_tol(r.pool_share[1], 6.0 / 40, 1e-12);
+    ck_assert_double_eq_tol(r.pool_share[2], 12.0 / 40, 1e-12);
+    ck_assert_double_eq_tol(r.pool_share[3], 8.0 / 40, 1e-12);
+    ck_assert_msg(kvsim_run(SERVE_PAGED, &m, &o, 4, &req, 1, NULL, &r, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(r.steps, 4);
+    ck_assert_double_eq_tol(r.pool_share[0], 14.0 / 40, 1e-12);
+    ck_assert_double_eq_tol(r.pool_share[1], 1.0 / 40, 1e-12);
+    ck_assert_double_eq_tol(r.pool_share[2], 1.0 / 40, 1e-12);
+    ck_assert_double_eq_tol(r.pool_share[3], 24.0 / 40, 1e-12);
+    /* With --arena buddy and --reserve request the region of 2 + 6 = 8 is
+     * a power of two already: the same shares; asking for 5 new tokens
+     * (7 positions, a block of 8) puts the rounding in "others", not in
+     * internal fragmentation: internal (7 - 5) x 4 = 8, others 12. */
+    o.arena = "buddy";
+    o.reserve = "request";
+    req.max_new_tokens = 5;
+    ck_assert_msg(kvsim_run(SERVE_BATCHING, &m, &o, 4, &req, 1, NULL, &r, &err) == 0, "%s", err.msg);
+    ck_assert_double_eq_tol(r.pool_share[2], 8.0 / 40, 1e-12);
+    ck_assert_double_eq_tol(r.pool_share[3], 12.0 / 40, 1e-12);
+    ck_assert_double_eq_tol(r.breakdown[2], (8.0 - 5) * 4 / (8.0 * 4), 1e-12); /* chapter 3's own books: of the block */
+    ck_assert_int_eq(mem_live_buffers(), 0);
+}
+END_TEST
+
+/* What the baselines that know the output ask for: Oracle exactly, Pow2
+ * the output rounded up to a power of two (25 -> 32, the paper's example). */
+START_TEST(knowing_outputs)
+{
+    SimRequestSpec asked[4] = {{.prompt_tokens = 100, .max_new_tokens = 2044, .output_tokens = 25},
+                               {.prompt_tokens = 7, .max_new_tokens = 2044, .output_tokens = 32},
+                               {.prompt_tokens = 9, .max_new_tokens = 2044, .output_tokens = 1},
+                               {.prompt_tokens = 5, .max_new_tokens = 2044, .output_tokens = 1025}};
+    SimRequestSpec oracle[4], pow2[4];
+    kvsim_knowing_outputs(asked, 4, oracle, pow2);
+    static const int want_pow2[4] = {32, 32, 1, 2048};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(oracle[i].max_new_tokens, asked[i].output_tokens);
+        ck_assert_int_eq(pow2[i].max_new_tokens, want_pow2[i]);
+        ck_assert_int_eq(pow2[i].prompt_tokens, asked[i].prompt_tokens);
+        ck_assert_int_eq(pow2[i].output_tokens, asked[i].output_tokens);
+    }
+}
+END_TEST
+
+/* The filter keeps the means it is given: solved on the exact distribution
+ * of rounded lengths, and drawn. By hand first: prompts fixed at 10,
+ * outputs uniform in 1..20, filter 4:100:25: outputs 4..15 are kept
+ * (12 of 20), mean 9.5. */
+START_TEST(filter_keeps_the_means)
+{
+    KvsimWorkload w = {.n_requests = 200000, .max_input = 1024, .max_output = 2044, .max_new_tokens = 2044,
+                       .seed = 3, .filter = {4, 100, 25}};
+    w.input = (KvsimDist){KVSIM_FIXED, 10, 0};
+    w.output = (KvsimDist){KVSIM_UNIFORM, 1, 20};
+    KvsimFilterFit fit;
+    Err err = {{0}};
+    ck_assert_msg(kvsim_filter_solve(&w, 2048, &fit, &err) == 0, "%s", err.msg);
+    ck_assert_double_eq_tol(fit.kept, 12.0 / 20, 1e-12);
+    ck_assert_double_eq_tol(fit.mean_input, 10.0, 1e-12);
+    ck_assert_double_eq_tol(fit.mean_output, 9.5, 1e-12);
+    /* The paper's ShareGPT means after vLLM's filter, sigma 1. */
+    w.filter = (KvsimFilter){4, 1024, 2048};
+    w.input = (KvsimDist){KVSIM_LOGNORMAL, 161.31, 1.0};
+    w.output = (KvsimDist){KVSIM_LOGNORMAL, 337.99, 1.0};
+    ck_assert_msg(kvsim_filter_solve(&w, 2048, &fit, &err) == 0, "%s", err.msg);
+    ck_assert_double_eq_tol(fit.mean_input, 161.31, 1e-6);
+    ck_assert_double_eq_tol(fit.mean_output, 337.99, 1e-6);
+    /* Without the correction the filter would lower both means: mu above
+     * ln(mean) - sigma^2 / 2. */
+    ck_assert(fit.mu_input > log(161.31) - 0.5 && fit.mu_output > log(337.99) - 0.5);
+    SimRequestSpec *reqs = malloc(sizeof *reqs * (size_t)w.n_requests);
+    kvsim_make_requests(&w, 2048, &fit, reqs);
+    double in = 0, out = 0;
+    for (int i = 0; i < w.n_requests; i++) {
+        const SimRequestSpec *q = &reqs[i];
+        ck_assert(q->prompt_tokens >= 4 && q->prompt_tokens <= 1024 && q->output_tokens >= 4 &&
+                  q->prompt_tokens + q->output_tokens <= 2048);
+        in += q->prompt_tokens;
+        out += q->output_tokens;
+    }
+    free(reqs);
+    /* Standard errors about 0.5 and 0.8 tokens: five of them. */
+    ck_assert_double_eq_tol(in / w.n_requests, 161.31, 2.5);
+    ck_assert_double_eq_tol(out / w.n_requests, 337.99, 4.0);
+    w.filter = (KvsimFilter){600, 1024, 1200};
+    ck_assert_int_eq(kvsim_filter_solve(&w, 2048, &fit, &err), -1);
+}
+END_TEST
+
 static void run_kvsim(const char *const *args, ProgramResult *r)
 {
     const char *argv[40] = {"kvsim"};
@@ -575,6 +695,17 @@ START_TEST(program_refuses_bad_options)
     expect_one_line_error((const char *[]){"--rate", "-1", NULL}, "--rate");
     expect_one_line_error((const char *[]){"--requests", "0", NULL}, "--requests");
     expect_one_line_error((const char *[]){"--strategies", "max,buddy", NULL}, "buddy");
+    expect_one_line_error((const char *[]){"--strategies", "orca-pow2", NULL}, "renamed: cont-pow2");
+    expect_one_line_error((const char *[]){"--arena", "best-fit", NULL}, "first-fit, buddy");
+    expect_one_line_error((const char *[]){"--filter", "4:1024", NULL}, "MIN:MAXIN:MAXTOTAL");
+    expect_one_line_error((const char *[]){"--filter", "4:2048:1024", NULL}, "MAXIN < MAXTOTAL");
+    expect_one_line_error((const char *[]){"--filter", "600:1024:1200", "--requests", "5", NULL}, "keeps");
+    expect_one_line_error((const char *[]){"--rate-per-s", "2", NULL}, "go together");
+    expect_one_line_error((const char *[]){"--step-ms", "0", NULL}, "--step-ms");
+    expect_one_line_error((const char *[]){"--rate", "1e-12", "--requests", "5", NULL}, "more than the 1e+12");
+    expect_one_line_error((const char *[]){"--scenario", "paper-fig2", "--rate-per-s", "1e-300", NULL},
+                          "--rate-per-s x --step-ms");
+    expect_one_line_error((const char *[]){"--scenario", "paper-fig2", "--kv-budget", "1GiB", NULL}, "holds no");
     expect_one_line_error((const char *[]){"--weights", "79GB", NULL}, "leaves nothing");
     expect_one_line_error((const char *[]){"--kv-budget", "1MiB", NULL}, "holds no block");
     expect_one_line_error((const char *[]){"--kv-budget", "60GB", NULL}, "do not fit");
@@ -597,7 +728,7 @@ START_TEST(program_source_scenario)
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
     ck_assert_msg(strstr(r.out, "48000000000 B") && strstr(r.out, "28 full-length requests"), "%s", r.out);
     static const char *const rows[] = {"ch03 max ", "ch03 request ", "ch03 pow2 ", "ch03 grow ", "ch03 orca-max ",
-                                       "ch03 orca-pow2 ", "ch03 orca-oracle ", "ch04 paged/16 "};
+                                       "ch03 cont-pow2 ", "ch03 orca-oracle ", "ch04 paged/16 "};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         ck_assert_msg(strstr(r.out, rows[i]), "no row '%s' in:\n%s", rows[i], r.out);
     test_result_free(&r);
@@ -621,13 +752,17 @@ START_TEST(program_paper_scenario)
     test_write_temp("", 0, json);
     ProgramResult r;
     run_kvsim((const char *[]){"--scenario", "paper-13b-a100-40gb", "--requests", "100", "--strategies",
-                               "orca-pow2,orca-oracle,paged", "--json", json, NULL}, &r);
+                               "cont-pow2,orca-oracle,paged", "--json", json, NULL}, &r);
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
-    static const char *const lines[] = {"against the PagedAttention paper (Fig. 2)", "  Orca-Pow2     26.8%   ch03 orca-pow2 ",
-                                        "  Orca-Oracle   38.2%   ch03 orca-oracle ", "  vLLM          96.3%   ch04 paged/16 "};
+    /* cont-pow2 (called orca-pow2 before) is not the paper's Orca-Pow2:
+     * it is not compared with it. */
+    static const char *const lines[] = {"against the PagedAttention paper (Fig. 2)",
+                                        "  Orca-Oracle   38.2%   ch03 orca-oracle ", "  vLLM          96.3%   ch04 paged/16 ",
+                                        "--scenario paper-fig2)"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         ck_assert_msg(strstr(r.out, lines[i]), "no '%s' in:\n%s", lines[i], r.out);
-    ck_assert_msg(!strstr(r.out, "Orca-Max") && !strstr(r.out, "ch03 max "), "%s", r.out);
+    ck_assert_msg(!strstr(r.out, "Orca-Max") && !strstr(r.out, "ch03 max ") && !strstr(r.out, "  Orca-Pow2     26.8%"), "%s",
+                  r.out);
     test_result_free(&r);
     FILE *f = fopen(json, "r");
     static char text[1 << 16];
@@ -641,6 +776,62 @@ START_TEST(program_paper_scenario)
                                NULL}, &r);
     ck_assert_msg(r.status == 0 && !strstr(r.out, "against the PagedAttention paper"), "%s%s", r.out, r.err);
     test_result_free(&r);
+}
+END_TEST
+
+/* One seed of --scenario paper-fig2 (300 requests, to be quick): the same
+ * numbers every run, to the digit the table prints; the JSON holds them;
+ * the four shares add up to 100; Orca-Max can never use the 1,392 of the
+ * 15,728 positions that no 2,048-position region fits (8.85%). */
+START_TEST(program_fig2_scenario)
+{
+    char json[PATH_MAX];
+    test_write_temp("", 0, json);
+    ProgramResult r, again;
+    const char *const args[] = {"--scenario", "paper-fig2", "--requests", "300", "--seed", "1", "--json", json, NULL};
+    run_kvsim(args, &r);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    run_kvsim(args, &again);
+    ck_assert_msg(strcmp(r.out, again.out) == 0, "two runs of one seed differ");
+    test_result_free(&again);
+    static const char *const rows[] = {
+        "  Orca (Max)     ch03 orca-max         20.4 |  19.9  13.3 |  13.4  57.3 |  52.4   8.9 |  14.2   7.00 |   6.59",
+        "  Orca (Pow2)    ch03 orca-out-pow2    26.8 |  27.2  17.9 |  18.3  13.6 |  14.1  41.6 |  40.5   9.81 |   8.97",
+        "  Orca (Oracle)  ch03 orca-oracle      38.2 |  33.5  25.2 |  22.5   0.0 |   0.1  36.6 |  43.9  13.62 |  11.07",
+        "  vLLM           ch04 paged/16         96.3 |  69.2     - |   1.1     - |   0.0     - |  29.8  30.42 |  22.84"};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        ck_assert_msg(strstr(r.out, rows[i]), "no row\n%s\nin:\n%.2000s", rows[i],
+                      strstr(r.out, "against the PagedAttention paper, by") ? strstr(r.out, "against the Paged") : r.out);
+    ck_assert_msg(strstr(r.out, "filter: prompts of 4 to 1024 tokens") && strstr(r.out, "2 per second at 74 ms"),
+                  "%.2000s", r.out);
+    test_result_free(&r);
+    char *text = test_slurp(json);
+    static const char *const keys[] = {"\"orca-max\": {", "\"orca-pow2\": {", "\"orca-oracle\": {", "\"vllm\": {"};
+    const char *fig2 = strstr(text, "\"fig2\": {");
+    ck_assert_msg(fig2, "no fig2 in the JSON");
+    for (int k = 0; k < 4; k++) {
+        const char *at = strstr(fig2, keys[k]);
+        ck_assert_msg(at, "no %s in fig2", keys[k]);
+        double v[4];
+        static const char *const names[4] = {"token_states_pct", "reservation_pct", "internal_fragmentation_pct",
+                                             "external_fragmentation_pct"};
+        double sum = 0;
+        for (int c = 0; c < 4; c++) {
+            char key[64];
+            snprintf(key, sizeof key, "\"%s\": ", names[c]);
+            const char *p = strstr(at, key);
+            ck_assert_msg(p, "no %s under %s", names[c], keys[k]);
+            v[c] = strtod(p + strlen(key), NULL);
+            sum += v[c];
+        }
+        ck_assert_double_eq_tol(sum, 100.0, 1e-6);
+        if (k == 0)
+            ck_assert_msg(v[3] >= 100.0 * 1392 / 15728 - 1e-9, "Orca-Max others %.3f%%", v[3]);
+    }
+    ck_assert_msg(strstr(text, "\"fig13\": {") && strstr(text, "\"avg_batched_requests\": 6.5875"), "fig13: %.300s",
+                  strstr(text, "\"fig13\"") ? strstr(text, "\"fig13\"") : "(none)");
+    free(text);
+    remove(json);
 }
 END_TEST
 
@@ -661,6 +852,9 @@ Suite *suite_kvsim(void)
     tcase_add_test(hand, chapter3_continuous_max_by_hand);
     tcase_add_test(hand, arrivals_leave_idle_steps);
     tcase_add_test(hand, output_shorter_than_the_limit_stops);
+    tcase_add_test(hand, pool_shares_by_hand);
+    tcase_add_test(hand, knowing_outputs);
+    tcase_add_test(hand, filter_keeps_the_means);
     suite_add_tcase(s, hand);
     TCase *same = tcase_create("same_decisions");
     tcase_set_timeout(same, 120);
@@ -672,6 +866,7 @@ Suite *suite_kvsim(void)
     tcase_add_test(program, program_refuses_bad_options);
     tcase_add_test(program, program_source_scenario);
     tcase_add_test(program, program_paper_scenario);
+    tcase_add_test(program, program_fig2_scenario);
     suite_add_tcase(s, program);
     return s;
 }

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,13 +42,20 @@
 
 /* ------------------------------------------------------------ strategies */
 
-enum { S_MAX, S_REQUEST, S_POW2, S_GROW, S_ORCA_MAX, S_ORCA_POW2, S_ORCA_ORACLE, S_PAGED, N_STRATEGIES };
-static const char *const STRATEGY_NAMES[N_STRATEGIES] = {"max",      "request",   "pow2",        "grow",
-                                                         "orca-max", "orca-pow2", "orca-oracle", "paged"};
-#define STRATEGY_LIST "max, request, pow2, grow, orca-max, orca-pow2, orca-oracle, paged"
+/* Rows are printed in ORDER; the default set is every strategy but
+ * orca-out-pow2, which the paper-fig2 scenario asks for. */
+enum {
+    S_MAX, S_REQUEST, S_POW2, S_GROW, S_ORCA_MAX, S_CONT_POW2, S_ORCA_ORACLE, S_PAGED, S_ORCA_OUT_POW2, N_STRATEGIES
+};
+static const char *const STRATEGY_NAMES[N_STRATEGIES] = {"max",         "request",       "pow2",     "grow",
+                                                         "orca-max",    "cont-pow2",     "orca-oracle", "paged",
+                                                         "orca-out-pow2"};
+static const int ORDER[N_STRATEGIES] = {S_MAX,       S_REQUEST,       S_POW2,        S_GROW, S_ORCA_MAX,
+                                        S_CONT_POW2, S_ORCA_OUT_POW2, S_ORCA_ORACLE, S_PAGED};
+#define STRATEGY_LIST "max, request, pow2, grow, orca-max, cont-pow2, orca-out-pow2, orca-oracle, paged"
 
 /* A number the PagedAttention paper (Kwon et al., SOSP 2023) reports for a
- * strategy: the share of reserved KV memory holding token states (Fig. 2). */
+ * strategy: the share of KV memory holding token states (Fig. 2). */
 typedef struct {
     int strategy;      /* S_... */
     const char *label; /* the paper's name for it */
@@ -56,12 +64,31 @@ typedef struct {
 
 #define N_PAPER_FIGURES 4
 
+/* The paper's Fig. 2 (shares of the whole KV pool, percent) and Fig. 13
+ * (average batched requests, ShareGPT at 2 requests/s), as printed. */
+typedef struct {
+    int strategy;
+    const char *key;   /* the JSON key */
+    const char *label; /* the paper's name */
+    double pool_pct[4]; /* token states, reservation, internal, external & others */
+    double batched;
+} PaperFig2;
+
+static const PaperFig2 PAPER_FIG2[N_PAPER_FIGURES] = {
+    {S_ORCA_MAX, "orca-max", "Orca (Max)", {20.4, 13.3, 57.3, 8.9}, 7.00},
+    {S_ORCA_OUT_POW2, "orca-pow2", "Orca (Pow2)", {26.8, 17.9, 13.6, 41.6}, 9.81},
+    {S_ORCA_ORACLE, "orca-oracle", "Orca (Oracle)", {38.2, 25.2, 0.0, 36.6}, 13.62},
+    {S_PAGED, "vllm", "vLLM", {96.3, -1, -1, -1}, 30.42}, /* -1: the paper prints only the token states */
+};
+
 /* A scenario is a list of options, printed as such: nothing is hidden. */
 typedef struct {
     const char *name;
     const char *options;
     const char *what;
     PaperFigure paper[N_PAPER_FIGURES]; /* what the paper measured in this setting (label NULL: nothing) */
+    int fig2;                           /* 1: the paper's Fig. 2 method and figures (shares of the pool) */
+    const char *paper_note;             /* a line after the paper's figures, or NULL */
 } Scenario;
 
 static const Scenario SCENARIOS[] = {
@@ -71,14 +98,24 @@ static const Scenario SCENARIOS[] = {
      "--requests 1000 --rate 0",
      "the source material's case: a 13B model on an A100 80 GB, 26 GB of weights, 4 GB of activations, 2 GB "
      "reserved; requests of at most 1,024 + 1,024 tokens that produce about 500 tokens on average",
-     {{0}}},
+     {{0}}, 0, NULL},
     {"paper-13b-a100-40gb",
      "--preset opt-13b --dtype fp16 --gpu a100-40gb --weights 26GB --kv-budget 12GiB --workload sharegpt "
      "--max-input 1024 --max-output 2047 --max-new oracle --requests 1000 --rate 0",
      "like the PagedAttention paper's Fig. 2: OPT-13B on an A100 40 GB with 12 GiB for K/V (Table 1: 15.7K "
      "token slots), ShareGPT-like lengths, and reservations that know each output length (Orca-Oracle)",
-     {{S_ORCA_MAX, "Orca-Max", 0.204}, {S_ORCA_POW2, "Orca-Pow2", 0.268}, {S_ORCA_ORACLE, "Orca-Oracle", 0.382},
-      {S_PAGED, "vLLM", 0.963}}},
+     {{S_ORCA_MAX, "Orca-Max", 0.204}, {S_ORCA_ORACLE, "Orca-Oracle", 0.382}, {S_PAGED, "vLLM", 0.963}, {0}}, 0,
+     "(the paper's Orca-Pow2 rounds the output up, not the total, and its shares are of the whole pool: "
+     "--scenario paper-fig2)"},
+    {"paper-fig2",
+     "--preset opt-13b --dtype fp16 --gpu a100-40gb --weights 26GB --kv-budget 12GiB --input lognormal:161.31:1 "
+     "--output lognormal:337.99:1 --filter 4:1024:2048 --max-input 1024 --max-output 2044 --requests 7200 "
+     "--rate-per-s 2 --step-ms 74 --arena buddy --strategies orca-max,orca-out-pow2,orca-oracle,paged",
+     "the PagedAttention paper's Fig. 2 and Fig. 13 (ShareGPT) by its method: OPT-13B, 12 GiB of K/V, a one-hour "
+     "trace of Poisson arrivals at 2 requests/s, the paper's mean lengths after vLLM's benchmark filter (sigma 1 "
+     "assumed), Orca's regions from a buddy allocator, shares of the whole pool; 74 ms per step is assumed (the "
+     "paper's Fig. 13 Alpaca run, 132.44 requests batched at 30/s of 59.45 steps each, by Little's law)",
+     {{0}}, 1, NULL},
 };
 
 static const Scenario *find_scenario(const char *name)
@@ -110,10 +147,13 @@ typedef struct {
     int block_size;
     int watermark;
     int max_batch;            /* 0: no limit */
+    const char *arena;        /* --arena for chapter 3's strategies */
     int use[N_STRATEGIES];
     const char *workload_name; /* the --workload preset, or NULL */
     KvsimWorkload w;
     int max_output_given, max_new_given;
+    double rate_per_s, step_ms; /* --rate-per-s, --step-ms: give --rate as requests/s x s/step */
+    KvsimFilterFit fit;       /* with --filter: the lengths' parameters */
     const char *json_path;
     int verbose;
 } Options;
@@ -122,7 +162,7 @@ enum {
     OPT_SCENARIO = 1000, OPT_PRESET, OPT_DTYPE, OPT_MAX_LEN, OPT_GPU, OPT_GPU_MEM, OPT_WEIGHTS, OPT_ACTIVATIONS,
     OPT_RESERVE, OPT_KV_BUDGET, OPT_BLOCK_SIZE, OPT_WATERMARK, OPT_MAX_BATCH, OPT_STRATEGIES, OPT_WORKLOAD,
     OPT_INPUT, OPT_OUTPUT, OPT_MAX_INPUT, OPT_MAX_OUTPUT, OPT_MAX_NEW, OPT_REQUESTS, OPT_RATE, OPT_SEED, OPT_JSON,
-    OPT_VERBOSE, OPT_HELP
+    OPT_VERBOSE, OPT_HELP, OPT_ARENA, OPT_FILTER, OPT_RATE_PER_S, OPT_STEP_MS
 };
 
 static const struct option LONGOPTS[] = {
@@ -138,7 +178,10 @@ static const struct option LONGOPTS[] = {
     {"max-output", required_argument, NULL, OPT_MAX_OUTPUT}, {"max-new", required_argument, NULL, OPT_MAX_NEW},
     {"requests", required_argument, NULL, OPT_REQUESTS}, {"rate", required_argument, NULL, OPT_RATE},
     {"seed", required_argument, NULL, OPT_SEED}, {"json", required_argument, NULL, OPT_JSON},
-    {"verbose", no_argument, NULL, OPT_VERBOSE}, {"help", no_argument, NULL, OPT_HELP}, {NULL, 0, NULL, 0}};
+    {"verbose", no_argument, NULL, OPT_VERBOSE}, {"help", no_argument, NULL, OPT_HELP},
+    {"arena", required_argument, NULL, OPT_ARENA}, {"filter", required_argument, NULL, OPT_FILTER},
+    {"rate-per-s", required_argument, NULL, OPT_RATE_PER_S}, {"step-ms", required_argument, NULL, OPT_STEP_MS},
+    {NULL, 0, NULL, 0}};
 
 static void usage(void)
 {
@@ -147,7 +190,8 @@ static void usage(void)
            "paged allocator, their real code in accounting-only mode (no model, no K/V bytes), on real-model shapes\n"
            "and GPU memory sizes.\n\n"
            "  --scenario NAME      a named setting (its options are printed; later options override them):\n"
-           "                       source-13b-a100-80gb, paper-13b-a100-40gb; --scenario list describes them\n"
+           "                       source-13b-a100-80gb, paper-13b-a100-40gb, paper-fig2; --scenario list\n"
+           "                       describes them\n"
            "model and GPU\n"
            "  --preset NAME        %s (default llama-13b)\n"
            "  --dtype T            K/V element type: fp16, bf16, fp32, int8 (default fp16)\n"
@@ -159,11 +203,15 @@ static void usage(void)
            "  --reserve SIZE       kept back for the system (default 2GB)\n"
            "  --kv-budget SIZE     the K/V memory itself, instead of what the GPU leaves\n"
            "serving\n"
-           "  --strategies LIST    of max,request,pow2,grow,orca-max,orca-pow2,orca-oracle,paged (default all):\n"
-           "                       max..grow: chapter 3's --reserve with static batching; orca-max, orca-pow2:\n"
-           "                       --reserve max, pow2 with --batching continuous (the paper's Orca baselines);\n"
-           "                       orca-oracle: --reserve request, continuous, every request asking for exactly\n"
-           "                       its output length whatever --max-new says; paged: chapter 4\n"
+           "  --strategies LIST    of max,request,pow2,grow,orca-max,cont-pow2,orca-out-pow2,orca-oracle,paged\n"
+           "                       (default all but orca-out-pow2): max..grow: chapter 3's --reserve with static\n"
+           "                       batching; orca-max: --reserve max with --batching continuous (the paper's\n"
+           "                       Orca-Max); cont-pow2: --reserve pow2, continuous (prompt + --max-new rounded\n"
+           "                       up to a power of two; called orca-pow2 before); orca-out-pow2: --reserve\n"
+           "                       request, continuous, every request asking for its output length rounded up\n"
+           "                       to a power of two (the paper's Orca-Pow2); orca-oracle: the same asking for\n"
+           "                       exactly its output length (the paper's Orca-Oracle); paged: chapter 4\n"
+           "  --arena NAME         chapter 3's allocator: first-fit (default) or buddy (the paper's Orca)\n"
            "  --block-size N       chapter 4's block size, a power of two from 1 to 256 (default 16)\n"
            "  --watermark PCT      chapter 4's free blocks kept back at admission (default 1)\n"
            "  --max-batch N        chapter 3's most requests per batch (default: no limit)\n"
@@ -177,6 +225,12 @@ static void usage(void)
            "                       (default: --max-output; oracle: its true output length)\n"
            "  --requests N         how many (default 1000)\n"
            "  --rate R             Poisson arrivals, requests per simulated step (default 0: all at once)\n"
+           "  --rate-per-s R       Poisson arrivals, R requests per second, with --step-ms: the simulated time\n"
+           "  --step-ms T          of one step (every step the same), so that --rate is R x T / 1000\n"
+           "  --filter MIN:MAXIN:MAXTOTAL  drop and draw again (as a pair) every request with a prompt or output\n"
+           "                       under MIN tokens, a prompt over MAXIN or prompt + output over MAXTOTAL, as\n"
+           "                       vLLM's benchmark script drops ShareGPT requests (4:1024:2048); lognormal\n"
+           "                       MEANs are then the means of the kept requests (mu is solved for them)\n"
            "  --seed N             seeds lengths and arrivals (default 1)\n"
            "output\n"
            "  --json FILE          the setup and every strategy's numbers as JSON\n"
@@ -208,10 +262,13 @@ static int parse_bytes(const char *name, const char *text, uint64_t *out, Err *e
 static int parse_strategies(const char *text, int use[N_STRATEGIES], Err *err)
 {
     memset(use, 0, N_STRATEGIES * sizeof use[0]);
-    char buf[128];
+    char buf[160];
     snprintf(buf, sizeof buf, "%s", text);
     int n = 0;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (strcmp(tok, "orca-pow2") == 0)
+            return err_set(err, "--strategies: orca-pow2 was renamed: cont-pow2 is what it was (prompt + --max-new "
+                           "rounded up to a power of two); the paper's Orca-Pow2 is orca-out-pow2");
         int k = 0;
         while (k < N_STRATEGIES && strcmp(tok, STRATEGY_NAMES[k]) != 0)
             k++;
@@ -249,9 +306,46 @@ static int apply_workload(Options *o, const char *name, Err *err)
     return 0;
 }
 
+/* MIN:MAXIN:MAXTOTAL, whole numbers with 1 <= MIN <= MAXIN < MAXTOTAL. */
+static int parse_filter(const char *text, KvsimFilter *f, Err *err)
+{
+    long v[3];
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *save = NULL, *tok = strtok_r(buf, ":", &save);
+    int n = 0;
+    for (; tok && n < 3; tok = strtok_r(NULL, ":", &save))
+        if (parse_long(tok, 1, 1 << 20, &v[n++], NULL))
+            n = 4; /* not a number: refused below */
+    if (n != 3 || tok || strlen(text) >= sizeof buf || text[0] == ':' || text[strlen(text) - 1] == ':' ||
+        strstr(text, "::"))
+        return err_set(err, "--filter: '%s' is not MIN:MAXIN:MAXTOTAL (whole numbers, e.g. 4:1024:2048)", text);
+    if (v[0] > v[1] || v[1] >= v[2])
+        return err_set(err, "--filter %s: needs MIN <= MAXIN < MAXTOTAL", text);
+    *f = (KvsimFilter){.min = (int)v[0], .max_input = (int)v[1], .max_total = (int)v[2]};
+    return 0;
+}
+
+static int parse_positive(const char *name, const char *arg, double hi, double *out, Err *err)
+{
+    if (parse_double(arg, 0, hi, out, NULL) || !(*out > 0))
+        return err_set(err, "--%s: '%s' is not a number above 0 and at most %g", name, arg, hi);
+    return 0;
+}
+
 static int apply(Options *o, int id, const char *name, const char *arg, Err *err)
 {
     switch (id) {
+    case OPT_ARENA: {
+        ArenaKind kind;
+        if (arena_kind_parse(arg, &kind, err))
+            return -1;
+        o->arena = arena_kind_name(kind);
+        return 0;
+    }
+    case OPT_FILTER: return parse_filter(arg, &o->w.filter, err);
+    case OPT_RATE_PER_S: return parse_positive(name, arg, 1e6, &o->rate_per_s, err);
+    case OPT_STEP_MS: return parse_positive(name, arg, 1e6, &o->step_ms, err);
     case OPT_PRESET:
         return kvmath_preset(arg, &o->shape) ? err_set(err, "--preset: '%s' is not one of %s", arg,
                                                        kvmath_preset_names()) : 0;
@@ -342,8 +436,8 @@ static int parse_argv(Options *o, int argc, char **argv, int scenario_only, Err 
                 return 1;
             }
             if (!(o->scenario = find_scenario(optarg)))
-                return err_set(err, "--scenario: '%s' is not one of source-13b-a100-80gb, paper-13b-a100-40gb "
-                               "(--scenario list describes them)", optarg);
+                return err_set(err, "--scenario: '%s' is not one of source-13b-a100-80gb, paper-13b-a100-40gb, "
+                               "paper-fig2 (--scenario list describes them)", optarg);
             continue;
         }
         if (apply(o, c, LONGOPTS[index].name, optarg, err))
@@ -380,8 +474,9 @@ static void set_defaults(Options *o)
     o->budget.reserve_bytes = 2 * KVMATH_GB;
     o->block_size = 16;
     o->watermark = 1;
+    o->arena = "first-fit";
     for (int k = 0; k < N_STRATEGIES; k++)
-        o->use[k] = 1;
+        o->use[k] = k != S_ORCA_OUT_POW2;
     apply_workload(o, "sharegpt", NULL);
     o->workload_name = NULL; /* the default, not chosen */
     o->w.n_requests = 1000;
@@ -405,7 +500,13 @@ static int finish_options(Options *o, Err *err)
         o->w.max_output = seq_len - o->w.max_input;
     if (!o->max_new_given)
         o->w.max_new_tokens = o->w.max_output;
+    if ((o->rate_per_s > 0) != (o->step_ms > 0))
+        return err_set(err, "--rate-per-s and --step-ms go together: requests per second need the time of a step");
+    if (o->rate_per_s > 0)
+        o->w.rate = o->rate_per_s * o->step_ms / 1000.0;
     if (kvsim_workload_check(&o->w, seq_len, err))
+        return -1;
+    if (o->w.filter.max_total > 0 && kvsim_filter_solve(&o->w, seq_len, &o->fit, err))
         return -1;
     o->kv_budget_given = o->kv_budget > 0;
     if (!o->kv_budget_given && kvmath_kv_bytes_left(&o->budget, &o->kv_budget, err))
@@ -473,12 +574,29 @@ static void print_setup(const Options *o, const SimRequestSpec *reqs)
     int n = o->w.n_requests;
     printf("requests  %d, %s; seed %" PRIu64 "\n", n, o->w.rate > 0 ? "Poisson arrivals" : "all at step 0",
            o->w.seed);
-    if (o->w.rate > 0)
+    if (o->rate_per_s > 0)
+        printf("          %.4g per second at %.4g ms per step: %.4g per step; the last arrives at step %ld (%.0f s)\n",
+               o->rate_per_s, o->step_ms, o->w.rate, reqs[n - 1].arrival_step,
+               (double)reqs[n - 1].arrival_step * o->step_ms / 1000.0);
+    else if (o->w.rate > 0)
         printf("          %.4g per step: the last arrives at step %ld\n", o->w.rate, reqs[n - 1].arrival_step);
-    printf("          prompts %s in [1, %d]: mean %.1f drawn\n", kvsim_dist_format(a, sizeof a, &o->w.input),
-           o->w.max_input, in / n);
-    printf("          outputs %s in [1, min(%d, context - prompt)]: mean %.1f drawn\n",
-           kvsim_dist_format(b, sizeof b, &o->w.output), o->w.max_output, out / n);
+    if (o->w.filter.max_total > 0) {
+        const KvsimFilter *f = &o->w.filter;
+        printf("          filter: prompts of %d to %d tokens, outputs of %d or more, prompt + output at most %d "
+               "(others dropped and drawn again)\n", f->min, f->max_input < o->w.max_input ? f->max_input :
+               o->w.max_input, f->min, f->max_total);
+        printf("          prompts %s, outputs %s: means of the kept requests; before the filter mu = %.4f and %.4f "
+               "(means %.1f and %.1f); it keeps %.1f%%\n", kvsim_dist_format(a, sizeof a, &o->w.input),
+               kvsim_dist_format(b, sizeof b, &o->w.output), o->fit.mu_input, o->fit.mu_output,
+               exp(o->fit.mu_input + 0.5 * o->w.input.b * o->w.input.b),
+               exp(o->fit.mu_output + 0.5 * o->w.output.b * o->w.output.b), 100.0 * o->fit.kept);
+        printf("          drawn: prompts mean %.1f, outputs mean %.1f\n", in / n, out / n);
+    } else {
+        printf("          prompts %s in [1, %d]: mean %.1f drawn\n", kvsim_dist_format(a, sizeof a, &o->w.input),
+               o->w.max_input, in / n);
+        printf("          outputs %s in [1, min(%d, context - prompt)]: mean %.1f drawn\n",
+               kvsim_dist_format(b, sizeof b, &o->w.output), o->w.max_output, out / n);
+    }
     if (o->w.max_new_tokens > 0)
         printf("          each asks for %d new tokens (what `request` and `pow2` reserve)\n", o->w.max_new_tokens);
     else
@@ -493,11 +611,12 @@ static void print_setup(const Options *o, const SimRequestSpec *reqs)
 
 /* ------------------------------------------------------------ the runs */
 
-/* The chapter and its options for strategy k: chapter 3's --reserve and
- * --batching, or chapter 4. */
+/* The chapter and its options for strategy k: chapter 3's --reserve,
+ * --batching and --arena, or chapter 4. */
 static ServeChapter strategy_chapter(int k, const Options *o, CliOptions *co)
 {
-    static const char *const reserve[N_STRATEGIES] = {"max", "request", "pow2", "grow", "max", "pow2", "request"};
+    static const char *const reserve[N_STRATEGIES] = {"max", "request", "pow2", "grow", "max", "pow2", "request",
+                                                      NULL, "request"};
     cli_defaults(co);
     co->kv_budget = (size_t)o->kv_budget;
     co->block_size = o->block_size;
@@ -507,14 +626,23 @@ static ServeChapter strategy_chapter(int k, const Options *o, CliOptions *co)
         return SERVE_PAGED;
     co->reserve = reserve[k];
     co->batching = k >= S_ORCA_MAX ? "continuous" : "static";
+    co->arena = o->arena;
     return SERVE_BATCHING;
 }
 
-/* The requests strategy k serves: the workload's, except that orca-oracle
- * asks for exactly each request's output length (@p oracle). */
-static const SimRequestSpec *strategy_requests(int k, const SimRequestSpec *reqs, const SimRequestSpec *oracle)
+/* The workload's requests, and the same requests asking for exactly their
+ * output (orca-oracle) or for it rounded up to a power of two
+ * (orca-out-pow2: "if the true output length is 25, it reserves 32
+ * positions for outputs", the paper's Sec. 6.1). */
+typedef struct {
+    const SimRequestSpec *asked;
+    SimRequestSpec *oracle;
+    SimRequestSpec *out_pow2;
+} RequestSets;
+
+static const SimRequestSpec *strategy_requests(int k, const RequestSets *sets)
 {
-    return k == S_ORCA_ORACLE ? oracle : reqs;
+    return k == S_ORCA_ORACLE ? sets->oracle : k == S_ORCA_OUT_POW2 ? sets->out_pow2 : sets->asked;
 }
 
 static void strategy_label(int k, const Options *o, char *buf, size_t n)
@@ -525,22 +653,35 @@ static void strategy_label(int k, const Options *o, char *buf, size_t n)
         snprintf(buf, n, "ch03 %s", STRATEGY_NAMES[k]);
 }
 
-static void print_header(void)
+/* The label column: 16 wide, or the longest label chosen. */
+static int label_width(const Options *o)
 {
-    printf("%-16s %5s %6s %6s | %6s %6s %6s %6s | %6s %6s | %7s %7s %6s %7s\n", "strategy", "max", "avg", "KV",
+    int width = 16;
+    for (int k = 0; k < N_STRATEGIES; k++) {
+        char label[32];
+        strategy_label(k, o, label, sizeof label);
+        if (o->use[k] && (int)strlen(label) > width)
+            width = (int)strlen(label);
+    }
+    return width;
+}
+
+static void print_header(int w)
+{
+    printf("%-*s %5s %6s %6s | %6s %6s %6s %6s | %6s %6s | %7s %7s %6s %7s\n", w, "strategy", "max", "avg", "KV",
            "token", "reserv", "intern", "extern", "held", "live", "preempt", "served", "steps", "latency");
-    printf("%-16s %5s %6s %6s | %6s %6s %6s %6s | %6s %6s | %7s %7s %6s %7s\n", "", "conc.", "conc.", "util.",
+    printf("%-*s %5s %6s %6s | %6s %6s %6s %6s | %6s %6s | %7s %7s %6s %7s\n", w, "", "conc.", "conc.", "util.",
            "states", "-ed", "frag.", "frag.", "by fin", "tokens", "", "/step", "", "(steps)");
 }
 
-static void print_row(const char *label, const KvsimResult *r)
+static void print_row(int w, const char *label, const KvsimResult *r)
 {
-    printf("%-16s %5d %6.1f %5.1f%% | %5.1f%% %5.1f%% %5.1f%% %5.1f%% | %5.1f%% %5.1f%% | %7ld %7.4f %6ld %7.0f\n",
-           label, r->max_concurrent, r->avg_concurrent, 100 * r->util_avg, 100 * r->breakdown[0],
+    printf("%-*s %5d %6.1f %5.1f%% | %5.1f%% %5.1f%% %5.1f%% %5.1f%% | %5.1f%% %5.1f%% | %7ld %7.4f %6ld %7.0f\n",
+           w, label, r->max_concurrent, r->avg_concurrent, 100 * r->util_avg, 100 * r->breakdown[0],
            100 * r->breakdown[1], 100 * r->breakdown[2], 100 * r->breakdown[3], 100 * r->held_by_finished,
            100 * r->live_token_states, r->preemptions, r->served_per_step, r->steps, r->mean_latency);
     if (r->rejected)
-        printf("%-17s %d requests rejected (they can never fit)\n", "", r->rejected);
+        printf("%-*s %d requests rejected (they can never fit)\n", w + 1, "", r->rejected);
 }
 
 /* What the scenario's paper measured for strategy k, or NULL. */
@@ -552,7 +693,7 @@ static const PaperFigure *paper_figure(const Options *o, int k)
     return NULL;
 }
 
-static void json_result(JsonWriter *j, const char *label, const PaperFigure *paper, const KvsimResult *r)
+static void json_result(JsonWriter *j, const char *label, const PaperFigure *paper, int fig2, const KvsimResult *r)
 {
     json_begin_object(j, NULL);
     json_string(j, "strategy", label);
@@ -581,7 +722,79 @@ static void json_result(JsonWriter *j, const char *label, const PaperFigure *pap
         json_string(j, "paper_strategy", paper->label);
         json_double(j, "paper_token_states", paper->token_states);
     }
+    if (fig2) {
+        json_begin_object(j, "kv_pool_shares");
+        json_double(j, "token_states", r->pool_share[0]);
+        json_double(j, "reservation", r->pool_share[1]);
+        json_double(j, "internal_fragmentation", r->pool_share[2]);
+        json_double(j, "external_fragmentation_and_others", r->pool_share[3]);
+        json_end_object(j);
+    }
     json_end_object(j);
+}
+
+static const char *const FIG2_KEYS[4] = {"token_states_pct", "reservation_pct", "internal_fragmentation_pct",
+                                         "external_fragmentation_pct"};
+
+/* "fig2": the four shares of the pool of each of the paper's systems;
+ * "fig13": their average batched requests. Each with the paper's. */
+static void json_fig2(JsonWriter *j, const Options *o, const KvsimResult *results)
+{
+    json_begin_object(j, "fig2");
+    for (int i = 0; i < N_PAPER_FIGURES; i++) {
+        const PaperFig2 *p = &PAPER_FIG2[i];
+        if (!o->use[p->strategy])
+            continue;
+        char label[32];
+        strategy_label(p->strategy, o, label, sizeof label);
+        json_begin_object(j, p->key);
+        json_string(j, "strategy", label);
+        for (int c = 0; c < 4; c++)
+            json_double(j, FIG2_KEYS[c], 100.0 * results[p->strategy].pool_share[c]);
+        json_begin_object(j, "paper");
+        for (int c = 0; c < 4; c++)
+            if (p->pool_pct[c] >= 0)
+                json_double(j, FIG2_KEYS[c], p->pool_pct[c]);
+        json_end_object(j);
+        json_end_object(j);
+    }
+    json_end_object(j);
+    json_begin_object(j, "fig13");
+    for (int i = 0; i < N_PAPER_FIGURES; i++) {
+        const PaperFig2 *p = &PAPER_FIG2[i];
+        if (!o->use[p->strategy])
+            continue;
+        json_begin_object(j, p->key);
+        json_double(j, "avg_batched_requests", results[p->strategy].avg_concurrent);
+        json_double(j, "paper", p->batched);
+        json_end_object(j);
+    }
+    json_end_object(j);
+}
+
+/* The paper's Fig. 2 and Fig. 13 next to the strategies that replay them
+ * by the paper's method. */
+static void print_fig2(const Options *o, const KvsimResult *results)
+{
+    printf("\nagainst the PagedAttention paper, by its method: Fig. 2, shares of the whole KV pool (%%), and Fig. 13,"
+           "\naverage batched requests (paper | kvsim)\n");
+    printf("  %-14s %-20s %13s %13s %13s %13s %15s\n", "paper", "kvsim", "token states", "reservation",
+           "internal", "extern.+other", "batched");
+    for (int i = 0; i < N_PAPER_FIGURES; i++) {
+        const PaperFig2 *p = &PAPER_FIG2[i];
+        if (!o->use[p->strategy])
+            continue;
+        char label[32];
+        strategy_label(p->strategy, o, label, sizeof label);
+        const KvsimResult *r = &results[p->strategy];
+        printf("  %-14s %-20s", p->label, label);
+        for (int c = 0; c < 4; c++) {
+            char paper[16];
+            snprintf(paper, sizeof paper, p->pool_pct[c] >= 0 ? "%.1f" : "-", p->pool_pct[c]);
+            printf(" %5s | %5.1f", paper, 100.0 * r->pool_share[c]);
+        }
+        printf(" %6.2f | %6.2f\n", p->batched, r->avg_concurrent);
+    }
 }
 
 /* The scenario's figures from the paper next to the strategies that
@@ -602,6 +815,8 @@ static void print_paper(const Options *o, const KvsimResult *results)
         printf("  %-12s %5.1f%%   %-16s %11.1f%% %11.1f%%\n", p->label, 100 * p->token_states, label,
                100 * r->breakdown[0], 100 * r->live_token_states);
     }
+    if (o->scenario->paper_note)
+        printf("  %s\n", o->scenario->paper_note);
 }
 
 static void json_setup(JsonWriter *j, const Options *o)
@@ -634,23 +849,21 @@ static Model shape_of(const KvShape *s)
 }
 
 /* Every chosen strategy's own check, before anything is printed. */
-static int check_all(const Options *o, const SimRequestSpec *reqs, const SimRequestSpec *oracle, Err *err)
+static int check_all(const Options *o, const RequestSets *sets, Err *err)
 {
     Model shape = shape_of(&o->shape);
     size_t per_token = (size_t)kvmath_bytes_per_token(&o->shape, o->dtype);
     for (int k = 0; k < N_STRATEGIES; k++) {
         CliOptions co;
         ServeChapter ch = strategy_chapter(k, o, &co);
-        if (o->use[k] &&
-            kvsim_check(ch, &shape, &co, per_token, strategy_requests(k, reqs, oracle), o->w.n_requests, err))
+        if (o->use[k] && kvsim_check(ch, &shape, &co, per_token, strategy_requests(k, sets), o->w.n_requests, err))
             return err_prefix(err, "--strategies %s", STRATEGY_NAMES[k]);
     }
     return 0;
 }
 
 /* Runs every chosen strategy; nothing is printed on stdout yet. */
-static int run_all(const Options *o, const SimRequestSpec *reqs, const SimRequestSpec *oracle,
-                   KvsimResult results[N_STRATEGIES], Err *err)
+static int run_all(const Options *o, const RequestSets *sets, KvsimResult results[N_STRATEGIES], Err *err)
 {
     memset(results, 0, N_STRATEGIES * sizeof results[0]);
     Model shape = shape_of(&o->shape);
@@ -664,7 +877,7 @@ static int run_all(const Options *o, const SimRequestSpec *reqs, const SimReques
         strategy_label(k, o, label, sizeof label);
         if (o->verbose)
             fprintf(stderr, "%s: running %s\n", PROGRAM, label);
-        if (kvsim_run(ch, &shape, &co, per_token, strategy_requests(k, reqs, oracle), o->w.n_requests,
+        if (kvsim_run(ch, &shape, &co, per_token, strategy_requests(k, sets), o->w.n_requests,
                       o->verbose ? stderr : NULL, &results[k], err))
             return err_prefix(err, "%s", label);
     }
@@ -677,18 +890,22 @@ static int write_json(const Options *o, const KvsimResult results[N_STRATEGIES],
     OutFile out;
     if (outfile_open(&out, "--json", o->json_path, err))
         return -1;
+    int fig2 = o->scenario && o->scenario->fig2;
     JsonWriter j;
     json_init(&j, out.f, 1);
     json_begin_object(&j, NULL);
     json_setup(&j, o);
     json_begin_array(&j, "strategies");
-    for (int k = 0; k < N_STRATEGIES; k++) {
+    for (int i = 0; i < N_STRATEGIES; i++) {
+        int k = ORDER[i];
         char label[32];
         strategy_label(k, o, label, sizeof label);
         if (o->use[k])
-            json_result(&j, label, paper_figure(o, k), &results[k]);
+            json_result(&j, label, paper_figure(o, k), fig2, &results[k]);
     }
     json_end_array(&j);
+    if (fig2)
+        json_fig2(&j, o, results);
     json_end_object(&j);
     fputc('\n', out.f);
     return outfile_commit(&out, err);
@@ -696,15 +913,19 @@ static int write_json(const Options *o, const KvsimResult results[N_STRATEGIES],
 
 static void print_results(const Options *o, const SimRequestSpec *reqs, const KvsimResult results[N_STRATEGIES])
 {
+    int width = label_width(o);
     print_setup(o, reqs);
-    print_header();
-    for (int k = 0; k < N_STRATEGIES; k++) {
+    print_header(width);
+    for (int i = 0; i < N_STRATEGIES; i++) {
+        int k = ORDER[i];
         char label[32];
         strategy_label(k, o, label, sizeof label);
         if (o->use[k])
-            print_row(label, &results[k]);
+            print_row(width, label, &results[k]);
     }
     print_paper(o, results);
+    if (o->scenario && o->scenario->fig2)
+        print_fig2(o, results);
 }
 
 static int fail(const char *msg)
@@ -724,31 +945,26 @@ int main(int argc, char **argv)
         return 0;
     if (rc < 0)
         return fail(err.msg);
-    SimRequestSpec *reqs = mem_alloc_array(MEM_ACTIVATIONS, (size_t)o.w.n_requests, sizeof *reqs);
-    SimRequestSpec *oracle = mem_alloc_array(MEM_ACTIVATIONS, (size_t)o.w.n_requests, sizeof *oracle);
-    if (!reqs || !oracle) {
-        mem_free(reqs);
+    /* [n_requests] each: what the workload asks for, exactly the output,
+     * the output rounded up to a power of two. */
+    SimRequestSpec *reqs = mem_alloc_array(MEM_ACTIVATIONS, 3u * (size_t)o.w.n_requests, sizeof *reqs);
+    if (!reqs)
         return fail("out of memory for the requests");
-    }
-    kvsim_make_requests(&o.w, o.shape.seq_len, reqs);
-    /* The same requests, each asking for exactly what it will produce. */
-    for (int i = 0; i < o.w.n_requests; i++) {
-        oracle[i] = reqs[i];
-        oracle[i].max_new_tokens = reqs[i].output_tokens;
-    }
+    RequestSets sets = {reqs, reqs + o.w.n_requests, reqs + 2 * (size_t)o.w.n_requests};
+    kvsim_make_requests(&o.w, o.shape.seq_len, o.w.filter.max_total > 0 ? &o.fit : NULL, reqs);
+    kvsim_knowing_outputs(reqs, o.w.n_requests, sets.oracle, sets.out_pow2);
     /* Everything that can be refused is refused before the work, and the
      * table comes only once the JSON is safely written: a failure is then
      * the one line, with nothing on stdout. */
-    if (check_all(&o, reqs, oracle, &err) == 0 && o.json_path)
+    if (check_all(&o, &sets, &err) == 0 && o.json_path)
         outfile_check("--json", o.json_path, &err);
     KvsimResult results[N_STRATEGIES];
-    rc = err.msg[0] ? -1 : run_all(&o, reqs, oracle, results, &err);
+    rc = err.msg[0] ? -1 : run_all(&o, &sets, results, &err);
     if (rc == 0 && o.json_path)
         rc = write_json(&o, results, &err);
     if (rc == 0)
         print_results(&o, reqs, results);
     mem_free(reqs);
-    mem_free(oracle);
     if (rc)
         return fail(err.msg);
     printf("\nconc.: requests running at once. KV util.: used / reserved, averaged over steps. token states ..\n"

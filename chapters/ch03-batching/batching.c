@@ -36,12 +36,77 @@ static void tell(BatchingState *b, const char *fmt, ...)
     va_end(ap);
 }
 
+/* ------------------------------------------------------------ the arena */
+
+/* First fit or buddy (--arena): the only place the two allocators differ.
+ * Offsets are bytes for both; the buddy allocator counts in positions. */
+
+int arena_region_slots(ArenaKind kind, int tokens)
+{
+    return kind == ARENA_BUDDY ? buddy_block_slots(tokens) : tokens;
+}
+
+size_t batching_free_bytes(const BatchingState *b)
+{
+    return b->arena_kind == ARENA_BUDDY ? (size_t)b->buddy->free_slots * b->bytes_per_token : b->arena.free_bytes;
+}
+
+int batching_free_pieces(const BatchingState *b)
+{
+    return b->arena_kind == ARENA_BUDDY ? b->buddy->n_free : b->arena.n_holes;
+}
+
+static size_t largest_free_bytes(const BatchingState *b)
+{
+    if (b->arena_kind == ARENA_BUDDY)
+        return (size_t)buddy_largest_free(b->buddy) * b->bytes_per_token;
+    return kv_arena_largest_hole(&b->arena);
+}
+
+/* Free bytes in pieces too small for a region of `bytes`. */
+static size_t free_below(const BatchingState *b, size_t bytes)
+{
+    if (b->arena_kind != ARENA_BUDDY)
+        return kv_arena_free_in_holes_below(&b->arena, bytes);
+    size_t sum = 0;
+    for (int i = 0; i < b->buddy->n_free; i++) {
+        size_t block = ((size_t)1 << b->buddy->free[i].order) * b->bytes_per_token;
+        if (block < bytes)
+            sum += block;
+    }
+    return sum;
+}
+
+/* A region of `tokens` positions, or -1 when no free piece holds it. */
+static int arena_take(BatchingState *b, int tokens, KvRegion *reg)
+{
+    size_t offset;
+    if (b->arena_kind == ARENA_BUDDY) {
+        int slot, slots = buddy_alloc(b->buddy, tokens, &slot);
+        if (slots < 0)
+            return -1;
+        *reg = (KvRegion){.offset = (size_t)slot * b->bytes_per_token, .tokens = tokens, .slots = slots};
+        return 0;
+    }
+    if (kv_arena_alloc(&b->arena, (size_t)tokens * b->bytes_per_token, &offset) != 0)
+        return -1;
+    *reg = (KvRegion){.offset = offset, .tokens = tokens, .slots = tokens};
+    return 0;
+}
+
+static int arena_give_back(BatchingState *b, const KvRegion *reg, Err *err)
+{
+    if (b->arena_kind == ARENA_BUDDY)
+        return buddy_release(b->buddy, (int)(reg->offset / b->bytes_per_token), reg->slots, err);
+    return kv_arena_release(&b->arena, reg->offset, (size_t)reg->tokens * b->bytes_per_token, err);
+}
+
 /* Records why `bytes` could not be placed for request r, and counts the
  * external fragmentation of this step if the free total was enough. */
 static void refused(BatchingState *b, const ServingRun *run, const Request *r, size_t bytes, const char *action)
 {
     char want[32], free_total[32], hole[32];
-    size_t free_bytes = b->arena.free_bytes, largest = kv_arena_largest_hole(&b->arena);
+    size_t free_bytes = batching_free_bytes(b), largest = largest_free_bytes(b);
     cli_format_bytes(want, sizeof want, (double)bytes);
     cli_format_bytes(free_total, sizeof free_total, (double)free_bytes);
     cli_format_bytes(hole, sizeof hole, (double)largest);
@@ -49,7 +114,7 @@ static void refused(BatchingState *b, const ServingRun *run, const Request *r, s
     if (free_bytes >= bytes) {
         b->stats.refusals_fragmentation++;
         if (!b->step_external_seen) {
-            b->step_external = kv_arena_free_in_holes_below(&b->arena, bytes);
+            b->step_external = free_below(b, bytes);
             b->step_external_seen = 1;
             b->stats.external_steps++;
         }
@@ -73,13 +138,15 @@ float *batching_plane(const BatchingState *b, const KvRegion *reg, int layer, in
 
 int batching_place(BatchingState *b, ServingRun *run, Request *r, int tokens)
 {
-    size_t bytes = (size_t)tokens * b->bytes_per_token, offset;
-    if (tokens <= 0 || kv_arena_alloc(&b->arena, bytes, &offset) != 0) {
+    KvRegion reg;
+    if (tokens <= 0 || arena_take(b, tokens, &reg) != 0) {
+        size_t bytes = tokens > 0 ? (size_t)arena_region_slots(b->arena_kind, tokens) * b->bytes_per_token : 0;
         refused(b, run, r, bytes, "waits");
         return -1;
     }
-    b->regions[r->index] = (KvRegion){.offset = offset, .tokens = tokens};
-    kv_track_set_reserved(&r->kv, bytes);
+    b->regions[r->index] = reg;
+    /* What the request holds: with a buddy block, its rounding too. */
+    kv_track_set_reserved(&r->kv, (size_t)reg.slots * b->bytes_per_token);
     b->stats.reservations++;
     b->stats.reserved_tokens_sum += tokens;
     return 0;
@@ -89,8 +156,7 @@ int batching_place(BatchingState *b, ServingRun *run, Request *r, int tokens)
 static int release_region(BatchingState *b, Request *r, Err *err)
 {
     KvRegion *reg = &b->regions[r->index];
-    if (reg->tokens > 0 &&
-        kv_arena_release(&b->arena, reg->offset, (size_t)reg->tokens * b->bytes_per_token, err))
+    if (reg->tokens > 0 && arena_give_back(b, reg, err))
         return err_prefix(err, "request %d", r->spec->id);
     *reg = (KvRegion){0};
     return 0;
@@ -124,21 +190,19 @@ static void copy_positions(const BatchingState *b, const KvRegion *from, const K
  * free the old one. Returns 0 when moved, 1 when refused, -1 on error. */
 static int move_region(BatchingState *b, ServingRun *run, Request *r, int tokens, Err *err)
 {
-    KvRegion old = b->regions[r->index];
-    size_t bytes = (size_t)tokens * b->bytes_per_token, offset;
-    if (kv_arena_alloc(&b->arena, bytes, &offset) != 0) {
+    KvRegion old = b->regions[r->index], grown;
+    if (arena_take(b, tokens, &grown) != 0) {
         char action[64];
         snprintf(action, sizeof action, "cannot grow from %d to %d positions", old.tokens, tokens);
-        refused(b, run, r, bytes, action);
+        refused(b, run, r, (size_t)arena_region_slots(b->arena_kind, tokens) * b->bytes_per_token, action);
         tell(b, "%s", b->last_refusal);
         return 1;
     }
-    KvRegion grown = {.offset = offset, .tokens = tokens};
     copy_positions(b, &old, &grown, r->n_cached);
     if (release_region(b, r, err))
         return -1;
     b->regions[r->index] = grown;
-    kv_track_set_reserved(&r->kv, bytes);
+    kv_track_set_reserved(&r->kv, (size_t)grown.slots * b->bytes_per_token);
     b->stats.grow_moves++;
     b->stats.grow_bytes_copied += (double)r->n_cached * (double)b->bytes_per_token;
     return 0;
@@ -306,8 +370,8 @@ static int start_batch(BatchingState *b, ServingRun *run, Err *err)
     char ids[128], held[32], free_bytes[32];
     list_batch(b, run, 0, ids, sizeof ids);
     tell(b, "step %ld: batch %ld: requests %s (%d), %s reserved, %s free", run->step, b->stats.batches, ids,
-         b->n_batch, cli_format_bytes(held, sizeof held, (double)(b->arena.capacity - b->arena.free_bytes)),
-         cli_format_bytes(free_bytes, sizeof free_bytes, (double)b->arena.free_bytes));
+         b->n_batch, cli_format_bytes(held, sizeof held, (double)(b->arena.capacity - batching_free_bytes(b))),
+         cli_format_bytes(free_bytes, sizeof free_bytes, (double)batching_free_bytes(b)));
     tell_head_waits(b, run);
     return 0;
 }
@@ -324,8 +388,8 @@ static void join_batch(BatchingState *b, ServingRun *run)
         list_batch(b, run, before, ids, sizeof ids);
         tell(b, "step %ld: request%s %s join%s the running batch (%d running now), %s reserved, %s free", run->step,
              joined > 1 ? "s" : "", ids, joined > 1 ? "" : "s", b->n_batch,
-             cli_format_bytes(held, sizeof held, (double)(b->arena.capacity - b->arena.free_bytes)),
-             cli_format_bytes(free_bytes, sizeof free_bytes, (double)b->arena.free_bytes));
+             cli_format_bytes(held, sizeof held, (double)(b->arena.capacity - batching_free_bytes(b))),
+             cli_format_bytes(free_bytes, sizeof free_bytes, (double)batching_free_bytes(b)));
     }
     tell_head_waits(b, run);
 }

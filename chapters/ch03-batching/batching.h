@@ -90,6 +90,17 @@
  * finishes. Every requeue is counted and reported, with the positions it
  * costs to recompute.
  *
+ * ## The buddy arena (`--arena buddy`)
+ *
+ * The PagedAttention paper assumes its Orca baselines place regions with
+ * a buddy allocator (buddy.h) over token slots: a region takes the power of
+ * two of positions above its size, and a freed block merges only with its
+ * buddy. The rounding is part of what the request holds, so in the
+ * breakdown it is internal fragmentation (never filled); the holes no
+ * block fits count as external fragmentation exactly as with first fit,
+ * measured against the block the refused request needed. Everything else
+ * (policies, admission, growth, requeues) is the same code.
+ *
  * ## External fragmentation, precisely
  *
  * At a step where a placement (an admission or a growth) is refused
@@ -142,6 +153,7 @@
  * | first fit: where a region goes (lab) | solutions/ch03/kv_arena_alloc.c | kv_arena_alloc() |
  * | a freed region merges with its neighbours (lab) | solutions/ch03/kv_arena_release.c | kv_arena_release() |
  * | the arena's holes, growth sizes, largest regions | chapters/ch03-batching/kv_arena.c | kv_arena_init(), reserve_grown_tokens() |
+ * | the other arena: power-of-two blocks and their buddies (`--arena buddy`) | chapters/ch03-batching/buddy.c | buddy_alloc(), buddy_release() |
  * | the K/V seam: a request's rows in its region | chapters/ch03-batching/batching.c | batching_store(), batching_attend() |
  * | the breakdown, fragmentation, the memory table | chapters/ch03-batching/server.c | batching_account(), batching_report_table() |
  * | the same arena on the device | chapters/ch03-batching/device.c | batching_device_open(), batching_device_sync() |
@@ -151,6 +163,7 @@
 
 #include <stdio.h>
 
+#include "buddy.h"
 #include "kv_arena.h"
 #include "serving.h"
 
@@ -158,7 +171,14 @@
 typedef struct {
     size_t offset; /**< first byte in the arena */
     int tokens;    /**< positions the region holds; 0: no region */
+    int slots;     /**< positions of arena it takes: tokens with first fit, the power of two above with `--arena buddy` */
 } KvRegion;
+
+/** Which allocator hands out the regions (`--arena`). */
+typedef enum {
+    ARENA_FIRST_FIT, /**< kv_arena.h: exact sizes, first fit, any neighbouring holes merge (the default) */
+    ARENA_BUDDY      /**< buddy.h: blocks of a power of two of positions, merged only with their buddy */
+} ArenaKind;
 
 /** When admission runs and regions are released (`--batching`). */
 typedef enum {
@@ -194,13 +214,14 @@ typedef struct {
     int max_batch;            /**< --max-batch */
     ModelConfig cfg;          /**< shape of the model (seq_len, layers, kv_dim) */
     size_t bytes_per_token;   /**< K and V of one position in all layers (run->kv_bytes_per_token) */
-    KvArena arena;            /**< the KV budget's books */
+    KvArena arena;            /**< the KV budget's books (capacity always; the holes with first fit) */
     float *storage;           /**< [arena.capacity / 4] the K/V bytes; NULL in accounting-only mode */
     KvRegion *regions;        /**< [n_reqs] each request's region */
     int *batch;               /**< [max_batch] request indexes of the current batch, in admission order */
     int n_batch;              /**< members of the batch: running, or finished and still holding a region (static) */
-    size_t step_external;     /**< external fragmentation seen this step, bytes */
     int step_external_seen;   /**< 1 once this step has counted its refusal */
+    size_t step_external;     /**< external fragmentation seen this step, bytes */
+    BuddyArena *buddy;        /**< --arena buddy: the books in positions (slot i is bytes i x bytes_per_token on); NULL with first fit */
     BatchingStats stats;      /**< what happened so far */
     FILE *log;                /**< where refusals and batches are told (NULL: quiet) */
     long log_lines;           /**< lines told so far */
@@ -210,6 +231,7 @@ typedef struct {
     int told_reason;          /**< why it waited then: 1 no space, 2 fragmentation, 3 batch full */
     Err fault;                /**< a bookkeeping error seen by batching_finished(), which cannot return one (empty: none); the next schedule reports it */
     int first_waiting;        /**< no request before this index is waiting: where admission starts looking (batching_requeue() moves it back) */
+    ArenaKind arena_kind;     /**< --arena */
     /**
      * Told of every move that copies K/V (positions 0..n_pos-1 from one
      * region to the other), while both regions exist; NULL: nobody
@@ -319,8 +341,48 @@ int batching_mode_parse(const char *name, BatchingMode *mode, Err *err);
 const char *batching_mode_name(BatchingMode mode);
 
 /**
+ * Reads an allocator name as `--arena` spells it.
+ * @param name  "first-fit" or "buddy"; NULL means first-fit
+ * @param kind  receives the allocator
+ * @param err   receives the reason on failure
+ * @return 0 on success, -1 for an unknown name
+ */
+int arena_kind_parse(const char *name, ArenaKind *kind, Err *err);
+
+/**
+ * The allocator's name as `--arena` spells it.
+ * @param kind  an allocator
+ * @return a static string
+ */
+const char *arena_kind_name(ArenaKind kind);
+
+/**
+ * Positions of arena a region of @p tokens positions takes: @p tokens
+ * with first fit, buddy_block_slots() with the buddy allocator.
+ * @param kind    the allocator
+ * @param tokens  positions the region holds, >= 1
+ * @return positions taken
+ */
+int arena_region_slots(ArenaKind kind, int tokens);
+
+/**
+ * Free bytes of the arena now (the holes, or the free buddy blocks).
+ * @param b  the chapter
+ * @return bytes
+ */
+size_t batching_free_bytes(const BatchingState *b);
+
+/**
+ * Free pieces of the arena now: holes with first fit, free blocks with
+ * the buddy allocator.
+ * @param b  the chapter
+ * @return pieces
+ */
+int batching_free_pieces(const BatchingState *b);
+
+/**
  * Refuses a run that can never work, before anything is printed: an
- * unknown policy or batching, a budget that holds no request's reservation, a budget
+ * unknown policy, batching or arena, a budget that holds no request's reservation, a budget
  * larger than this machine's memory (unless accounting only).
  * @param run  an initialised run (requests encoded)
  * @param err  receives the reason
@@ -329,7 +391,8 @@ const char *batching_mode_name(BatchingMode mode);
 int batching_check(const ServingRun *run, Err *err);
 
 /**
- * Gives @p r a region of @p tokens positions, first fit. On refusal, says
+ * Gives @p r a region of @p tokens positions (first fit, or a buddy
+ * block, as --arena says). On refusal, says
  * why in b->last_refusal (and on the log), counts it, and measures external
  * fragmentation when the free total was enough.
  * @param b       the chapter

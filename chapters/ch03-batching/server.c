@@ -12,11 +12,40 @@
 
 /* ------------------------------------------------------------ checks */
 
-/* Bytes of the largest region request r can ever hold. */
-static size_t largest_bytes(ReservePolicy policy, const ServingRun *run, const Request *r)
+/* Bytes of the largest region request r can ever hold (a buddy block
+ * rounds it up to a power of two of positions). */
+static size_t largest_bytes(ReservePolicy policy, ArenaKind arena, const ServingRun *run, const Request *r)
 {
     int tokens = reserve_largest_tokens(policy, r->max_tokens, run->model->cfg.seq_len);
-    return (size_t)tokens * run->kv_bytes_per_token;
+    return (size_t)arena_region_slots(arena, tokens) * run->kv_bytes_per_token;
+}
+
+/* The largest region a budget can ever place: all of it with first fit,
+ * its largest top-level block with the buddy allocator. */
+static size_t largest_placeable(ArenaKind arena, size_t budget, size_t bytes_per_token)
+{
+    size_t slots = budget / bytes_per_token;
+    if (arena != ARENA_BUDDY)
+        return budget;
+    if (slots == 0)
+        return 0;
+    return (size_t)buddy_largest_top_for(slots > (1u << 30) ? 1 << 30 : (int)slots) * bytes_per_token;
+}
+
+int arena_kind_parse(const char *name, ArenaKind *kind, Err *err)
+{
+    if (!name || strcmp(name, "first-fit") == 0)
+        *kind = ARENA_FIRST_FIT;
+    else if (strcmp(name, "buddy") == 0)
+        *kind = ARENA_BUDDY;
+    else
+        return err_set(err, "--arena: '%s' is not one of first-fit, buddy", name);
+    return 0;
+}
+
+const char *arena_kind_name(ArenaKind kind)
+{
+    return kind == ARENA_BUDDY ? "buddy" : "first-fit";
 }
 
 int batching_mode_parse(const char *name, BatchingMode *mode, Err *err)
@@ -39,8 +68,9 @@ int batching_check(const ServingRun *run, Err *err)
 {
     ReservePolicy policy;
     BatchingMode mode;
+    ArenaKind arena = ARENA_FIRST_FIT;
     if (reserve_policy_parse(run->opts->reserve, &policy, err) ||
-        batching_mode_parse(run->opts->batching, &mode, err))
+        batching_mode_parse(run->opts->batching, &mode, err) || arena_kind_parse(run->opts->arena, &arena, err))
         return -1;
     size_t budget = serving_kv_budget(run), smallest = 0;
     int smallest_id = -1;
@@ -48,13 +78,20 @@ int batching_check(const ServingRun *run, Err *err)
         const Request *r = &run->reqs[i];
         if (r->phase == REQ_DONE)
             continue;
-        size_t bytes = largest_bytes(policy, run, r);
+        size_t bytes = largest_bytes(policy, arena, run, r);
         if (smallest_id < 0 || bytes < smallest) {
             smallest = bytes;
             smallest_id = r->spec->id;
         }
     }
     char a[32], b[32], c[32];
+    if (arena == ARENA_BUDDY && smallest_id >= 0 && smallest > largest_placeable(arena, budget, run->kv_bytes_per_token))
+        return err_set(err,
+                       "--kv-budget %s holds no request: the smallest block under --reserve %s, --arena buddy is %zu "
+                       "positions but the largest block of the budget is %zu (request %d)",
+                       cli_format_bytes(a, sizeof a, (double)budget), reserve_policy_name(policy),
+                       smallest / run->kv_bytes_per_token,
+                       largest_placeable(arena, budget, run->kv_bytes_per_token) / run->kv_bytes_per_token, smallest_id);
     if (smallest_id >= 0 && smallest > budget)
         return err_set(err,
                        "--kv-budget %s holds no request: the smallest reservation under --reserve %s is %zu "
@@ -78,6 +115,9 @@ void batching_close(BatchingState *b)
     if (!b)
         return;
     kv_arena_free(&b->arena);
+    if (b->buddy)
+        buddy_free(b->buddy);
+    mem_free(b->buddy);
     mem_free(b->storage);
     mem_free(b->regions);
     mem_free(b->batch);
@@ -90,13 +130,20 @@ static void reject_oversized(BatchingState *b, ServingRun *run)
     char need[32], budget[32];
     for (int i = 0; i < run->n_reqs; i++) {
         Request *r = &run->reqs[i];
-        size_t bytes = largest_bytes(b->policy, run, r);
-        if (r->phase == REQ_DONE || bytes <= b->arena.capacity)
+        size_t bytes = largest_bytes(b->policy, b->arena_kind, run, r);
+        size_t room = largest_placeable(b->arena_kind, b->arena.capacity, b->bytes_per_token);
+        if (r->phase == REQ_DONE || bytes <= room)
             continue;
-        serving_reject(run, r, "its largest reservation under --reserve %s is %zu positions (%s) but the whole KV "
-                       "budget is %s", reserve_policy_name(b->policy), bytes / b->bytes_per_token,
-                       cli_format_bytes(need, sizeof need, (double)bytes),
-                       cli_format_bytes(budget, sizeof budget, (double)b->arena.capacity));
+        if (b->arena_kind == ARENA_BUDDY)
+            serving_reject(run, r, "its largest block under --reserve %s, --arena buddy is %zu positions (%s) but the "
+                           "largest block of the KV budget is %zu", reserve_policy_name(b->policy),
+                           bytes / b->bytes_per_token, cli_format_bytes(need, sizeof need, (double)bytes),
+                           room / b->bytes_per_token);
+        else
+            serving_reject(run, r, "its largest reservation under --reserve %s is %zu positions (%s) but the whole KV "
+                           "budget is %s", reserve_policy_name(b->policy), bytes / b->bytes_per_token,
+                           cli_format_bytes(need, sizeof need, (double)bytes),
+                           cli_format_bytes(budget, sizeof budget, (double)b->arena.capacity));
         if (b->log)
             fprintf(b->log, "ch03-batching: request %d rejected: %s\n", r->spec->id, r->note);
     }
@@ -142,8 +189,9 @@ static void describe_setup(const BatchingState *b, const ServingRun *run, FILE *
     const ModelConfig *c = &b->cfg;
     char a[32], m[32];
     fprintf(log, "ch03-batching: KV budget %s = %zu positions of %zu B; --batching %s, --reserve %s, --max-batch "
-            "%d%s\n", cli_format_bytes(a, sizeof a, (double)b->arena.capacity), b->arena.capacity / b->bytes_per_token,
+            "%d%s%s\n", cli_format_bytes(a, sizeof a, (double)b->arena.capacity), b->arena.capacity / b->bytes_per_token,
             b->bytes_per_token, batching_mode_name(b->mode), reserve_policy_name(b->policy), run->opts->max_batch,
+            b->arena_kind == ARENA_BUDDY ? ", --arena buddy" : "",
             b->storage ? "" : run->device ? " (K/V bytes on the device)" : " (accounting only: no K/V bytes)");
     int lo = c->seq_len, hi = 0, n = 0;
     double sum = 0;
@@ -184,6 +232,7 @@ int batching_open(ServingRun *run, BatchingState **state, FILE *log, Err *err)
     *state = b;
     reserve_policy_parse(run->opts->reserve, &b->policy, err);
     batching_mode_parse(run->opts->batching, &b->mode, err);
+    arena_kind_parse(run->opts->arena, &b->arena_kind, err);
     b->told_head = -1;
     b->first_waiting = 0;
     b->cfg = run->model->cfg;
@@ -196,6 +245,13 @@ int batching_open(ServingRun *run, BatchingState **state, FILE *log, Err *err)
     /* Live regions: a full batch, plus the new region of a move in progress. */
     if (kv_arena_init(&b->arena, budget, b->max_batch + 1, err))
         return -1;
+    size_t slots = budget / b->bytes_per_token;
+    if (b->arena_kind == ARENA_BUDDY) {
+        if (!(b->buddy = mem_alloc(MEM_KV_METADATA, sizeof *b->buddy)))
+            return err_set(err, "out of memory for the buddy arena");
+        if (buddy_init(b->buddy, slots > (1u << 30) ? 1 << 30 : (int)slots, b->max_batch + 1, err))
+            return -1;
+    }
     b->regions = mem_alloc_array(MEM_KV_METADATA, (size_t)run->n_reqs, sizeof(KvRegion));
     b->batch = mem_alloc_array(MEM_KV_METADATA, (size_t)b->max_batch, sizeof(int));
     if (!b->regions || !b->batch)
@@ -268,8 +324,8 @@ void batching_account(BatchingState *b, ServingRun *run)
     serving_account_holders(run, b->batch, b->n_batch); /* only the batch's members hold a region */
     run->breakdown.external_fragmentation += (double)b->step_external;
     b->stats.steps++;
-    b->stats.free_fraction_sum += (double)b->arena.free_bytes / (double)b->arena.capacity;
-    b->stats.reserved_sum += (double)(b->arena.capacity - b->arena.free_bytes);
+    b->stats.free_fraction_sum += (double)batching_free_bytes(b) / (double)b->arena.capacity;
+    b->stats.reserved_sum += (double)(b->arena.capacity - batching_free_bytes(b));
     /* Held by finished: from the step after the one a request finished in
      * (in that step it still computed its last token), until it lets go. */
     for (int k = 0; k < b->n_batch; k++) {
@@ -277,8 +333,8 @@ void batching_account(BatchingState *b, ServingRun *run)
         if (r->phase == REQ_DONE && r->finished_step < run->step)
             b->stats.finished_held_sum += (double)b->regions[r->index].tokens * (double)b->bytes_per_token;
     }
-    if (b->arena.n_holes > b->stats.max_holes)
-        b->stats.max_holes = b->arena.n_holes;
+    if (batching_free_pieces(b) > b->stats.max_holes)
+        b->stats.max_holes = batching_free_pieces(b);
 }
 
 static double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
@@ -301,9 +357,10 @@ void batching_report_table(FILE *f, void *ctx, const ServingRun *run)
             cli_format_bytes(a, sizeof a, safe_div(s->reserved_tokens_sum, (double)s->reservations) *
                                               (double)b->bytes_per_token),
             b->policy == RESERVE_GROW ? " when admitted" : "");
-    fprintf(f, "  arena          %s; free %.1f%% of it on average; holes: at most %d\n",
-            cli_format_bytes(a, sizeof a, (double)b->arena.capacity), 100.0 * safe_div(s->free_fraction_sum,
-            (double)s->steps), s->max_holes);
+    fprintf(f, "  arena          %s%s; free %.1f%% of it on average; %s: at most %d\n",
+            cli_format_bytes(a, sizeof a, (double)b->arena.capacity), b->arena_kind == ARENA_BUDDY ? ", buddy" : "",
+            100.0 * safe_div(s->free_fraction_sum, (double)s->steps),
+            b->arena_kind == ARENA_BUDDY ? "free blocks" : "holes", s->max_holes);
     if (b->policy == RESERVE_GROW)
         fprintf(f, "  growth         %ld moves copied %s; %ld requeues (%ld positions recomputed)\n", s->grow_moves,
                 cli_format_bytes(c, sizeof c, s->grow_bytes_copied), s->requeues, s->positions_recomputed);
@@ -323,6 +380,8 @@ void batching_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     (void)run;
     json_string(j, "batching", batching_mode_name(b->mode));
     json_string(j, "reserve", reserve_policy_name(b->policy));
+    if (b->arena_kind == ARENA_BUDDY) /* only then: the default report stays as it was */
+        json_string(j, "arena", arena_kind_name(b->arena_kind));
     json_int(j, "max_batch", b->max_batch);
     json_int(j, "kv_budget_bytes", (long long)b->arena.capacity);
     json_int(j, "batches", s->batches);

@@ -75,6 +75,7 @@
  * | the K/V seam: store into a slot, attend | chapters/ch04-paged/paged_kv.c | paged_store(), paged_attend() |
  * | PagedAttention: attention through the block table (lab) | solutions/ch04/paged_attention.c | paged_attention() |
  * | blocks used, slack, sharing, the breakdown | chapters/ch04-paged/report.c | paged_account() |
+ * | beam search: beams fork and share blocks, the best by length-normalised score (`--beam`) | chapters/ch04-paged/beam.c | beam_schedule(), beam_select() |
  * | the chapter's lines of the memory table | chapters/ch04-paged/report.c | paged_report_table() |
  * | the same blocks on the device | chapters/ch04-paged/device.c | paged_device_open(), paged_device_sync() |
  * | a block between the device and the host swap space | chapters/ch04-paged/device.c | paged_device_swap_block() |
@@ -242,10 +243,24 @@ typedef struct {
     long timeline_steps;     /**< steps offered */
 } PagedSched;
 
+/** Beam search state (`--beam`), defined in beam.c; see beam.h. */
+typedef struct BeamSearch BeamSearch;
+
+/**
+ * What sharing saves, kept with `--n` or `--beam` (NULL otherwise): the
+ * blocks the same sequences would hold unshared, at the step of peak use
+ * and summed over steps.
+ */
+typedef struct {
+    int saved_at_peak;   /**< logical - physical blocks at the step of peak use */
+    int logical_at_peak; /**< blocks the sequences held then, each shared block counted once per holder */
+    double logical_sum;  /**< sum over steps of those logical blocks */
+    BeamSearch *beam;    /**< --beam: the search (beam.h); NULL with --n */
+} PagedSharing;
+
 /** The chapter-4 server: the paged store, the queue and the numbers it reports. */
 typedef struct {
-    PagedKv kv;               /**< the pool and the block tables */
-    size_t bytes_per_token;   /**< K and V of all layers for one token */
+    PagedKv kv;               /**< the pool and the block tables (K and V of one token: paged_bytes_per_token()) */
     int watermark_blocks;     /**< free blocks kept back at admission: --watermark % of the pool, rounded down */
     int max_batched_tokens;   /**< token budget of one step: --max-num-batched-tokens, or max(seq_len, 2048) */
     int *running;             /**< [n_reqs] running requests, oldest admission first */
@@ -257,12 +272,24 @@ typedef struct {
     long cow_copies;          /**< blocks copied on write */
     int blocks_peak_used;     /**< most blocks held after any step */
     int blocks_saved_peak;    /**< most blocks sharing saved after any step (logical - physical) */
-    long blocks_peak_step;    /**< the step it happened */
+    long blocks_peak_step;    /**< the step of blocks_peak_used */
     double blocks_saved_sum;  /**< sum over steps of the blocks sharing saved */
     size_t slack_tokens_peak; /**< most unfilled rows in held blocks after any step */
     long steps_accounted;     /**< steps seen by paged_account() */
+    PagedSharing *sharing;    /**< --n or --beam: what sharing saves, and the beams; NULL otherwise */
     PagedSched *sched;        /**< the token budget, --max-num-seqs and swapping; NULL without those options */
 } PagedServer;
+
+/**
+ * K and V of all layers for one token: a block's bytes over its block
+ * size (the run's kv_bytes_per_token; kept in the pool, not twice).
+ * @param s  the server
+ * @return bytes
+ */
+static inline size_t paged_bytes_per_token(const PagedServer *s)
+{
+    return s->kv.pool.bytes_per_block / (size_t)s->kv.pool.shape.block_size;
+}
 
 /**
  * Refuses, before anything is printed, a KV budget the pool cannot be made
@@ -332,6 +359,50 @@ int paged_serve(ServingRun *run, PagedServer **server, FILE *log, Err *err);
  * @return 0 on success, -1 on failure
  */
 int paged_schedule(PagedServer *s, ServingRun *run, Err *err);
+
+/**
+ * Gives every block a table holds a history for the breakdown (a block
+ * already held keeps its own): call after a table grows or forks.
+ * @param s  the server
+ * @param t  the table
+ */
+void paged_track_table(PagedServer *s, const BlockTable *t);
+
+/**
+ * Makes the slot of @p r's newest token exist and be private (a new block,
+ * or a copy of a shared one), all or nothing.
+ * @param s  the server
+ * @param r  a running request
+ * @return 0 on success, -1 when the pool has too few free blocks
+ */
+int paged_make_room(PagedServer *s, Request *r);
+
+/**
+ * Marks @p r running and appends it to the running list (admission order).
+ * @param s    the server
+ * @param run  the run
+ * @param r    a waiting request whose blocks are taken
+ */
+void paged_start_running(PagedServer *s, ServingRun *run, Request *r);
+
+/**
+ * Sends running request @p r back to the queue: its blocks are freed now
+ * (their unfilled rows count as reserved for tokens to come) and its
+ * prompt and generated tokens are recomputed when it is admitted again.
+ * @param s    the server
+ * @param run  the run
+ * @param r    a running request
+ */
+void paged_preempt(PagedServer *s, ServingRun *run, Request *r);
+
+/**
+ * Lets go of every block @p r's table holds, as when it finishes (its
+ * K/V are not needed any more), without changing its phase.
+ * @param s    the server
+ * @param run  the run
+ * @param r    the request
+ */
+void paged_release_table(PagedServer *s, ServingRun *run, Request *r);
 
 /**
  * A request finished: its blocks go back to the pool at once.

@@ -43,15 +43,21 @@ void paged_account(PagedServer *s, ServingRun *run)
         if (p->ref_count[b] == 0)
             continue;
         used_rows += (size_t)s->block_filled[b];
-        kv_track_step(&s->block_track[b], (size_t)s->block_filled[b] * s->bytes_per_token);
+        kv_track_step(&s->block_track[b], (size_t)s->block_filled[b] * paged_bytes_per_token(s));
     }
     int physical = block_pool_used(p);
     kv_timeline_record(&run->timeline, run->step, (size_t)physical * p->bytes_per_block,
-                       used_rows * s->bytes_per_token);
+                       used_rows * paged_bytes_per_token(s));
     if (physical > s->blocks_peak_used) {
         s->blocks_peak_used = physical;
         s->blocks_peak_step = run->step;
+        if (s->sharing) { /* what the same sequences would hold unshared, then */
+            s->sharing->saved_at_peak = logical - physical;
+            s->sharing->logical_at_peak = logical;
+        }
     }
+    if (s->sharing)
+        s->sharing->logical_sum += logical;
     int saved = logical - physical;
     if (saved > s->blocks_saved_peak)
         s->blocks_saved_peak = saved;
@@ -63,6 +69,18 @@ void paged_account(PagedServer *s, ServingRun *run)
 }
 
 /* ------------------------------------------------------------ report */
+
+/* Blocks saved by sharing over the blocks the same sequences would hold
+ * unshared: at the step of peak use, and over all steps. */
+static double saved_fraction_at_peak(const PagedSharing *sh)
+{
+    return sh->logical_at_peak > 0 ? (double)sh->saved_at_peak / (double)sh->logical_at_peak : 0.0;
+}
+
+static double saved_fraction_avg(const PagedServer *s)
+{
+    return s->sharing->logical_sum > 0 ? s->blocks_saved_sum / s->sharing->logical_sum : 0.0;
+}
 
 /* Up to this many rows of the blocks-over-time table. */
 #define TIMELINE_ROWS 8
@@ -110,6 +128,10 @@ void paged_report_table(FILE *f, void *ctx, const ServingRun *run)
     fprintf(f, "  sharing        forks saved up to %d blocks at once (%.1f on average); %ld copy-on-write copies\n",
             s->blocks_saved_peak, s->steps_accounted ? s->blocks_saved_sum / (double)s->steps_accounted : 0.0,
             s->cow_copies);
+    if (s->sharing)
+        fprintf(f, "                 %.1f%% of the blocks the same sequences would hold unshared, at peak use "
+                   "(step %ld); %.1f%% over all steps%s\n", 100.0 * saved_fraction_at_peak(s->sharing),
+                s->blocks_peak_step, 100.0 * saved_fraction_avg(s), s->sharing->beam ? " (beams fork and share)" : "");
     if (s->sched) /* the token budget and swapping (sched.c) */
         paged_sched_report_table(f, s, run);
 }
@@ -143,6 +165,12 @@ void paged_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     json_double(j, "blocks_saved_by_sharing_avg",
                 s->steps_accounted ? s->blocks_saved_sum / (double)s->steps_accounted : 0.0);
     json_int(j, "cow_copies", s->cow_copies);
+    if (s->sharing) { /* --n or --beam only: the default report stays as it was */
+        json_double(j, "sharing_saved_fraction", saved_fraction_at_peak(s->sharing));
+        json_double(j, "sharing_saved_fraction_avg", saved_fraction_avg(s));
+        if (s->sharing->beam)
+            json_int(j, "beam_width", run->opts->beam_width);
+    }
     json_int(j, "watermark_blocks", s->watermark_blocks);
     json_int(j, "max_batched_tokens", s->max_batched_tokens);
     json_int(j, "slack_tokens_peak", (long long)s->slack_tokens_peak);

@@ -12,6 +12,7 @@
  * the moment they finish. */
 #include <string.h>
 
+#include "beam.h"
 #include "paged.h"
 
 /* ------------------------------------------------------------ blocks in and out */
@@ -38,7 +39,8 @@ static void close_block_track(void *ctx, int block)
 {
     ReleaseBooks *rb = ctx;
     PagedServer *s = rb->s;
-    size_t final = rb->preempted ? s->kv.pool.bytes_per_block : (size_t)s->block_filled[block] * s->bytes_per_token;
+    size_t final = rb->preempted ? s->kv.pool.bytes_per_block
+                                 : (size_t)s->block_filled[block] * paged_bytes_per_token(s);
     kv_track_close(&s->block_track[block], final, rb->breakdown);
     s->block_filled[block] = 0;
     if (s->sched) /* a free block is nobody's copy any more */
@@ -430,6 +432,8 @@ static int admit_waiting(PagedServer *s, ServingRun *run, Err *err)
 
 int paged_schedule(PagedServer *s, ServingRun *run, Err *err)
 {
+    if (s->sharing && s->sharing->beam) /* --beam: beam groups run and wait as a whole (beam.c) */
+        return beam_schedule(s, run, err);
     int preempted = 0;
     if (schedule_decodes(s, run, &preempted, err))
         return -1;
@@ -448,4 +452,36 @@ void paged_finished(PagedServer *s, ServingRun *run, Request *r)
 {
     release_blocks(s, run, r, 0);
     remove_running(s, r->index);
+}
+
+/* ------------------------------------------------------------ for beam.c */
+
+void paged_track_table(PagedServer *s, const BlockTable *t)
+{
+    track_table(s, t);
+}
+
+int paged_make_room(PagedServer *s, Request *r)
+{
+    return make_room_for_token(s, r);
+}
+
+void paged_start_running(PagedServer *s, ServingRun *run, Request *r)
+{
+    start_running(s, run, r);
+}
+
+void paged_preempt(PagedServer *s, ServingRun *run, Request *r)
+{
+    release_blocks(s, run, r, 1);
+    remove_running(s, r->index);
+    serving_preempt(run, r);
+    s->preemptions++;
+    if (r->index < s->first_waiting)
+        s->first_waiting = r->index;
+}
+
+void paged_release_table(PagedServer *s, ServingRun *run, Request *r)
+{
+    release_blocks(s, run, r, 0);
 }

@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "beam.h"
 #include "mem.h"
 #include "paged.h"
 
@@ -20,18 +21,28 @@ static int cache_blocks_at_most(const Request *r, int block_size)
     return block_count_for_tokens(r->max_tokens - 1, block_size);
 }
 
+/* "" by default; ", for each of W beams" with --beam W > 1, for the messages. */
+static const char *beams_note(const CliOptions *o, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (beam_group_size(o) > 1)
+        snprintf(buf, size, ", for each of %d beams", beam_group_size(o));
+    return buf;
+}
+
 static void reject_never_fitting(PagedServer *s, ServingRun *run)
 {
     const BlockPool *p = &s->kv.pool;
     int usable = p->n_blocks - s->watermark_blocks;
+    char beams[48];
     for (int i = 0; i < run->n_reqs; i++) {
         Request *r = &run->reqs[i];
-        int need = cache_blocks_at_most(r, p->shape.block_size);
+        int need = cache_blocks_at_most(r, p->shape.block_size) * beam_group_size(run->opts);
         if (r->phase == REQ_WAITING && need > usable)
             serving_reject(run, r,
-                           "it may need %d blocks of %d tokens (%d positions) but the whole pool has %d "
-                           "(%d above the watermark)",
-                           need, p->shape.block_size, r->max_tokens - 1, p->n_blocks, usable);
+                           "it may need %d blocks of %d tokens (%d positions%s) but the whole pool has %d "
+                           "(%d above the watermark)", need, p->shape.block_size, r->max_tokens - 1,
+                           beams_note(run->opts, beams, sizeof beams), p->n_blocks, usable);
     }
 }
 
@@ -46,7 +57,7 @@ static void print_setup(const PagedServer *s, const ServingRun *run, size_t budg
     if (run->device)
         kv_bytes_note = " (K/V bytes on the device)";
     fprintf(log, "%s: KV budget %s: %d blocks of %d tokens x %zu B = %s each (%ld tokens; %s left over)\n", name,
-            cli_format_bytes(a, sizeof a, (double)budget), p->n_blocks, p->shape.block_size, s->bytes_per_token,
+            cli_format_bytes(a, sizeof a, (double)budget), p->n_blocks, p->shape.block_size, paged_bytes_per_token(s),
             cli_format_bytes(b, sizeof b, (double)p->bytes_per_block), (long)p->n_blocks * p->shape.block_size,
             cli_format_bytes(d, sizeof d, (double)(budget - (size_t)p->n_blocks * p->bytes_per_block)));
     fprintf(log, "%s: max concurrency at the model's full length (%d tokens = %d blocks): %d; "
@@ -115,7 +126,7 @@ int paged_check(const ServingRun *run, Err *err)
         const Request *r = &run->reqs[i];
         if (r->phase != REQ_WAITING)
             continue;
-        if (cache_blocks_at_most(r, shape.block_size) <= usable)
+        if (cache_blocks_at_most(r, shape.block_size) * beam_group_size(run->opts) <= usable)
             return 0;
         if (smallest < 0 || r->max_tokens < run->reqs[smallest].max_tokens)
             smallest = i;
@@ -123,12 +134,13 @@ int paged_check(const ServingRun *run, Err *err)
     if (smallest < 0)
         return 0;
     const Request *r = &run->reqs[smallest];
-    char a[32];
+    char a[32], beams[48];
     return err_set(err,
                    "--kv-budget %s holds no request: the smallest (request %d) may need %d blocks of %d tokens "
-                   "(%d positions) but the whole pool has %d (%d above the watermark)",
+                   "(%d positions%s) but the whole pool has %d (%d above the watermark)",
                    cli_format_bytes(a, sizeof a, (double)serving_kv_budget(run)), r->spec->id,
-                   cache_blocks_at_most(r, shape.block_size), shape.block_size, r->max_tokens - 1, n_blocks, usable);
+                   cache_blocks_at_most(r, shape.block_size) * beam_group_size(run->opts), shape.block_size,
+                   r->max_tokens - 1, beams_note(run->opts, beams, sizeof beams), n_blocks, usable);
 }
 
 static int open_pool(PagedServer *s, ServingRun *run, Err *err)
@@ -177,7 +189,6 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err)
         return err_set(err, "out of memory");
     *server = s;
     s->kv.cfg = run->model->cfg;
-    s->bytes_per_token = run->kv_bytes_per_token;
     if (open_pool(s, run, err) || open_books(s, run, err))
         return -1;
     s->watermark_blocks = watermark_blocks(s->kv.pool.n_blocks, o->watermark);
@@ -199,6 +210,10 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err)
     int max_step_tokens = s->max_batched_tokens > decodes ? s->max_batched_tokens : decodes;
     if (s->sched && max_step_tokens > all_positions(run))
         max_step_tokens = all_positions(run); /* a budget larger than the whole file needs no larger buffers */
+    if ((o->n_samples > 1 || o->beam_width > 0) && !(s->sharing = mem_alloc(MEM_ACTIVATIONS, sizeof *s->sharing)))
+        return err_set(err, "out of memory");
+    if (o->beam_width > 0 && beam_open(s, run, &max_step_tokens, err)) /* beam.c */
+        return -1;
     if (serving_open_steps(run, max_step_tokens, run->n_reqs, err))
         return -1;
     return run->device ? paged_device_open(s, run, err) : 0;
@@ -216,6 +231,9 @@ void paged_close(PagedServer *s)
     mem_free(s->running);
     mem_free(s->block_filled);
     mem_free(s->block_track);
+    if (s->sharing)
+        beam_close(s->sharing->beam);
+    mem_free(s->sharing);
     mem_free(s);
 }
 
@@ -238,7 +256,10 @@ int paged_step(PagedServer *s, ServingRun *run, Err *err)
     KvSeam seam = paged_seam(&s->kv);
     if (serving_step_forward(run, &seam, err))
         return -1;
-    serving_step_sample(run); /* every fed request takes its next token */
+    if (s->sharing && s->sharing->beam)
+        beam_select(s, run);      /* --beam: each group keeps its best continuations (beam.c) */
+    else
+        serving_step_sample(run); /* every fed request takes its next token */
     if (s->sched)
         paged_sched_note_tokens(s, run); /* first tokens, for the steps to the first token */
     paged_account(s, run);    /* blocks held, rows filled, the breakdown (report.c) */

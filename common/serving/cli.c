@@ -12,7 +12,7 @@
 enum {
     OPT_MODEL = 1000, OPT_TOKENIZER, OPT_PROMPT, OPT_STEPS, OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_JSON,
     OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
-    OPT_BATCHING, OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_MAX_NUM_BATCHED_TOKENS,
+    OPT_BATCHING, OPT_ARENA, OPT_BLOCK_SIZE, OPT_N, OPT_BEAM, OPT_WATERMARK, OPT_MAX_NUM_BATCHED_TOKENS,
     OPT_MAX_NUM_SEQS, OPT_PREEMPT, OPT_SWAP_SPACE, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_HELP
 };
 
@@ -39,8 +39,10 @@ static const OptionSpec SPECS[] = {
     {"max-batch", OPT_MAX_BATCH, CLI_BATCHING, "N", "most requests in one batch (default 64)"},
     {"reserve", OPT_RESERVE, CLI_BATCHING, "max|request|pow2|grow", "how much K/V to reserve per request (default max)"},
     {"batching", OPT_BATCHING, CLI_BATCHING, "static|continuous", "static: a batch runs until its last request ends (FasterTransformer); continuous: a finished request frees its region at once, waiting ones join at every step (Orca) (default static)"},
+    {"arena", OPT_ARENA, CLI_BATCHING, "first-fit|buddy", "how regions are placed: exact sizes, first fit; or blocks of a power of two of positions, merged only with their buddy (the PagedAttention paper's Orca) (default first-fit)"},
     {"block-size", OPT_BLOCK_SIZE, CLI_PAGED, "N", "tokens per KV block, a power of two from 1 to 256 (default 16)"},
     {"n", OPT_N, CLI_PAGED, "N", "samples per prompt, sharing the prompt's blocks (default 1; needs --temperature > 0 when > 1)"},
+    {"beam", OPT_BEAM, CLI_PAGED, "W", "beam search with W beams per prompt, sharing blocks copy-on-write; --out holds the best beam (greedy, no --temperature or --n; --beam 1 is greedy)"},
     {"watermark", OPT_WATERMARK, CLI_PAGED, "PCT", "percent of blocks kept free when admitting, against thrashing (default 1)"},
     {"max-num-batched-tokens", OPT_MAX_NUM_BATCHED_TOKENS, CLI_PAGED, "N", "tokens one step may run, decodes first, then prompts in chunks that fit the rest (chunked prefill, as vLLM V1); no step exceeds it (default: max(seq_len, 2048) with whole prompts)"},
     {"max-num-seqs", OPT_MAX_NUM_SEQS, CLI_PAGED, "N", "most requests running at once (default: no limit, or --max-num-batched-tokens when that is given, so that every running request's decode fits a step)"},
@@ -68,6 +70,7 @@ void cli_defaults(CliOptions *o)
     o->max_batch = 64;
     o->reserve = "max";
     o->batching = "static";
+    o->arena = "first-fit";
     o->block_size = 16;
     o->n_samples = 1;
     o->watermark = 1;
@@ -133,6 +136,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     static const char *const kv_allocs[] = {"max", "grow", NULL};
     static const char *const reserves[] = {"max", "request", "pow2", "grow", NULL};
     static const char *const batchings[] = {"static", "continuous", NULL};
+    static const char *const arenas[] = {"first-fit", "buddy", NULL};
     static const char *const devices[] = {"cpu", "cuda", NULL};
     static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
     static const char *const preempts[] = {"recompute", "swap", NULL};
@@ -157,6 +161,9 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_N:
         if (cli_parse_long(name, arg, 1, 256, &v, err)) return -1;
         o->n_samples = (int)v; return 0;
+    case OPT_BEAM:
+        if (cli_parse_long(name, arg, 1, 64, &v, err)) return -1;
+        o->beam_width = (int)v; return 0;
     case OPT_WATERMARK:
         if (cli_parse_long(name, arg, 0, 50, &v, err)) return -1;
         o->watermark = (int)v; return 0;
@@ -189,6 +196,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_KV_ALLOC: return parse_choice(name, arg, kv_allocs, &o->kv_alloc, err);
     case OPT_RESERVE: return parse_choice(name, arg, reserves, &o->reserve, err);
     case OPT_BATCHING: return parse_choice(name, arg, batchings, &o->batching, err);
+    case OPT_ARENA: return parse_choice(name, arg, arenas, &o->arena, err);
     case OPT_DEVICE: return parse_choice(name, arg, devices, &o->device, err);
     case OPT_PREEMPT: return parse_choice(name, arg, preempts, &o->preempt, err);
     case OPT_KV_DTYPE: return parse_choice(name, arg, dtypes, &o->kv_dtype, err);
@@ -240,6 +248,17 @@ CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *o
     }
     if (optind < argc) {
         err_set(err, "unexpected argument '%s' (options start with --; see --help)", argv[optind]);
+        return CLI_ERROR;
+    }
+    if (opts->beam_width > 0 && (opts->n_samples > 1 || opts->temperature > 0.0f)) {
+        err_set(err, "--beam %d searches deterministically: it takes neither --n nor --temperature > 0",
+                opts->beam_width);
+        return CLI_ERROR;
+    }
+    if (opts->beam_width > 0 && (opts->max_num_batched_tokens || opts->max_num_seqs || opts->preempt ||
+                                 opts->swap_space)) {
+        err_set(err, "--beam %d schedules its groups of beams itself (whole prompts, recomputed when preempted): it "
+                "takes no --max-num-batched-tokens, --max-num-seqs, --preempt or --swap-space", opts->beam_width);
         return CLI_ERROR;
     }
     if (opts->n_samples > 1 && opts->temperature <= 0.0f) {

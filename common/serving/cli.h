@@ -21,8 +21,8 @@ typedef enum {
     CLI_SAMPLING = 1 << 2,  /**< --temperature --top-p --seed */
     CLI_KV_ALLOC = 1 << 3,  /**< --kv-alloc (chapter 2) */
     CLI_SERVING = 1 << 4,   /**< --requests --out --kv-budget (chapters 3, 4) */
-    CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve --batching (chapter 3) */
-    CLI_PAGED = 1 << 6,     /**< --block-size --n --watermark --max-num-batched-tokens --max-num-seqs --preempt --swap-space (chapter 4 and the chapters built on its scheduler) */
+    CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve --batching --arena (chapter 3) */
+    CLI_PAGED = 1 << 6,     /**< --block-size --n --beam --watermark --max-num-batched-tokens --max-num-seqs --preempt --swap-space (chapter 4 and the chapters built on its scheduler) */
     CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype --weight-dtype */
 } CliFeature;
 
@@ -45,8 +45,10 @@ typedef struct {
     int max_batch;              /**< --max-batch */
     const char *reserve;        /**< --reserve: max | request | pow2 | grow */
     const char *batching;       /**< --batching: static | continuous (NULL: static) */
+    const char *arena;          /**< --arena: first-fit | buddy (NULL: first-fit) */
     int block_size;             /**< --block-size */
     int n_samples;              /**< --n: samples per prompt */
+    int beam_width;             /**< --beam: beams per prompt (beam search); 0 = off */
     int watermark;              /**< --watermark: free blocks kept back, percent of the pool */
     int max_num_batched_tokens; /**< --max-num-batched-tokens: tokens of one step, prompts in chunks (0: not given) */
     int max_num_seqs;           /**< --max-num-seqs: most requests running at once (0: not given) */

@@ -239,7 +239,8 @@ int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const 
     run->tokenizer = t;
     run->opts = opts;
     run->kv_bytes_per_token = model_kv_bytes_per_token(&m->cfg, sizeof(float));
-    int n = opts->n_samples > 0 ? opts->n_samples : 1;
+    /* --n samples or --beam beams of each line, one request each. */
+    int n = opts->beam_width > 0 ? opts->beam_width : opts->n_samples > 0 ? opts->n_samples : 1;
     if (check_request_count(rf->count, n, &m->cfg, err))
         return -1;
     run->n_reqs = rf->count * n;
@@ -299,6 +300,14 @@ static int take_token(ServingRun *run, Request *r, int next)
         return 1;
     }
     return 0;
+}
+
+int serving_take_token(ServingRun *run, Request *r, int next)
+{
+    if (!take_token(run, r, next))
+        return 0;
+    run->finished_now[run->n_finished++] = r->index;
+    return 1;
 }
 
 /* Samples the next token of every request that got logits this step
@@ -612,6 +621,8 @@ static void write_request_line(FILE *f, const ServingRun *run, const Request *r)
     json_int(&j, "preemptions", r->preemptions);
     if (r->finish == REQ_FINISH_REJECTED)
         json_string(&j, "note", r->note);
+    if (run->out_extra)
+        run->out_extra(run->out_ctx, &j, r);
     json_end_object(&j);
     fputc('\n', f);
     free(text);
@@ -623,6 +634,7 @@ int serving_write_jsonl(const ServingRun *run, const char *path, Err *err)
     if (outfile_open(&out, "--out", path, err))
         return -1;
     for (int i = 0; i < run->n_reqs; i++)
-        write_request_line(out.f, run, &run->reqs[i]);
+        if (!run->out_keep || run->out_keep(run->out_ctx, &run->reqs[i]))
+            write_request_line(out.f, run, &run->reqs[i]);
     return outfile_commit(&out, err);
 }

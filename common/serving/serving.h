@@ -201,6 +201,22 @@ typedef struct ServingRun {
      */
     void (*observe)(void *ctx, const struct ServingRun *run);
     void *observe_ctx;         /**< passed to observe */
+    /**
+     * Optional (NULL: every request): whether request @p r gets a line in
+     * `--out`. Chapter 4's beam search writes only each prompt's best beam.
+     * @param ctx  out_ctx
+     * @param r    the request
+     * @return 1 to write it
+     */
+    int (*out_keep)(void *ctx, const Request *r);
+    /**
+     * Optional (NULL: none): extra keys of request @p r's `--out` line.
+     * @param ctx  out_ctx
+     * @param j    the writer, inside the line's object
+     * @param r    the request
+     */
+    void (*out_extra)(void *ctx, JsonWriter *j, const Request *r);
+    void *out_ctx;             /**< passed to out_keep and out_extra */
 } ServingRun;
 
 /**
@@ -213,6 +229,19 @@ typedef struct ServingRun {
  * @return 0 on success, -1 when the batch or logits capacity is exceeded
  */
 int serving_feed(ServingRun *run, Request *r, Err *err);
+
+/**
+ * Gives @p r its next token, as sampling does: BOS or EOS finishes it
+ * (the token is not kept), otherwise it is appended and the request
+ * finishes when it has max_tokens. A finished request is added to
+ * run->finished_now (run->n_finished counts them). Chapter 4's beam search
+ * chooses its tokens itself and hands them over this way.
+ * @param run   the run
+ * @param r     a request fed this step
+ * @param next  the token
+ * @return 1 when @p r finished, else 0
+ */
+int serving_take_token(ServingRun *run, Request *r, int next);
 
 /**
  * Adds positions n_cached .. @p end - 1 of @p r to this step's batch: a

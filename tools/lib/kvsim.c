@@ -7,6 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "batching.h"
+#include "mem.h"
 #include "parse.h"
 
 /* ------------------------------------------------------------ GPUs */
@@ -145,17 +147,26 @@ static double normal(KvsimRng *r)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static double draw_once(const KvsimDist *d, KvsimRng *r)
+/* A lognormal's mu for a mean before truncation: mean = exp(mu + sigma^2 / 2). */
+static double mu_for_mean(const KvsimDist *d)
+{
+    return log(d->a) - 0.5 * d->b * d->b;
+}
+
+/* One length; a lognormal draws with the given mu. */
+static double draw_with_mu(const KvsimDist *d, double mu, KvsimRng *r)
 {
     switch (d->kind) {
     case KVSIM_FIXED: return d->a;
     case KVSIM_UNIFORM: return d->a + floor(kvsim_rng_uniform(r) * (d->b - d->a + 1.0));
-    case KVSIM_LOGNORMAL: {
-        double mu = log(d->a) - 0.5 * d->b * d->b;
-        return floor(exp(mu + d->b * normal(r)) + 0.5);
-    }
+    case KVSIM_LOGNORMAL: return floor(exp(mu + d->b * normal(r)) + 0.5);
     }
     return d->a;
+}
+
+static double draw_once(const KvsimDist *d, KvsimRng *r)
+{
+    return draw_with_mu(d, d->kind == KVSIM_LOGNORMAL ? mu_for_mean(d) : 0.0, r);
 }
 
 int kvsim_dist_draw(const KvsimDist *d, int lo, int hi, KvsimRng *r)
@@ -196,6 +207,12 @@ int kvsim_workload_check(const KvsimWorkload *w, int seq_len, Err *err)
         return err_set(err, "--max-new %d: must be at least 1 (or oracle)", w->max_new_tokens);
     if (!(w->rate >= 0) || w->rate > 1e6)
         return err_set(err, "--rate %g: give requests per step >= 0 (0: all at once)", w->rate);
+    /* Gaps are at most 37 / rate steps (-log of a 53-bit uniform): this
+     * keeps every arrival step far inside a long. */
+    if (w->rate > 0 && (double)w->n_requests / w->rate > KVSIM_MAX_ARRIVAL_STEPS)
+        return err_set(err, "arrivals at %.3g requests per step (--rate, or --rate-per-s x --step-ms / 1000) spread "
+                       "%d requests over about %.3g steps, more than the %.0e a run may span", w->rate,
+                       w->n_requests, (double)w->n_requests / w->rate, KVSIM_MAX_ARRIVAL_STEPS);
     if (!reaches(&w->input, 1, w->max_input))
         return err_set(err, "--input %s never gives a prompt of 1 to %d tokens (--max-input)",
                        kvsim_dist_format(a, sizeof a, &w->input), w->max_input);
@@ -207,17 +224,157 @@ int kvsim_workload_check(const KvsimWorkload *w, int seq_len, Err *err)
     return 0;
 }
 
-void kvsim_make_requests(const KvsimWorkload *w, int seq_len, SimRequestSpec *out)
+/* ------------------------------------------------------------ the filter */
+
+/* What the filter keeps, with the service's own limits: prompts in
+ * [min, input_hi], outputs in [min, output_hi(prompt)]. */
+typedef struct {
+    int min, input_hi, output_cap, total_hi;
+} KeptSet;
+
+static int min_int(int a, int b) { return a < b ? a : b; }
+
+static KeptSet kept_set(const KvsimWorkload *w, int seq_len)
+{
+    const KvsimFilter *f = &w->filter;
+    int total = min_int(f->max_total, seq_len);
+    return (KeptSet){.min = f->min, .input_hi = min_int(f->max_input, w->max_input), .output_cap = w->max_output,
+                     .total_hi = total};
+}
+
+static int output_hi(const KeptSet *k, int prompt)
+{
+    return min_int(k->output_cap, k->total_hi - prompt);
+}
+
+static int kept(const KeptSet *k, int prompt, int output)
+{
+    return prompt >= k->min && prompt <= k->input_hi && output >= k->min && output <= output_hi(k, prompt);
+}
+
+static double std_normal_cdf(double z)
+{
+    return 0.5 * erfc(-z / sqrt(2.0));
+}
+
+/* pmf[k], k = 0..n: the chance that one draw is k (a lognormal rounds
+ * exp(N(mu, sigma^2)) to the nearest integer). */
+static void length_pmf(const KvsimDist *d, double mu, double *pmf, int n)
+{
+    for (int k = 0; k <= n; k++) {
+        if (d->kind == KVSIM_FIXED)
+            pmf[k] = k == (int)d->a;
+        else if (d->kind == KVSIM_UNIFORM)
+            pmf[k] = k >= d->a && k <= d->b ? 1.0 / (d->b - d->a + 1.0) : 0.0;
+        else if (k == 0)
+            pmf[k] = std_normal_cdf((log(0.5) - mu) / d->b);
+        else
+            pmf[k] = std_normal_cdf((log(k + 0.5) - mu) / d->b) - std_normal_cdf((log(k - 0.5) - mu) / d->b);
+    }
+}
+
+/* The kept pairs' share and means, for prompts ~ pin and outputs ~ pout. */
+static void kept_means(const KeptSet *k, const double *pin, const double *pout, int n_out, double *cum, double *cumx,
+                       KvsimFilterFit *fit)
+{
+    cum[0] = cumx[0] = 0.0;
+    for (int o = 1; o <= n_out; o++) {
+        int in = o >= k->min; /* outputs below min are never kept */
+        cum[o] = cum[o - 1] + (in ? pout[o] : 0.0);
+        cumx[o] = cumx[o - 1] + (in ? o * pout[o] : 0.0);
+    }
+    double z = 0.0, sum_in = 0.0, sum_out = 0.0;
+    for (int p = k->min; p <= k->input_hi; p++) {
+        int hi = output_hi(k, p);
+        if (hi < k->min)
+            continue;
+        z += pin[p] * cum[hi];
+        sum_in += p * pin[p] * cum[hi];
+        sum_out += pin[p] * cumx[hi];
+    }
+    fit->kept = z;
+    fit->mean_input = z > 0 ? sum_in / z : 0.0;
+    fit->mean_output = z > 0 ? sum_out / z : 0.0;
+}
+
+int kvsim_filter_solve(const KvsimWorkload *w, int seq_len, KvsimFilterFit *fit, Err *err)
+{
+    KeptSet k = kept_set(w, seq_len);
+    int n_in = k.input_hi, n_out = k.total_hi;
+    if (n_in < k.min || output_hi(&k, k.min) < k.min)
+        return err_set(err, "--filter %d:%d:%d keeps no request under --max-input %d and --max-output %d",
+                       w->filter.min, w->filter.max_input, w->filter.max_total, w->max_input, w->max_output);
+    double *buf = mem_alloc_array(MEM_ACTIVATIONS, (size_t)(n_in + 1) + 3u * (size_t)(n_out + 1), sizeof(double));
+    if (!buf)
+        return err_set(err, "out of memory for the length distributions");
+    double *pin = buf, *pout = pin + n_in + 1, *cum = pout + n_out + 1, *cumx = cum + n_out + 1;
+    double mu_in = w->input.kind == KVSIM_LOGNORMAL ? mu_for_mean(&w->input) : 0.0;
+    double mu_out = w->output.kind == KVSIM_LOGNORMAL ? mu_for_mean(&w->output) : 0.0;
+    for (int it = 0; it < 200; it++) {
+        length_pmf(&w->input, mu_in, pin, n_in);
+        length_pmf(&w->output, mu_out, pout, n_out);
+        kept_means(&k, pin, pout, n_out, cum, cumx, fit);
+        if (fit->kept < 1e-3)
+            break;
+        /* A larger mu moves the kept mean up: step by the ratio missing. */
+        if (w->input.kind == KVSIM_LOGNORMAL)
+            mu_in += log(w->input.a / fit->mean_input);
+        if (w->output.kind == KVSIM_LOGNORMAL)
+            mu_out += log(w->output.a / fit->mean_output);
+    }
+    mem_free(buf);
+    fit->mu_input = mu_in;
+    fit->mu_output = mu_out;
+    char a[64], b[64];
+    if (fit->kept < 1e-3)
+        return err_set(err, "--filter %d:%d:%d keeps %.2g of the requests drawn from --input %s and --output %s",
+                       w->filter.min, w->filter.max_input, w->filter.max_total, fit->kept,
+                       kvsim_dist_format(a, sizeof a, &w->input), kvsim_dist_format(b, sizeof b, &w->output));
+    int off_in = w->input.kind == KVSIM_LOGNORMAL && fabs(fit->mean_input / w->input.a - 1.0) > 1e-6;
+    int off_out = w->output.kind == KVSIM_LOGNORMAL && fabs(fit->mean_output / w->output.a - 1.0) > 1e-6;
+    if (off_in || off_out)
+        return err_set(err, "--filter %d:%d:%d: no lognormal of sigma %g and %g keeps requests of mean %g and %g "
+                       "(the closest keep %.1f and %.1f)", w->filter.min, w->filter.max_input, w->filter.max_total,
+                       w->input.b, w->output.b, w->input.a, w->output.a, fit->mean_input, fit->mean_output);
+    return 0;
+}
+
+/* A kept pair: drawn again as a pair until the filter keeps it (a
+ * benchmark drops the whole request). */
+static void draw_kept_pair(const KvsimWorkload *w, const KeptSet *k, const KvsimFilterFit *fit, KvsimRng *r,
+                           int *prompt, int *output)
+{
+    double p = 0, o = 0;
+    for (long attempt = 0; attempt < 1000000; attempt++) {
+        p = draw_with_mu(&w->input, fit->mu_input, r);
+        o = draw_with_mu(&w->output, fit->mu_output, r);
+        if (p < 1e7 && o < 1e7 && kept(k, (int)p, (int)o))
+            break;
+    }
+    /* kvsim_filter_solve() refused filters that keep under 1e-3: a million
+     * misses in a row does not happen; clamp rather than loop forever. */
+    *prompt = p < k->min ? k->min : p > k->input_hi ? k->input_hi : (int)p;
+    int hi = output_hi(k, *prompt);
+    *output = o < k->min ? k->min : o > hi ? hi : (int)o;
+}
+
+void kvsim_make_requests(const KvsimWorkload *w, int seq_len, const KvsimFilterFit *fit, SimRequestSpec *out)
 {
     KvsimRng lengths, arrivals;
     kvsim_rng_seed(&lengths, w->seed);
     /* A separate stream: the lengths do not change with the rate. */
     kvsim_rng_seed(&arrivals, w->seed ^ 0x5851f42d4c957f2dULL);
+    KeptSet k = kept_set(w, seq_len);
     double t = 0.0;
     for (int i = 0; i < w->n_requests; i++) {
-        int prompt = kvsim_dist_draw(&w->input, 1, w->max_input, &lengths);
-        int room = seq_len - prompt;
-        int output = kvsim_dist_draw(&w->output, 1, w->max_output < room ? w->max_output : room, &lengths);
+        int prompt, output;
+        if (w->filter.max_total > 0 && fit) {
+            draw_kept_pair(w, &k, fit, &lengths, &prompt, &output);
+        } else {
+            prompt = kvsim_dist_draw(&w->input, 1, w->max_input, &lengths);
+            int room = seq_len - prompt;
+            output = kvsim_dist_draw(&w->output, 1, w->max_output < room ? w->max_output : room, &lengths);
+        }
         int asks = w->max_new_tokens > 0 ? w->max_new_tokens : output;
         if (i > 0 && w->rate > 0)
             t += -log(1.0 - kvsim_rng_uniform(&arrivals)) / w->rate;
@@ -226,22 +383,86 @@ void kvsim_make_requests(const KvsimWorkload *w, int seq_len, SimRequestSpec *ou
     }
 }
 
+void kvsim_knowing_outputs(const SimRequestSpec *asked, int n, SimRequestSpec *oracle, SimRequestSpec *out_pow2)
+{
+    for (int i = 0; i < n; i++) {
+        oracle[i] = out_pow2[i] = asked[i];
+        oracle[i].max_new_tokens = asked[i].output_tokens;
+        out_pow2[i].max_new_tokens = reserve_round_up_pow2(asked[i].output_tokens);
+    }
+}
+
 /* ------------------------------------------------------------ one run */
 
-/* What the chapters' own books do not separate: KV that requests keep
- * after they finished (chapter 3 releases a batch's regions only when the
- * whole batch is done, and counts what they hold as token states). The
- * run's observer looks at every step, after its accounting. */
+/* What the chapters' own books do not separate, watched after every step
+ * (the run's observer, after the chapter's accounting, before finished
+ * requests let go):
+ *
+ * - KV that requests keep after they finished (chapter 3 releases a
+ *   batch's regions only when the whole batch is done, and counts what
+ *   they hold as token states);
+ * - the paper's Fig. 2 split of the whole pool (KvsimResult.pool_share):
+ *   what each holding request holds, will still fill, asked for and will
+ *   never fill. */
 typedef struct {
+    ServeChapter ch;
+    ReservePolicy policy;     /* chapter 3: what a region asks for */
+    int block_size;           /* chapter 4: a request asks for its blocks */
     double finished_reserved; /* byte-steps reserved by requests finished in an earlier step */
     double finished_used;     /* of which holding their tokens */
+    double pool_held[3];      /* slot-steps: token states, reservation, internal fragmentation */
+    int first_live;           /* requests before this one are done and hold nothing */
 } Watch;
+
+/* Positions request r will hold at the end: its stop, or its last allowed
+ * token (which is sampled, never fed). */
+static int final_positions(const Request *r)
+{
+    return r->stop_at > 0 ? r->stop_at : r->max_tokens - 1;
+}
+
+/* Whether r holds memory after this step, and how many positions it asked
+ * for: chapter 3 until its region is released (r->kv.reserved), its
+ * policy's size before any buddy rounding; chapter 4 while it runs (or
+ * finished this step), its blocks. */
+static int positions_asked(const Watch *watch, const ServingRun *run, const Request *r)
+{
+    if (watch->ch == SERVE_PAGED) {
+        int holds = r->phase == REQ_RUNNING || (r->phase == REQ_DONE && r->finish != REQ_FINISH_REJECTED &&
+                                                 r->finished_step == run->step);
+        return holds ? (r->n_cached + watch->block_size - 1) / watch->block_size * watch->block_size : 0;
+    }
+    if (r->kv.reserved == 0)
+        return 0;
+    if (watch->policy == RESERVE_GROW)
+        return (int)(r->kv.reserved / run->kv_bytes_per_token);
+    return reserve_initial_tokens(watch->policy, r->n_tokens, r->max_tokens, run->model->cfg.seq_len);
+}
+
+static void watch_pool(Watch *watch, const ServingRun *run, const Request *r)
+{
+    int asked = positions_asked(watch, run, r);
+    if (asked == 0)
+        return;
+    int held = r->n_cached, final = final_positions(r);
+    int will_hold = final < asked ? final : asked;
+    watch->pool_held[0] += held;
+    watch->pool_held[1] += will_hold > held ? will_hold - held : 0;
+    watch->pool_held[2] += asked > will_hold ? asked - will_hold : 0;
+}
 
 static void watch_step(void *ctx, const ServingRun *run)
 {
     Watch *watch = ctx;
-    for (int i = 0; i < run->n_reqs; i++) {
+    /* Requests are served in arrival order, so those still holding memory
+     * lie after the first few that are done. */
+    while (watch->first_live < run->n_arrived && run->reqs[watch->first_live].phase == REQ_DONE &&
+           run->reqs[watch->first_live].kv.reserved == 0 &&
+           (watch->ch != SERVE_PAGED || run->reqs[watch->first_live].finished_step < run->step))
+        watch->first_live++;
+    for (int i = watch->first_live; i < run->n_arrived; i++) {
         const Request *r = &run->reqs[i];
+        watch_pool(watch, run, r);
         if (r->phase != REQ_DONE || r->kv.reserved == 0 || r->finished_step >= run->step)
             continue;
         size_t used = (size_t)r->n_cached * run->kv_bytes_per_token;
@@ -250,7 +471,7 @@ static void watch_step(void *ctx, const ServingRun *run)
     }
 }
 
-static void collect(const ServingRun *run, const Watch *watch, KvsimResult *res)
+static void collect(const ServingRun *run, const Watch *watch, size_t pool_slots, KvsimResult *res)
 {
     memset(res, 0, sizeof *res);
     res->max_concurrent = run->max_concurrent;
@@ -263,6 +484,14 @@ static void collect(const ServingRun *run, const Watch *watch, KvsimResult *res)
     double total = b->token_states + b->reserved + b->internal_fragmentation + b->external_fragmentation;
     res->held_by_finished = total > 0 ? watch->finished_reserved / total : 0.0;
     res->live_token_states = total > 0 ? (b->token_states - watch->finished_used) / total : 0.0;
+    /* Every step of the run, idle ones too (nothing held then), is one
+     * pool's worth of slots. */
+    double pool = (double)pool_slots * (double)run->step, held = 0.0;
+    for (int i = 0; i < 3; i++) {
+        res->pool_share[i] = pool > 0 ? watch->pool_held[i] / pool : 0.0;
+        held += res->pool_share[i];
+    }
+    res->pool_share[3] = pool > 0 ? 1.0 - held : 0.0;
     res->preemptions = serving_preemptions(run);
     res->steps = run->step;
     res->busy_steps = run->busy_steps;
@@ -298,14 +527,18 @@ int kvsim_run(ServeChapter ch, const Model *shape, const CliOptions *o, size_t k
     ServingRun run;
     if (serving_sim_init(&run, shape, o, kv_bytes_per_token, reqs, n, err))
         return -1;
-    Watch watch = {0};
+    Watch watch = {.ch = ch, .block_size = o->block_size};
+    if (ch == SERVE_BATCHING && reserve_policy_parse(o->reserve, &watch.policy, err)) {
+        serving_run_free(&run);
+        return -1;
+    }
     run.observe = watch_step;
     run.observe_ctx = &watch;
     int rc = serve_check(ch, &run, err);
     if (rc == 0)
         rc = serve_run(ch, &run, log, err);
     if (rc == 0)
-        collect(&run, &watch, res);
+        collect(&run, &watch, serving_kv_budget(&run) / kv_bytes_per_token, res);
     serving_run_free(&run);
     return rc;
 }

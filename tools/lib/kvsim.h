@@ -141,6 +141,22 @@ double kvsim_rng_uniform(KvsimRng *r);
  */
 int kvsim_dist_draw(const KvsimDist *d, int lo, int hi, KvsimRng *r);
 
+/**
+ * A benchmark's filter (`--filter MIN:MAXIN:MAXTOTAL`): a request whose
+ * prompt or output is shorter than @c min, whose prompt is longer than
+ * @c max_input or whose prompt + output is longer than @c max_total is
+ * dropped, and the pair is drawn again (vLLM's benchmark script drops
+ * ShareGPT requests this way: 4, 1024, 2048). With a filter, a lognormal's
+ * MEAN is the mean of the requests the filter keeps: its parameter mu is
+ * solved for that (kvsim_filter_solve()), so the filter does not bias the
+ * means.
+ */
+typedef struct {
+    int min;       /**< shortest prompt and output kept, >= 1 */
+    int max_input; /**< longest prompt kept */
+    int max_total; /**< longest prompt + output kept; 0: no filter */
+} KvsimFilter;
+
 /** What requests a simulation serves. */
 typedef struct {
     int n_requests;     /**< how many */
@@ -151,11 +167,40 @@ typedef struct {
     int max_new_tokens; /**< what each request asks for (what `request`/`pow2` reserve): 0 = its true output length (the paper's oracle) */
     double rate;        /**< arrivals per simulated step (Poisson); 0: all arrive at step 0 */
     uint64_t seed;      /**< seeds lengths and arrivals */
+    KvsimFilter filter; /**< max_total 0: no filter (lengths out of bounds are redrawn one at a time, which lowers the means) */
 } KvsimWorkload;
+
+/** What kvsim_filter_solve() found. */
+typedef struct {
+    double mu_input;   /**< mu of ln(prompt length) before the filter */
+    double mu_output;  /**< mu of ln(output length) before the filter */
+    double mean_input;  /**< mean prompt of the kept requests (the target, when it converged) */
+    double mean_output; /**< mean output of the kept requests */
+    double kept;        /**< share of the drawn pairs the filter keeps */
+} KvsimFilterFit;
+
+/**
+ * For a workload with a filter: the parameters mu of the lognormal input
+ * and output distributions whose kept pairs have means input.a and
+ * output.a, found by iterating mu += ln(target / mean kept) on the exact
+ * distribution of the rounded lengths (no sampling). A distribution that
+ * is not lognormal is taken as it is.
+ * @param w        the workload (filter.max_total > 0)
+ * @param seq_len  the model's longest sequence (no kept pair is longer)
+ * @param fit      receives the parameters and what they give
+ * @param err      receives the reason when the filter keeps (almost) nothing
+ *                 or the means cannot be reached
+ * @return 0 on success, -1 on failure
+ */
+int kvsim_filter_solve(const KvsimWorkload *w, int seq_len, KvsimFilterFit *fit, Err *err);
+
+/** Mean span of the arrivals (requests / rate), in steps, beyond which a
+ *  workload is refused: arrival steps stay far inside a long. */
+#define KVSIM_MAX_ARRIVAL_STEPS 1e12
 
 /**
  * Checks a workload against the model's seq_len (lengths that can never
- * be drawn, limits that leave no room).
+ * be drawn, limits that leave no room, arrivals too slow to fit a run).
  * @param w        the workload
  * @param seq_len  the model's longest sequence
  * @param err      receives the reason on failure
@@ -166,12 +211,27 @@ int kvsim_workload_check(const KvsimWorkload *w, int seq_len, Err *err);
 /**
  * Draws the requests: for each, a prompt length, an output length, what it
  * asks for, and its arrival step (the first at step 0, then exponential
- * gaps of mean 1/rate steps, rounded down).
+ * gaps of mean 1/rate steps, rounded down). With a filter, pairs are drawn
+ * from the distributions of @p fit until one is kept.
  * @param w        the workload (checked)
  * @param seq_len  the model's longest sequence
+ * @param fit      with a filter, what kvsim_filter_solve() found; else NULL
  * @param out      [w->n_requests] receives the requests in arrival order
  */
-void kvsim_make_requests(const KvsimWorkload *w, int seq_len, SimRequestSpec *out);
+void kvsim_make_requests(const KvsimWorkload *w, int seq_len, const KvsimFilterFit *fit, SimRequestSpec *out);
+
+/**
+ * The same requests as the PagedAttention paper's Orca baselines that know
+ * each output length ask for them (its Sec. 6.1): Orca (Oracle) exactly
+ * the output; Orca (Pow2) the output rounded up to a power of two ("if the
+ * true output length is 25, it reserves 32 positions for outputs"); the
+ * prompt comes on top in both (chapter 3's `--reserve request`).
+ * @param asked     [n] the requests
+ * @param n         how many
+ * @param oracle    [n] receives them asking for their output length
+ * @param out_pow2  [n] receives them asking for it rounded up to a power of two
+ */
+void kvsim_knowing_outputs(const SimRequestSpec *asked, int n, SimRequestSpec *oracle, SimRequestSpec *out_pow2);
 
 /** What one strategy did with one workload. */
 typedef struct {
@@ -192,6 +252,18 @@ typedef struct {
     long tokens_generated;   /**< new tokens of all requests */
     double served_per_step;  /**< completed / steps */
     double mean_latency;     /**< steps from arrival to finish, averaged over completed requests */
+    /**
+     * The PagedAttention paper's Fig. 2 method: shares of the **whole KV
+     * pool** (slots x steps, idle steps included), not of what was
+     * reserved: token states (positions holding K/V); reservation
+     * (positions a request asked for that it will still fill);
+     * internal fragmentation (positions it asked for and will never
+     * fill); external fragmentation and others (the rest of the pool:
+     * free, too scattered to use, or lost to a buddy block's rounding
+     * beyond what the request asked for). A paged request asks for its
+     * blocks.
+     */
+    double pool_share[4];
 } KvsimResult;
 
 /**
