@@ -341,7 +341,7 @@ static void tell_head_waits(BatchingState *b, const ServingRun *run)
     if (head->index == b->told_head && reason == b->told_reason)
         return;
     b->told_head = head->index;
-    b->told_reason = reason;
+    b->told_reason = (signed char)reason;
     if (reason == 3)
         tell(b, "step %ld: request %d waits: the batch is full (--max-batch %d)", run->step, head->spec->id,
              b->max_batch);

@@ -226,9 +226,10 @@ typedef struct {
     FILE *log;                /**< where refusals and batches are told (NULL: quiet) */
     long log_lines;           /**< lines told so far */
     char last_refusal[256];   /**< the latest "request N waits/cannot grow: ..." line */
-    int last_refusal_fragmented; /**< 1: that refusal had enough free bytes in total */
     int told_head;            /**< request whose wait the log told last (-1: none), so a wait is told once */
-    int told_reason;          /**< why it waited then: 1 no space, 2 fragmentation, 3 batch full */
+    signed char told_reason;  /**< why it waited then: 1 no space, 2 fragmentation, 3 batch full */
+    signed char last_refusal_fragmented; /**< 1: that refusal had enough free bytes in total (this and told_reason
+                                              are bytes, so that the state keeps its size: the same memory tables) */
     Err fault;                /**< a bookkeeping error seen by batching_finished(), which cannot return one (empty: none); the next schedule reports it */
     int first_waiting;        /**< no request before this index is waiting: where admission starts looking (batching_requeue() moves it back) */
     ArenaKind arena_kind;     /**< --arena */
