@@ -41,7 +41,11 @@ static void close_block_track(void *ctx, int block)
 static void release_blocks(PagedServer *s, ServingRun *run, Request *r, int preempted)
 {
     ReleaseBooks rb = {s, &run->breakdown, preempted};
-    block_table_release(&s->kv.pool, &s->kv.tables.tables[r->index], close_block_track, &rb);
+    BlockTable *t = &s->kv.tables.tables[r->index];
+    if (s->cache) /* a cache above the pool keeps what it may hand out again (paged.h) */
+        s->cache->release(s->cache->ctx, r, t, close_block_track, &rb);
+    else
+        block_table_release(&s->kv.pool, t, close_block_track, &rb);
 }
 
 static void remove_running(PagedServer *s, int index)
@@ -69,6 +73,17 @@ static Request *preempt_newest(PagedServer *s, ServingRun *run)
     return victim;
 }
 
+/* At least n blocks on the free stack, asking a cache above the pool for
+ * the free blocks it keeps when there are too few. */
+static int make_free(PagedServer *s, int n)
+{
+    BlockPool *p = &s->kv.pool;
+    while (p->n_free < n && s->cache && s->cache->reclaim(s->cache->ctx) == 0) {
+        /* one parked block is back on the stack */
+    }
+    return p->n_free >= n ? 0 : -1;
+}
+
 /* ------------------------------------------------------------ decodes */
 
 /* Makes the slot of r's newest token (position n_tokens - 1) exist and be
@@ -79,7 +94,7 @@ static int make_room_for_token(PagedServer *s, Request *r)
     BlockPool *p = &s->kv.pool;
     BlockTable *t = &s->kv.tables.tables[r->index];
     int pos = r->n_tokens - 1, copied = 0;
-    if (block_table_blocks_to_write(p, t, pos) > p->n_free)
+    if (make_free(s, block_table_blocks_to_write(p, t, pos)))
         return -1;
     if (block_table_grow(p, t, pos + 1) || block_table_make_writable(p, t, pos, &copied))
         return -1;
@@ -140,12 +155,22 @@ static void start_running(PagedServer *s, ServingRun *run, Request *r)
  * and its tokens fed; each sibling's table points at the same blocks (one
  * more holder each) and it samples from i's logits row. Their K/V are
  * i's, in the shared blocks, once this step's forward pass has run. */
-static int admit_group(PagedServer *s, ServingRun *run, int i, int group, Err *err)
+static int admit_group(PagedServer *s, ServingRun *run, int i, int group, const PagedCachedPrefix *hit, Err *err)
 {
     Request *r = &run->reqs[i];
     BlockTable *t = &s->kv.tables.tables[i];
-    if (block_table_grow(&s->kv.pool, t, r->n_tokens))
+    if (s->cache) { /* the blocks a cache above the pool holds for r come first */
+        s->cache->admitted(s->cache->ctx, r, t, hit);
+        r->n_cached = hit->n_blocks * s->kv.pool.shape.block_size;
+    }
+    int fresh = block_count_for_tokens(r->n_tokens, s->kv.pool.shape.block_size) - t->n_blocks;
+    if (make_free(s, fresh) || block_table_grow(&s->kv.pool, t, r->n_tokens)) {
+        if (s->cache) { /* the cached blocks go back too: r waits with an empty table */
+            release_blocks(s, run, r, 1);
+            r->n_cached = 0;
+        }
         return 1; /* not admitted (only an unfinished lab allocator gets here) */
+    }
     track_table(s, t);
     start_running(s, run, r);
     if (serving_feed(run, r, err))
@@ -159,6 +184,14 @@ static int admit_group(PagedServer *s, ServingRun *run, int i, int group, Err *e
             return -1;
     }
     return 0;
+}
+
+/* The leading blocks of r that a cache above the pool holds already
+ * (none without one). */
+static PagedCachedPrefix cached_prefix(const PagedServer *s, const Request *r)
+{
+    PagedCachedPrefix none = {0, 0, NULL};
+    return s->cache ? s->cache->lookup(s->cache->ctx, r) : none;
 }
 
 /* First come, first served: the queue is the requests in arrival order
@@ -179,11 +212,15 @@ static int admit_waiting(PagedServer *s, ServingRun *run, Err *err)
         if (r->phase != REQ_WAITING)
             continue;
         int group = fork_group_size(run, i);
-        int needed = block_count_for_tokens(r->n_tokens, bs); /* every position is (re)computed */
-        if (!paged_can_admit(s->kv.pool.n_free, needed, s->watermark_blocks) ||
-            run->n_entries + r->n_tokens > s->max_batched_tokens || run->n_logits >= run->max_logits)
+        PagedCachedPrefix hit = cached_prefix(s, r);
+        /* Every position that is not cached is (re)computed, into new
+         * blocks; cached blocks that nobody holds leave the free ones too. */
+        int needed = block_count_for_tokens(r->n_tokens, bs) - hit.n_blocks + hit.n_free;
+        int to_feed = r->n_tokens - hit.n_blocks * bs;
+        if (!paged_can_admit(block_pool_available(&s->kv.pool), needed, s->watermark_blocks) ||
+            run->n_entries + to_feed > s->max_batched_tokens || run->n_logits >= run->max_logits)
             break;
-        int rc = admit_group(s, run, i, group, err);
+        int rc = admit_group(s, run, i, group, &hit, err);
         if (rc < 0)
             return -1;
         if (rc > 0)

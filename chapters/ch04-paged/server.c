@@ -35,11 +35,11 @@ static void reject_never_fitting(PagedServer *s, ServingRun *run)
     }
 }
 
-static void print_setup(const PagedServer *s, const ServingRun *run, size_t budget, FILE *log)
+void paged_print_setup(const PagedServer *s, const ServingRun *run, const char *name, FILE *log)
 {
     const BlockPool *p = &s->kv.pool;
     const ModelConfig *c = &run->model->cfg;
-    const char *name = "ch04-paged";
+    size_t budget = serving_kv_budget(run);
     char a[32], b[32], d[32];
     int full = block_count_for_tokens(c->seq_len, p->shape.block_size);
     const char *kv_bytes_note = p->storage ? "" : " (accounting only: no K/V bytes allocated)";
@@ -176,7 +176,7 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err)
     s->max_batched_tokens = seq_len > PAGED_MIN_BATCHED_TOKENS ? seq_len : PAGED_MIN_BATCHED_TOKENS;
     reject_never_fitting(s, run);
     if (log)
-        print_setup(s, run, serving_kv_budget(run), log);
+        paged_print_setup(s, run, "ch04-paged", log);
     /* Decodes always run (one token per running request); admission keeps
      * decodes + prompts within the budget, so a step never exceeds the
      * larger of the two. */
