@@ -11,7 +11,7 @@
 enum {
     OPT_MODEL = 1000, OPT_TOKENIZER, OPT_PROMPT, OPT_STEPS, OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_JSON,
     OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
-    OPT_BATCHING, OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_HELP
+    OPT_BATCHING, OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_PREFIX_CACHE, OPT_HELP
 };
 
 typedef struct {
@@ -40,6 +40,7 @@ static const OptionSpec SPECS[] = {
     {"block-size", OPT_BLOCK_SIZE, CLI_PAGED, "N", "tokens per KV block, a power of two from 1 to 256 (default 16)"},
     {"n", OPT_N, CLI_PAGED, "N", "samples per prompt, sharing the prompt's blocks (default 1; needs --temperature > 0 when > 1)"},
     {"watermark", OPT_WATERMARK, CLI_PAGED, "PCT", "percent of blocks kept free when admitting, against thrashing (default 1)"},
+    {"prefix-cache", OPT_PREFIX_CACHE, CLI_PREFIX, "off|hash|radix", "share the K/V of full blocks between requests with the same leading tokens: hash = vLLM's chain of block hashes, radix = SGLang's radix tree, off = chapter 4 (default hash)"},
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
     {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the K/V cache on the device (default f32)"},
     {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights on the device (default f32; f16/bf16 use cublasGemmEx)"},
@@ -68,6 +69,7 @@ void cli_defaults(CliOptions *o)
     o->device = "cpu";
     o->kv_dtype = "f32";
     o->weight_dtype = "f32";
+    o->prefix_cache = "hash";
 }
 
 static int accepted(const CliProgram *p, const OptionSpec *s)
@@ -141,6 +143,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     static const char *const batchings[] = {"static", "continuous", NULL};
     static const char *const devices[] = {"cpu", "cuda", NULL};
     static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
+    static const char *const prefix_caches[] = {"off", "hash", "radix", NULL};
     long v = 0;
     switch (id) {
     case OPT_MODEL: o->model_path = arg; return 0;
@@ -190,6 +193,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_DEVICE: return parse_choice(name, arg, devices, &o->device, err);
     case OPT_KV_DTYPE: return parse_choice(name, arg, dtypes, &o->kv_dtype, err);
     case OPT_WEIGHT_DTYPE: return parse_choice(name, arg, dtypes, &o->weight_dtype, err);
+    case OPT_PREFIX_CACHE: return parse_choice(name, arg, prefix_caches, &o->prefix_cache, err);
     }
     return err_set(err, "--%s: not handled", name);
 }

@@ -24,6 +24,7 @@ typedef enum {
     CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve --batching (chapter 3) */
     CLI_PAGED = 1 << 6,     /**< --block-size --n --watermark (chapter 4) */
     CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype --weight-dtype */
+    CLI_PREFIX = 1 << 8,    /**< --prefix-cache (chapter 5) */
 } CliFeature;
 
 /** Every option of every program, with its default. */
@@ -51,6 +52,7 @@ typedef struct {
     const char *device;         /**< --device: cpu | cuda */
     const char *kv_dtype;       /**< --kv-dtype: f32 | f16 | bf16 */
     const char *weight_dtype;   /**< --weight-dtype: f32 | f16 | bf16 (device weights) */
+    const char *prefix_cache;   /**< --prefix-cache: off | hash | radix */
 } CliOptions;
 
 /** What the program is, for --help. */
