@@ -28,6 +28,7 @@
 #include "json.h"
 #include "kvmath.h"
 #include "kvsim.h"
+#include "kvsim_prefix.h"
 #include "mem.h"
 #include "paged.h"
 
@@ -142,7 +143,8 @@ static void usage(void)
            "paged allocator, their real code in accounting-only mode (no model, no K/V bytes), on real-model shapes\n"
            "and GPU memory sizes.\n\n"
            "  --scenario NAME      a named setting (its options are printed; later options override them):\n"
-           "                       source-13b-a100-80gb, paper-13b-a100-40gb; --scenario list describes them\n"
+           "                       source-13b-a100-80gb, paper-13b-a100-40gb; --scenario list describes them;\n"
+           "                       prefix-multiturn-7b, prefix-multiturn-13b: chapter 5's prefix caches (own --help)\n"
            "model and GPU\n"
            "  --preset NAME        %s (default llama-13b)\n"
            "  --dtype T            K/V element type: fp16, bf16, fp32, int8 (default fp16)\n"
@@ -697,6 +699,8 @@ static int fail(const char *msg)
 
 int main(int argc, char **argv)
 {
+    if (kvsim_prefix_wanted(argc, argv)) /* chapter 5's caches: tools/lib/kvsim_prefix.c */
+        return kvsim_prefix_main(argc, argv);
     Options o;
     Err err = {{0}};
     int rc = parse_options(&o, argc, argv, &err);
