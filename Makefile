@@ -19,9 +19,12 @@
 #   make demo         every chapter on the same requests, side by side
 #   make models       fetch the real TinyStories checkpoints (needs internet)
 #   make cuda-check   compile every CUDA file for sm_80 and sm_90 (no GPU needed)
+#   make emu-check    the kernels and the GPU tests on the CPU, through the
+#                     emulator in ../shared/tools/cuda-emu (no GPU needed)
 #
 # Variables: BUILD (output folder), LAB (solutions or exercises),
-# OPT (optimisation flags), CUDA=0 to build without nvcc.
+# OPT (optimisation flags), CUDA=1 to build the CUDA path without a GPU
+# (CUDA=0: never), V=1 to show whole compiler lines.
 
 CC      ?= gcc
 BUILD   ?= build
@@ -76,14 +79,23 @@ TOOL_LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tools/lib/*.c
 KV_REF_OBJS := $(BUILD)/obj/kernels/check/kv_ref.o
 
 # ---------------------------------------------------------------- CUDA
-# CUDA=auto builds the CUDA path (--device cuda, kernels/, build/kernel-check)
-# when a toolkit is found: nvcc on PATH or in /usr/local/cuda/bin, with its
-# headers, the static CUDA runtime and cuBLAS. CUDA=1 insists on it, CUDA=0
-# leaves it out. The programs link the CUDA runtime statically and never
-# libcuda (the runtime loads the driver when --device cuda first asks), and
-# load cuBLAS with dlopen from $(CUDA_LIBDIR) only then (kernels/matmul.cu):
-# every CPU program starts as fast as without CUDA and runs on machines
-# without a GPU, a driver or the toolkit.
+# The CUDA path (--device cuda, kernels/, build/kernel-check) is built
+#   CUDA=auto (default): when a toolkit is found (nvcc on PATH or in
+#     /usr/local/cuda/bin, with its headers and the CUDA runtime) AND a GPU
+#     is present (/dev/nvidia0, or a GPU listed by nvidia-smi -L): nvcc
+#     takes about two minutes, which a machine without a GPU would spend
+#     for nothing;
+#   CUDA=1: whenever a toolkit is found (an error if none is);
+#   CUDA=0: never.
+# `make cuda-check` always compiles every .cu file when a toolkit is there.
+# The programs link the CUDA runtime statically (libcudart_static.a; the
+# shared libcudart.so.N, with an rpath, when the toolkit has no static one)
+# and never libcuda: the runtime loads the driver when --device cuda first
+# asks. cuBLAS is not linked either: kernels/matmul.cu loads
+# libcublas.so.N with dlopen from CUBLAS_DIR (default: the toolkit's
+# libraries), else wherever the dynamic loader finds it, when a device is
+# opened. So every CPU program starts as fast as without CUDA and runs on
+# machines without a GPU, a driver or the toolkit.
 # Kernels are compiled once per CUDA_ARCHS into $(CUDA_BUILD), shared by the
 # normal and the sanitizer builds (nvcc flags do not depend on OPT or SAN).
 CUDA ?= auto
@@ -91,17 +103,33 @@ CUDA_ARCHS ?= 80 90
 empty :=
 space := $(empty) $(empty)
 CUDA_OK :=
+CUDA_NO_GPU :=
 ifneq ($(CUDA),0)
 ifeq ($(origin NVCC),undefined)
 NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 endif
+ifeq ($(CUDA),auto)
+GPU_PRESENT := $(shell { test -e /dev/nvidia0 || timeout 10 nvidia-smi -L 2>/dev/null | grep -q '^GPU'; } && echo yes)
+endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_LIBDIR ?= $(CUDA_HOME)/lib64
-CUDA_OK := $(and $(NVCC),$(shell $(NVCC) --version >/dev/null 2>&1 && echo yes),\
-             $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),$(wildcard $(CUDA_LIBDIR)/libcudart_static.a),\
-             $(wildcard $(CUDA_LIBDIR)/libcublas.so))
-ifeq ($(CUDA)$(CUDA_OK),1)
-$(error CUDA=1 but no usable CUDA toolkit: need nvcc (found '$(NVCC)'), and under CUDA_HOME='$(CUDA_HOME)' the headers, libcudart_static.a and libcublas.so)
+CUBLAS_DIR ?= $(CUDA_LIBDIR)
+CUDART_STATIC := $(wildcard $(CUDA_LIBDIR)/libcudart_static.a)
+CUDART_SHARED := $(lastword $(sort $(wildcard $(CUDA_LIBDIR)/libcudart.so.[0-9]*)))
+ifneq ($(and $(NVCC),$(filter 1 cuda-check,$(CUDA) $(MAKECMDGOALS))$(GPU_PRESENT)),)
+TOOLKIT_OK := $(and $(shell $(NVCC) --version >/dev/null 2>&1 && echo yes),\
+             $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),$(wildcard $(CUDA_HOME)/include/cublas_v2.h),\
+             $(or $(CUDART_STATIC),$(CUDART_SHARED)))
+endif
+ifeq ($(CUDA)$(TOOLKIT_OK),1)
+$(error CUDA=1 but no usable CUDA toolkit: need nvcc (found '$(NVCC)'), and under CUDA_HOME='$(CUDA_HOME)' the headers (cuda_runtime_api.h, cublas_v2.h) and the CUDA runtime (libcudart_static.a or libcudart.so.N in $(CUDA_LIBDIR)))
+endif
+ifeq ($(CUDA),1)
+CUDA_OK := $(TOOLKIT_OK)
+else ifneq ($(GPU_PRESENT),)
+CUDA_OK := $(TOOLKIT_OK)
+else ifneq ($(NVCC),)
+CUDA_NO_GPU := yes
 endif
 endif
 
@@ -111,15 +139,26 @@ KERNEL_SRCS := $(sort $(wildcard kernels/*.cu))
 KERNEL_OBJS := $(KERNEL_SRCS:kernels/%.cu=$(CUDA_BUILD)/%.o)
 NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 NVCCFLAGS_ALL = -std=c++17 -O3 $(NVCC_GENCODE) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
-                $(COMMON_INCLUDES) -Ikernels -MMD -MP -DKVLAB_CUDA_LIBDIR='"$(CUDA_LIBDIR)"' $(NVCCFLAGS)
+                $(COMMON_INCLUDES) -Ikernels -MMD -MP -DKVLAB_CUDA_LIBDIR='"$(CUBLAS_DIR)"' $(NVCCFLAGS)
 DEVICE_INCLUDES := -Ikernels -I$(CUDA_HOME)/include
 CFLAGS_ALL += -DKVLAB_CUDA
 COMMON_OBJS += $(KERNEL_OBJS)
+ifneq ($(CUDART_STATIC),)
 LDLIBS_ALL += -L$(CUDA_LIBDIR) -lcudart_static -lstdc++ -ldl -lrt -lpthread
+else
+LDLIBS_ALL += $(CUDART_SHARED) -Wl,-rpath,$(CUDA_LIBDIR) -lstdc++ -ldl -lrt -lpthread
+endif
 # The kernel checks (random inputs, every version against its CPU reference)
 # are shared by build/kernel-check and the GPU test suites.
 KCHECK_OBJS := $(BUILD)/obj/kernels/check/cases.o $(KV_REF_OBJS)
 CUDA_PROGRAMS := $(BUILD)/kernel-check $(BUILD)/decode-bench
+endif
+
+# Compiler lines are folded to `CC file.c`; V=1 shows them whole.
+ifeq ($(V),1)
+show =
+else
+show = @printf '  %-5s %s\n' '$(1)' '$(2)';
 endif
 
 # A chapter program is its folder's sources, its lab files and common/,
@@ -162,7 +201,7 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
-.PHONY: all test test-sanitize lab lab-run grade check-stubs check-mutants handout check-handout check-layout docs bench demo models cuda-check exercises check-exercises deps clean
+.PHONY: all test test-sanitize lab lab-run grade check-stubs check-mutants handout check-handout check-layout docs bench demo models cuda-check emu-check exercises check-exercises deps clean
 all: $(PROGRAMS) $(TOOLS)
 
 # Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
@@ -176,49 +215,62 @@ $(MODE_STAMP):
 
 $(BUILD)/obj/%.o: %.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(call includes_of,$<) -c $< -o $@
+	$(call show,CC,$<)$(CC) $(CFLAGS_ALL) $(call includes_of,$<) -c $< -o $@
 
 $(BUILD)/ch01-naive: $(BUILD)/obj/chapters/ch01-naive/main.o $(CH_OBJS_1) $(COMMON_OBJS)
-	$(CC) $^ -o $@ $(LDLIBS_ALL)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 $(BUILD)/ch02-kvcache: $(BUILD)/obj/chapters/ch02-kvcache/main.o $(CH_OBJS_2) $(COMMON_OBJS)
-	$(CC) $^ -o $@ $(LDLIBS_ALL)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 $(BUILD)/ch03-batching: $(BUILD)/obj/chapters/ch03-batching/main.o $(CH_OBJS_3) $(COMMON_OBJS)
-	$(CC) $^ -o $@ $(LDLIBS_ALL)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 $(BUILD)/ch04-paged: $(BUILD)/obj/chapters/ch04-paged/main.o $(CH_OBJS_4) $(COMMON_OBJS)
-	$(CC) $^ -o $@ $(LDLIBS_ALL)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 # Chapter 5 is built on chapter 4 (CH_USES_ch05): it links chapter 4's
 # chapter folder and lab files too.
 $(BUILD)/ch05-prefix: $(BUILD)/obj/chapters/ch05-prefix/main.o $(CH_LINK_5) $(COMMON_OBJS)
-	$(CC) $^ -o $@ $(LDLIBS_ALL)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 
 # ---------------------------------------------------------------- CUDA programs
 ifneq ($(CUDA_OK),)
 $(CUDA_BUILD)/%.o: kernels/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS_ALL) -c $< -o $@
+	$(call show,NVCC,$<)$(NVCC) $(NVCCFLAGS_ALL) -c $< -o $@
 
 $(BUILD)/kernel-check: $(BUILD)/obj/kernels/check/kernel_check.o $(KCHECK_OBJS) $(ALL_CH_OBJS) $(COMMON_OBJS)
-	$(CC) $^ -o $@ $(LDLIBS_ALL)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 $(BUILD)/decode-bench: $(BUILD)/obj/kernels/check/decode_bench.o $(ALL_CH_OBJS) $(COMMON_OBJS)
-	$(CC) $^ -o $@ $(LDLIBS_ALL)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 endif
 
 .PHONY: cuda-objects
 cuda-objects: $(KERNEL_OBJS)
 
-# Every .cu file, for sm_80 and sm_90, warnings as errors (CI runs this; no
-# GPU needed). The normal build uses the same flags for CUDA_ARCHS.
+# Every .cu file, for sm_80 and sm_90, warnings as errors, and every program
+# linked with them (CI runs this; no GPU needed): CUDA forced on, in its own
+# build folder so that the CPU build in $(BUILD) is left alone. The normal
+# build uses the same flags for CUDA_ARCHS.
+CUDA_CHECK_BUILD ?= build/cuda-check
 cuda-check:
-ifeq ($(CUDA_OK),)
-	@echo "cuda-check: SKIP: no CUDA toolkit (CUDA=$(CUDA); looked for nvcc on PATH and in /usr/local/cuda/bin)"
+ifeq ($(TOOLKIT_OK),)
+	@echo "cuda-check: SKIP: no usable CUDA toolkit (CUDA=$(CUDA), nvcc '$(NVCC)'; looked on PATH and in /usr/local/cuda/bin)"
 else
-	@$(MAKE) --no-print-directory CUDA_ARCHS="80 90" cuda-objects $(CUDA_PROGRAMS)
-	@echo "cuda-check: $(words $(KERNEL_SRCS)) .cu files compile for sm_80 and sm_90 with warnings as errors"
+	@$(MAKE) --no-print-directory CUDA=1 CUDA_ARCHS="80 90" BUILD=$(CUDA_CHECK_BUILD) cuda-objects all
+	@echo "cuda-check: $(words $(sort $(wildcard kernels/*.cu))) .cu files compile for sm_80 and sm_90 with warnings as errors; every program links with them ($(CUDA_CHECK_BUILD)/)"
 endif
+
+# The kernels, the device forward pass and the GPU test suites on the CPU,
+# through the emulator in ../shared/tools/cuda-emu (one fiber per GPU
+# thread; see scripts/emu-check.sh): kernel-check --quick, the GPU suites
+# and a dry run of scripts/gpu-check.sh; EMU_FULL=1 runs every kernel-check
+# case (263: 393 s instead of 1 s on 2 cores), EMU_BUILD_ONLY=1 only builds
+# build/emu/. SKIP when the emulator or a CUDA toolkit's headers are absent.
+EMU_DIR ?= ../shared/tools/cuda-emu
+emu-check: deps
+	@EMU_DIR=$(EMU_DIR) EMU_BUILD=build/emu JOBS=$(or $(JOBS),2) scripts/emu-check.sh
 
 # Tools link everything but the chapters' main() files.
 $(BUILD)/%: $(BUILD)/obj/tools/%.o $(TOOL_LIB_OBJS) $(ALL_CH_OBJS) $(COMMON_OBJS)
-	$(CC) $^ -o $@ $(LDLIBS_ALL)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 # Made through a pattern rule, a tool's object would count as intermediate
 # and be deleted (and rebuilt by every make); keep it.
 .SECONDARY: $(TOOLS:$(BUILD)/%=$(BUILD)/obj/tools/%.o)
@@ -231,11 +283,11 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 
 $(BUILD)/obj/tests/%.o: tests/%.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(ALL_INCLUDES) $(CHECK_CFLAGS) -Itests -c $< -o $@
+	$(call show,CC,$<)$(CC) $(CFLAGS_ALL) $(ALL_INCLUDES) $(CHECK_CFLAGS) -Itests -c $< -o $@
 
 $(BUILD)/test-kvlab: $(TEST_OBJS) $(BUILD)/obj/tests/runner.o $(BUILD)/obj/tests/helpers.o $(ALL_CH_OBJS) $(COMMON_OBJS) \
                      $(TOOL_LIB_OBJS) $(sort $(KCHECK_OBJS) $(KV_REF_OBJS))
-	$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
 
 deps:
 	@scripts/deps.sh check pkg-config
@@ -285,7 +337,7 @@ need_solutions = @if ! ls -d solutions/ch[0-9][0-9] >/dev/null 2>&1; then \
 hidden_lab_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/lab/hidden/ch0$(1).c))
 $(BUILD)/lab-ch0%: $(BUILD)/obj/tests/lab/ch0%.o $(LAB_SUPPORT_OBJS) $$(CH_LINK_$$*) $(COMMON_OBJS) \
                    $$(call hidden_lab_objs,$$*)
-	$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
 
 lab: deps
 	@if [ -z "$(LAB_CH)" ] || [ ! -f "tests/lab/ch$(LAB_CH).c" ]; then \
@@ -426,6 +478,9 @@ docs:
 # one side-by-side table, and a plot of KV memory over the steps drawn with
 # gnuplot into $(BUILD)/demo-out/. DEMO_ARGS="--requests FILE ..." passes options.
 demo: all
+ifneq ($(CUDA_NO_GPU),)
+	@echo 'demo: CPU only (nvcc is here but no GPU: no /dev/nvidia0, nvidia-smi -L lists none); make CUDA=1 builds --device cuda anyway'
+endif
 	@scripts/deps.sh gnuplot-nox
 	@BUILD=$(BUILD) scripts/demo.sh $(DEMO_ARGS)
 

@@ -196,7 +196,13 @@ extern const KvkVersion kvk_matmul_versions[];
 /** Number of versions of kvk_matmul(). */
 extern const int kvk_matmul_n_versions;
 
-struct cublasContext; /* cublasHandle_t without cublas_v2.h */
+/**
+ * A cuBLAS handle bound to a stream and a workspace (opaque). cuBLAS resets
+ * a handle's workspace to its own pool whenever its stream is set, so the
+ * stream is set once, at creation, and again (with the workspace right
+ * after) only when kvk_matmul() is given another stream.
+ */
+typedef struct KvkBlas KvkBlas;
 
 /**
  * Loads cuBLAS (with dlopen, the first time) and creates a handle that
@@ -204,19 +210,27 @@ struct cublasContext; /* cublasHandle_t without cublas_v2.h */
  * its own.
  * @param blas             receives the handle
  * @param stream           CUDA stream
- * @param workspace        device buffer for cuBLAS, or NULL
+ * @param workspace        device buffer for cuBLAS (256-byte aligned, from
+ *                         the ledger), or NULL to let cuBLAS use its own pool
  * @param workspace_bytes  its size
  * @param err              receives the reason on failure (library not found, ...)
  * @return 0 on success, -1 on failure
  */
-int kvk_blas_create(struct cublasContext **blas, cudaStream_t stream, void *workspace, size_t workspace_bytes,
-                    Err *err);
+int kvk_blas_create(KvkBlas **blas, cudaStream_t stream, void *workspace, size_t workspace_bytes, Err *err);
 
 /**
  * Destroys a handle from kvk_blas_create().
  * @param blas  the handle, or NULL
  */
-void kvk_blas_destroy(struct cublasContext *blas);
+void kvk_blas_destroy(KvkBlas *blas);
+
+/**
+ * How many times kvk_matmul() had to bind the handle to another stream
+ * than the one before (each time the workspace was set again).
+ * @param blas  a handle, or NULL
+ * @return the count (0 for NULL)
+ */
+long kvk_blas_rebinds(const KvkBlas *blas);
 
 /**
  * Matrix product over a batch of tokens, as matmul() in ops.h:
@@ -225,7 +239,8 @@ void kvk_blas_destroy(struct cublasContext *blas);
  * (kvk_convert_from_f32()), as tensor cores multiply like types.
  * @param version  1 (a plain kernel, one thread per output) or 2 (cuBLAS:
  *                 cublasSgemm for f32, cublasGemmEx for f16/bf16)
- * @param blas     cuBLAS handle bound to @p stream (used by version 2)
+ * @param blas     cuBLAS handle (used by version 2); bound to @p stream
+ *                 if it was bound to another, its workspace set again
  * @param out      [n][out_dim] f32
  * @param x        [n][in_dim] of type @p t
  * @param w        [out_dim][in_dim] of type @p t
@@ -237,7 +252,7 @@ void kvk_blas_destroy(struct cublasContext *blas);
  * @param err      receives the reason on failure
  * @return 0 on success, -1 on failure
  */
-int kvk_matmul(int version, struct cublasContext *blas, float *out, const void *x, const void *w, Dtype t, int n,
+int kvk_matmul(int version, KvkBlas *blas, float *out, const void *x, const void *w, Dtype t, int n,
                int in_dim, int out_dim, cudaStream_t stream, Err *err);
 
 /* ----------------------------------------------------------- kv_write.cu */
@@ -359,9 +374,14 @@ typedef struct {
  * @param k_layer   [n_blocks * block_size][kv_dim] of type t
  * @param v_layer   same
  * @param tables    the block tables
- * @param pos       [n] position of each entry
+ * @param pos       [n] position of each entry (device memory: the kernels
+ *                  read it when they run, so a CUDA graph can replay a
+ *                  launch with new positions)
  * @param n         entries
- * @param max_pos   1 + the largest position (sizes the partition grid)
+ * @param max_pos   more than every pos[i] (version 2 sizes its partition
+ *                  grid from it; an entry at or past it gets NaN from
+ *                  version 2, never another entry's partials). Passing the
+ *                  model's seq_len keeps the launch the same at every step.
  * @param h         head shape
  * @param scratch   [kvk_paged_attention_scratch_floats()] or NULL when that is 0
  * @param stream    CUDA stream
@@ -402,13 +422,19 @@ extern const int kvk_block_copy_n_versions;
 /**
  * Copies whole blocks (all layers, K and V) for copy-on-write: for each
  * pair (src, dst), rows [src x bs, src x bs + bs) of every layer go to
- * rows [dst x bs, ...). Reference: kv_block_copy_reference() in kv_ref.h.
+ * rows [dst x bs, ...), pair after pair: in (a, b), (b, c) block c gets a's
+ * bytes. Reference: kv_block_copy_reference() in kv_ref.h. Version 2 runs
+ * the pairs of one launch at the same time, so it launches once per wave
+ * of independent pairs (kvk_block_copy_waves()); given no @p pairs_host it
+ * launches once, and then no pair may read or write a block that another
+ * pair writes.
  * @param version     1 (one cudaMemcpyAsync per block, layer and K/V) or
  *                    2 (one kernel for everything)
  * @param k_cache     [n_layers][layer_rows][row_bytes] bytes
  * @param v_cache     same
  * @param pairs       [n_pairs][2] (src, dst) on the device (version 2)
- * @param pairs_host  [n_pairs][2] the same on the host (version 1)
+ * @param pairs_host  [n_pairs][2] the same on the host (version 1; for
+ *                    version 2, to find the waves), or NULL (version 2)
  * @param n_pairs     blocks to copy
  * @param n_layers    layers
  * @param layer_rows  rows per layer (n_blocks x block_size)
@@ -421,6 +447,17 @@ extern const int kvk_block_copy_n_versions;
 int kvk_block_copy(int version, void *k_cache, void *v_cache, const int *pairs, const int *pairs_host, int n_pairs,
                    int n_layers, long long layer_rows, int block_size, long long row_bytes, cudaStream_t stream,
                    Err *err);
+
+/**
+ * Launches kvk_block_copy() version 2 makes for these pairs: one per wave
+ * of pairs that do not depend on each other (a wave ends before a pair
+ * that reads or writes a block an earlier pair of the wave writes, or
+ * writes one it reads). Host only.
+ * @param pairs_host  [n_pairs][2] (src, dst)
+ * @param n_pairs     pairs
+ * @return the number of launches (0 for no pairs)
+ */
+int kvk_block_copy_waves(const int *pairs_host, int n_pairs);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,10 @@
 
 #include "kernel_common.cuh"
 
+extern "C" {
+#include "mem.h"
+}
+
 #ifndef KVLAB_CUDA_LIBDIR
 #define KVLAB_CUDA_LIBDIR "/usr/local/cuda/lib64"
 #endif
@@ -65,16 +69,18 @@ static int load_symbol(void **slot, const char *name, Err *err)
     return 0;
 }
 
-/* Opens libcublas from the toolkit this was built with, else wherever the
- * dynamic loader finds that major version. */
+/* Opens libcublas of the major version of the headers from the folder the
+ * build named (CUBLAS_DIR: the toolkit's by default), else wherever the
+ * dynamic loader finds it, else an unversioned libcublas.so in that folder. */
 static int load_cublas(Err *err)
 {
     if (blas_api.library)
         return 0;
-    char paths[2][512];
+    char paths[3][512];
     snprintf(paths[0], sizeof paths[0], "%s/libcublas.so.%d", KVLAB_CUDA_LIBDIR, CUBLAS_VER_MAJOR);
     snprintf(paths[1], sizeof paths[1], "libcublas.so.%d", CUBLAS_VER_MAJOR);
-    for (int i = 0; i < 2 && !blas_api.library; i++)
+    snprintf(paths[2], sizeof paths[2], "%s/libcublas.so", KVLAB_CUDA_LIBDIR);
+    for (int i = 0; i < 3 && !blas_api.library; i++)
         blas_api.library = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
     if (!blas_api.library)
         return err_set(err, "cannot load cuBLAS (%s): %s", paths[0], dlerror());
@@ -95,31 +101,73 @@ static int load_cublas(Err *err)
 #define CUBLAS_FAIL(err, what, st) \
     err_set((err), "%s:%d: %s: %s", __FILE__, __LINE__, (what), blas_api.status_string(st))
 
-extern "C" int kvk_blas_create(struct cublasContext **blas, cudaStream_t stream, void *workspace,
-                               size_t workspace_bytes, Err *err)
+/* A cuBLAS handle and what it is bound to. cublasSetStream "unconditionally
+ * resets the cuBLAS library workspace back to the default workspace pool"
+ * (cuBLAS documentation): calling it before every GEMM, as a first version
+ * of this file did, made cuBLAS allocate its own workspace behind the
+ * ledger's back, and made graph captures record allocations of their own.
+ * So the stream is set once, when the handle is created, and only set again
+ * (followed at once by the workspace) when a caller passes another stream. */
+struct KvkBlas {
+    cublasHandle_t handle;
+    cudaStream_t stream;   /* the stream the handle queues its work on */
+    void *workspace;       /* [workspace_bytes] from the ledger, or NULL */
+    size_t workspace_bytes;
+    long rebinds;          /* stream changes after creation */
+};
+
+/* Binds the handle to a stream, then gives it the workspace again. */
+static int blas_bind(KvkBlas *b, cudaStream_t stream, Err *err)
+{
+    cublasStatus_t st = blas_api.set_stream(b->handle, stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return CUBLAS_FAIL(err, "cublasSetStream", st);
+    if (b->workspace) {
+        st = blas_api.set_workspace(b->handle, b->workspace, b->workspace_bytes);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            return CUBLAS_FAIL(err, "cublasSetWorkspace", st);
+    }
+    b->stream = stream;
+    return 0;
+}
+
+extern "C" int kvk_blas_create(KvkBlas **blas, cudaStream_t stream, void *workspace, size_t workspace_bytes,
+                               Err *err)
 {
     *blas = NULL;
     if (load_cublas(err))
         return -1;
-    cublasHandle_t handle;
-    cublasStatus_t st = blas_api.create(&handle);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return CUBLAS_FAIL(err, "cublasCreate", st);
-    st = blas_api.set_stream(handle, stream);
-    if (st == CUBLAS_STATUS_SUCCESS && workspace)
-        st = blas_api.set_workspace(handle, workspace, workspace_bytes);
+    KvkBlas *b = (KvkBlas *)mem_alloc(MEM_ACTIVATIONS, sizeof *b);
+    if (!b)
+        return err_set(err, "out of host memory for the cuBLAS handle");
+    memset(b, 0, sizeof *b);
+    b->workspace = workspace;
+    b->workspace_bytes = workspace ? workspace_bytes : 0;
+    cublasStatus_t st = blas_api.create(&b->handle);
     if (st != CUBLAS_STATUS_SUCCESS) {
-        blas_api.destroy(handle);
-        return CUBLAS_FAIL(err, "cublasSetStream/cublasSetWorkspace", st);
+        mem_free(b);
+        return CUBLAS_FAIL(err, "cublasCreate", st);
     }
-    *blas = handle;
+    if (blas_bind(b, stream, err)) {
+        kvk_blas_destroy(b);
+        return -1;
+    }
+    *blas = b;
     return 0;
 }
 
-extern "C" void kvk_blas_destroy(struct cublasContext *blas)
+extern "C" void kvk_blas_destroy(KvkBlas *blas)
 {
-    if (blas && blas_api.destroy)
-        blas_api.destroy(blas);
+    if (!blas)
+        return;
+    if (blas->handle && blas_api.destroy)
+        blas_api.destroy(blas->handle);
+    mem_free(blas);
+}
+
+extern "C" long kvk_blas_rebinds(const KvkBlas *blas)
+{
+    return blas ? blas->rebinds : 0;
 }
 
 extern "C" const KvkVersion kvk_matmul_versions[] = {
@@ -163,14 +211,18 @@ static int matmul_naive(float *out, const void *x, const void *w, Dtype t, int n
     return KVK_CHECK_LAUNCH(err, "matmul v1");
 }
 
-static int matmul_cublas(cublasHandle_t blas, float *out, const void *x, const void *w, Dtype t, int n, int in_dim,
+static int matmul_cublas(KvkBlas *b, float *out, const void *x, const void *w, Dtype t, int n, int in_dim,
                          int out_dim, cudaStream_t stream, Err *err)
 {
-    if (!blas || !blas_api.library)
+    if (!b || !blas_api.library)
         return err_set(err, "matmul v2: no cuBLAS handle (kvk_blas_create)");
-    cublasStatus_t st = blas_api.set_stream(blas, stream);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return CUBLAS_FAIL(err, "cublasSetStream", st);
+    if (stream != b->stream) {
+        if (blas_bind(b, stream, err))
+            return -1;
+        b->rebinds++;
+    }
+    cublasHandle_t blas = b->handle;
+    cublasStatus_t st;
     const float alpha = 1.0f, beta = 0.0f;
     if (t == DTYPE_F32) {
         st = blas_api.sgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, out_dim, n, in_dim, &alpha, (const float *)w, in_dim,
@@ -183,7 +235,7 @@ static int matmul_cublas(cublasHandle_t blas, float *out, const void *x, const v
     return st == CUBLAS_STATUS_SUCCESS ? 0 : CUBLAS_FAIL(err, "cublasGemmEx", st);
 }
 
-extern "C" int kvk_matmul(int version, struct cublasContext *blas, float *out, const void *x, const void *w, Dtype t,
+extern "C" int kvk_matmul(int version, KvkBlas *blas, float *out, const void *x, const void *w, Dtype t,
                           int n, int in_dim, int out_dim, cudaStream_t stream, Err *err)
 {
     if (kvk_check_version(version, kvk_matmul_n_versions, "matmul", err))

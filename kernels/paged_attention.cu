@@ -101,12 +101,22 @@ template <typename T, int NV> __global__ void paged_v2_partition(PagedArgs<T> a,
 }
 
 /* Merges the partitions of one (entry, head): the same merge as the groups
- * inside a block, one level up. */
+ * inside a block, one level up. The grid of the partition kernel was sized
+ * on the host from max_pos, but this kernel reads how many partitions an
+ * entry has from its position on the device. The caller's rule is
+ * pos[i] < max_pos; an entry that breaks it has partitions nobody computed,
+ * and reading them would read the next pair's partials. Its output is NaN
+ * instead, which every comparison with a reference catches. */
 __global__ void paged_v2_reduce(float *out, const float *part_m, const float *part_l, const float *part_acc,
                                 const int *pos, int n_heads, int head_dim, int max_parts)
 {
     int pair = blockIdx.x, i = pair / n_heads;
     int parts = (pos[i] + 1 + KVK_PAGED_PARTITION - 1) / KVK_PAGED_PARTITION;
+    if (parts > max_parts) {
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+            out[(long long)pair * head_dim + d] = nanf("");
+        return;
+    }
     const float *m = part_m + (long long)pair * max_parts, *l = part_l + (long long)pair * max_parts;
     const float *acc = part_acc + (long long)pair * max_parts * head_dim;
     float M = -INFINITY;

@@ -1,40 +1,47 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh RESULTS_DIR: everything about the CUDA path that
-# needs a GPU, as one prepared run of at most about 8 minutes.
+# needs a GPU, as one prepared run of at most GPU_CHECK_SECONDS (460).
 #
-#   1. build with nvcc for the GPU at hand (sm_90 by default)
-#   2. the test suites, GPU suites included (cuda_kernels, cuda_forward)
-#   3. build/kernel-check: every kernel version validated, then timed
-#   4. build/decode-bench: batch-64 decode of a stories110M-shaped model
-#      against the device's copy bandwidth, in several precisions
-#   5. compute-sanitizer (memcheck, racecheck) on short runs of the programs:
-#      chapter 1, chapter 2 growing its cache, chapter 3 moving regions and
-#      requeueing, chapter 4 preempting and copying forked blocks on write
-#   6. chapter 1 on the CPU and on the GPU: stories260K (or its synthetic
-#      twin when no model files are around)
-#   7. chapters 2 to 4 on the GPU, short; then chapters 3 and 4 on the GPU on
-#      the same mixed requests (data/requests-mixed.tsv) and budget, side by
-#      side (RESULTS_DIR/chapters.md)
-#   8. chapter 1 on a stories110M-shaped model, CPU and GPU
+# Prepare it first on a machine with apt (scripts/gpu-prepare.sh): Check
+# as .debs and a copy of the shared model files, with the device tool's
+# carry list. Then, on the GPU machine, from the checkout's root:
 #
-# It writes RESULTS_DIR/summary.md (a Markdown table: each step, its status,
-# time and key numbers), RESULTS_DIR/kernels.md, RESULTS_DIR/decode.md,
-# RESULTS_DIR/chapters.md and RESULTS_DIR/logs/*.log. Every step has its own time limit and the whole
-# run a deadline (GPU_CHECK_SECONDS, default 460): steps that would start
-# too late are marked skipped. Exit status: 0 when every step passed, 1 when
-# one failed, 2 when there is no GPU (after writing what it could).
+#     scripts/gpu-check.sh "$OUT"          # command timeout: 560 s
 #
-# It needs no network and no ../shared (models fall back to synthetic
-# ones). The test suites need the Check library: if pkg-config does not
-# find it, the script looks for Debian packages in .debs/ (fetch them
-# beforehand on a machine with apt: mkdir -p .debs && cd .debs &&
-# apt-get download check libsubunit-dev libsubunit0; .debs/ is git-ignored,
-# so name it in the device tool's carry list) and unpacks them locally;
-# without either, the suites are skipped (kernel-check still validates every
-# kernel).
+# Steps, in this order (a GPU lease is short, so what matters most first):
+#   1. build with nvcc for the GPU (CUDA_ARCHS, default 90), saying where
+#      cuBLAS was found (the toolkit, or a versioned libcublas.so.N
+#      elsewhere) and how Check was found;
+#   2. correctness: the GPU test suites (every kernel version against its
+#      CPU reference, the device forward pass and stores, chapters 2 to 4
+#      against the CPU), chapter 1 on the CPU and the GPU printing the same
+#      text;
+#   3. the numbers the book needs: build/kernel-check (validation, then
+#      timing: kernels.md), build/decode-bench (batched decode of a
+#      stories110M-shaped model against the copy bandwidth: decode.md),
+#      chapters 1 to 4 on the GPU (chapters.md);
+#   4. compute-sanitizer last (memcheck on every chapter and kernel,
+#      racecheck on the attention kernels), each step limited to what is
+#      left before the deadline.
 #
-# Variables: CUDA_ARCHS (default 90), GPU_CHECK_SECONDS, JOBS (make -j).
-set -u
+# It works in a scratch folder and copies into RESULTS_DIR only
+# summary.md (every step: status, time, notes), kernels.md, decode.md,
+# chapters.md and logs.tar.gz (every log and JSON report), after every step
+# and from an EXIT trap (so also when it is stopped), plus gpu-check.log,
+# its own output, written as it goes: at most 6 files, fewer than the 8 the
+# GPU machine returns. A step that runs past its limit is TIMEOUT: it is
+# reported as such, and the numbers gathered before it stand.
+#
+# Exit status: 0 every step passed; 1 a step failed; 3 nothing failed but a
+# step timed out or was skipped for the deadline; 2 no GPU.
+#
+# Variables: CUDA_ARCHS (90), GPU_CHECK_SECONDS (460), JOBS (all cores).
+# For the dry run under the CPU emulator (scripts/gpu-check-dry-run.sh, in
+# make emu-check): GPU_CHECK_EMULATED=1 (no nvidia-smi, small sizes, a
+# stand-in for compute-sanitizer), GPU_CHECK_BUILD (build folder),
+# GPU_CHECK_MAKE (more make variables), GPU_CHECK_SUITES,
+# GPU_CHECK_PROBE_TIMEOUT=1 (one step that must time out).
+set -uo pipefail
 
 if [ $# -ne 1 ]; then
     echo "usage: scripts/gpu-check.sh RESULTS_DIR" >&2
@@ -42,28 +49,92 @@ if [ $# -ne 1 ]; then
 fi
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
-OUT=$1
-mkdir -p "$OUT/logs" || exit 1
-OUT=$(cd "$OUT" && pwd)
+mkdir -p "$1" || exit 1
+RESULTS=$(cd "$1" && pwd)
 START=$(date +%s)
 DEADLINE=$((START + ${GPU_CHECK_SECONDS:-460}))
+RESERVE=10 # seconds kept for publishing the results at the end
 ARCHS=${CUDA_ARCHS:-90}
-JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
-BUILD=build/gpu-check
-SUMMARY=$OUT/summary.md
-FAILED=0
+JOBS=${JOBS:-$(nproc 2> /dev/null || echo 4)}
+BUILD=${GPU_CHECK_BUILD:-build/gpu-check}
+read -r -a EXTRA_MAKE <<< "${GPU_CHECK_MAKE:-}"
+EMULATED=${GPU_CHECK_EMULATED:-}
+SUITES=${GPU_CHECK_SUITES:-cuda_kernels cuda_forward cuda_chapters serving_device device_cli}
+OUTPUTS=(summary.md kernels.md decode.md chapters.md logs.tar.gz gpu-check.log)
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvlab-gpu-check.XXXXXX") || exit 1
+LOGS=$WORK/logs
+mkdir -p "$LOGS"
+SUMMARY=$WORK/summary.md
+for f in "${OUTPUTS[@]}"; do rm -f "$RESULTS/$f"; done
+# Everything this script prints also goes to RESULTS_DIR/gpu-check.log, as
+# it goes. tee ignores TERM and INT, so that when a timeout signals the whole
+# process group it still copies what the EXIT trap prints.
+exec > >(trap '' TERM INT; exec tee -a "$RESULTS/gpu-check.log") 2>&1
 
 export PATH="$PATH:/usr/local/cuda/bin"
+export ROOT WORK LOGS BUILD
 
-# ------------------------------------------------------------ reporting
+# ------------------------------------------------------------ results
+
+# Copies the results into RESULTS_DIR: each file through a temporary name,
+# so that a run stopped mid-copy leaves the previous version whole.
+publish() {
+    local f
+    for f in summary.md kernels.md decode.md chapters.md; do
+        [ -f "$WORK/$f" ] && cp "$WORK/$f" "$RESULTS/.$f.part" && mv -f "$RESULTS/.$f.part" "$RESULTS/$f"
+    done
+    tar -czf "$RESULTS/.logs.tar.gz.part" -C "$WORK" logs 2> /dev/null &&
+        mv -f "$RESULTS/.logs.tar.gz.part" "$RESULTS/logs.tar.gz"
+    rm -f "$RESULTS"/.*.part
+}
+
+FAILED=0 INCOMPLETE=0 STEP_PID= STOPPED=
+finish() {
+    local rc=$?
+    trap - EXIT TERM INT
+    trap '' PIPE # whatever happened to stdout, publish the results
+    if [ -n "$STEP_PID" ]; then # stopped in the middle of a step: timeout passes it on to the step
+        kill -TERM "$STEP_PID" 2> /dev/null
+        record "${STEP_NAME:-?}" "STOPPED" $(($(date +%s) - STEP_T0)) "the run was stopped (signal) during this step"
+    fi
+    local result
+    if [ "$rc" -eq 2 ]; then
+        result="NO GPU: nothing was run"
+    elif [ -n "$STOPPED" ]; then
+        result="STOPPED by a signal after $(($(date +%s) - START)) s; the steps above stand"
+        rc=3
+        [ $FAILED -ne 0 ] && rc=1
+    elif [ $FAILED -ne 0 ]; then
+        result="FAIL: $FAILED step(s) failed"
+        rc=1
+    elif [ $INCOMPLETE -ne 0 ]; then
+        result="INCOMPLETE: nothing failed; $INCOMPLETE step(s) timed out or were skipped for the deadline"
+        rc=3
+    else
+        result="PASS: every step passed"
+    fi
+    {
+        echo
+        echo "Result: $result. Total: $(($(date +%s) - START)) s (deadline ${GPU_CHECK_SECONDS:-460} s)."
+        echo "Tables: kernels.md, decode.md, chapters.md (those present); every log and JSON report: logs.tar.gz."
+    } >> "$SUMMARY"
+    publish
+    rm -rf "$WORK"
+    echo "gpu-check: $result; results in $RESULTS" >&2
+    exit "$rc"
+}
+trap finish EXIT
+trap 'STOPPED=1; exit 143' TERM
+trap 'STOPPED=1; exit 130' INT
 
 {
     echo "# kvlab GPU check"
     echo
     echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
-    echo "- host: $(uname -srm), $(nproc 2>/dev/null || echo '?') CPUs"
-    echo "- nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'not found')"
+    echo "- commit: $(git rev-parse --short HEAD 2> /dev/null || echo unknown)$(git diff --quiet 2> /dev/null || echo ' (with local changes)')"
+    echo "- host: $(uname -srm), $(nproc 2> /dev/null || echo '?') CPUs"
+    echo "- nvcc: $(nvcc --version 2> /dev/null | grep -o 'release [0-9.]*' || echo 'not found')"
 } > "$SUMMARY"
 
 table_started=0
@@ -73,52 +144,65 @@ record() { # step, status, seconds, note
         table_started=1
     fi
     printf '| %s | %s | %ss | %s |\n' "$1" "$2" "$3" "$4" >> "$SUMMARY"
-    printf 'gpu-check: %-28s %-10s %4ss  %s\n' "$1" "$2" "$3" "$4"
+    printf 'gpu-check: %-26s %-12s %4ss  %s\n' "$1" "$2" "$3" "$4"
 }
 
-# run_step NAME LIMIT_SECONDS NOTE_COMMAND -- COMMAND...: runs COMMAND with
-# its output in logs/NAME.log, at most LIMIT seconds (less if the deadline
-# is nearer); NOTE_COMMAND (run after, with the log as $1) prints the notes.
-run_step() {
-    local name=$1 limit=$2 note_cmd=$3
-    shift 4
-    local left=$((DEADLINE - $(date +%s)))
-    if [ "$left" -lt 15 ]; then
-        record "$name" "skipped" 0 "no time left before the deadline"
-        return 0
-    fi
+# A step's limit: its own (or GPU_CHECK_LIMIT_<name> with - as _), never
+# past the deadline less the reserve for publishing.
+limit_for() {
+    local name=$1 limit=$2 var left
+    var="GPU_CHECK_LIMIT_${name//-/_}"
+    limit=${!var:-$limit}
+    left=$((DEADLINE - RESERVE - $(date +%s)))
     [ "$limit" -gt "$left" ] && limit=$left
-    local log="$OUT/logs/$name.log" t0 rc status
-    t0=$(date +%s)
+    echo "$limit"
+}
+
+# run_step NAME LIMIT NOTE_FUNCTION -- COMMAND...: runs COMMAND with its
+# output in logs/NAME.log for at most LIMIT seconds (less when the deadline
+# is nearer); NOTE_FUNCTION (given the log) prints the notes. The command
+# runs in the background and the script waits for it, so that a signal to
+# the script is handled at once (bash would hold a trap until a foreground
+# command ends); the EXIT trap then stops the step.
+run_step() {
+    local name=$1 limit note_cmd=$3 rc status note
+    limit=$(limit_for "$1" "$2")
+    shift 4
+    if [ "$limit" -lt 5 ]; then
+        record "$name" "skipped" 0 "no time left before the deadline"
+        INCOMPLETE=$((INCOMPLETE + 1))
+        return 3
+    fi
+    local log="$LOGS/$name.log"
+    STEP_NAME=$name STEP_T0=$(date +%s)
     # bash -c, so that COMMAND may be one of the exported functions below
-    timeout --kill-after=5 "$limit" bash -c '"$@"' step "$@" > "$log" 2>&1
+    timeout --kill-after=5 "$limit" bash -c '"$@"' step "$@" > "$log" 2>&1 &
+    STEP_PID=$!
+    wait "$STEP_PID"
     rc=$?
-    # On this machine a device was found: a program that skips for want of
-    # one has not done its job.
-    if [ $rc -eq 0 ] && grep -q 'SKIP: no CUDA device' "$log"; then
+    STEP_PID=
+    # A device is present: a program that skips for want of one has not done its job.
+    if [ $rc -eq 0 ] && grep -q 'no CUDA device' "$log"; then
         rc=1
     fi
     case $rc in
         0) status="ok" ;;
-        124 | 137) status="TIMEOUT" ;;
-        *) status="FAIL ($rc)" ;;
+        124 | 137) status="TIMEOUT (${limit}s)"; INCOMPLETE=$((INCOMPLETE + 1)) ;;
+        *) status="FAIL ($rc)"; FAILED=$((FAILED + 1)) ;;
     esac
-    [ $rc -ne 0 ] && FAILED=1
-    local note
-    note=$($note_cmd "$log" 2>/dev/null | tr '\n|' '; ' | cut -c1-300)
+    note=$($note_cmd "$log" 2> /dev/null | tr '\n|' '; ' | cut -c1-300)
     [ -z "$note" ] && note=$(tail -n 1 "$log" | tr '|' ';' | cut -c1-300)
-    record "$name" "$status" $(($(date +%s) - t0)) "$note"
-    return $rc
+    record "$name" "$status" $(($(date +%s) - STEP_T0)) "$note"
+    publish
+    case $rc in 0) return 0 ;; 124 | 137) return 3 ;; *) return 1 ;; esac
 }
 
 last_line() { tail -n 1 "$1"; }
-build_note() { echo "CUDA_ARCHS=$ARCHS, Check: $CHECK_MODE, $(grep -c ' -c ' "$1") compilations"; }
 no_note() { :; }
+build_note() { echo "CUDA_ARCHS=$ARCHS, $(grep -cE '^  (CC|NVCC) ' "$1") compilations; cuBLAS: $CUBLAS_HOW; Check: $CHECK_MODE"; }
 tests_note() {
     grep -E '^[0-9]+%: Checks' "$1" | tail -n 1
-    local skips
-    skips=$(grep -c '^SKIP' "$1")
-    echo "$skips SKIP lines"
+    echo "$(grep -c '^SKIP' "$1") SKIP lines"
     grep -m 3 -E 'no CUDA device|:F:|:E:' "$1"
 }
 sanitizer_note() { grep -m 2 -E 'ERROR SUMMARY|not supported|Device not supported|error' "$1"; }
@@ -126,211 +210,319 @@ bench_note() { grep -E 'decode step|reaches' "$1"; }
 chapter_note() { grep -E 'tokens generated|model ' "$1" | sed 's/^ *//'; }
 serving_note() { grep -E 'completed,|tokens generated|moves copied|preemptions  |copy-on-write' "$1" | sed 's/^ *//'; }
 
-# ------------------------------------------------------------- is there a GPU?
+# ------------------------------------------------------------- the device
 
-GPU=$(timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
-if [ -z "$GPU" ]; then
-    echo "- GPU: none (nvidia-smi found no device)" >> "$SUMMARY"
-    record "detect GPU" "NO GPU" $(($(date +%s) - START)) "nothing was run; run this on a machine with an NVIDIA GPU"
-    echo "gpu-check: no GPU on this machine; wrote $SUMMARY" >&2
-    exit 2
+if [ -n "$EMULATED" ]; then
+    GPU="the CPU emulator (a dry run: no GPU; times are not GPU times)"
+    echo "- GPU: $GPU" >> "$SUMMARY"
+else
+    GPU=$(timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2> /dev/null | head -n 1)
+    if [ -z "$GPU" ]; then
+        echo "- GPU: none (nvidia-smi found no device)" >> "$SUMMARY"
+        record "detect GPU" "NO GPU" $(($(date +%s) - START)) "nothing was run; run this on a machine with an NVIDIA GPU"
+        exit 2
+    fi
+    echo "- GPU: $GPU" >> "$SUMMARY"
+    nvidia-smi > "$LOGS/nvidia-smi.log" 2>&1
 fi
-echo "- GPU: $GPU" >> "$SUMMARY"
-nvidia-smi > "$OUT/logs/nvidia-smi.log" 2>&1
 
-# -------------------------------------------------------------- Check library
+# ------------------------------------------------------------- cuBLAS
 
+# kernels/matmul.cu opens libcublas.so.N (N: the major version of the
+# headers it was compiled with) from the folder the build names
+# (CUBLAS_DIR), else wherever the dynamic loader finds it. Look in the
+# toolkit first, then in the loader's cache, then in Python packages
+# (nvidia-cublas wheels).
+NVCC_PATH=$(command -v nvcc 2> /dev/null)
+CUDA_HOME_GUESS=${CUDA_HOME:-${NVCC_PATH%/bin/nvcc}}
+CUDA_HOME_GUESS=${CUDA_HOME_GUESS:-/usr/local/cuda}
+CUBLAS_MAJOR=$(sed -n 's/^#define CUBLAS_VER_MAJOR *\([0-9][0-9]*\).*/\1/p' "$CUDA_HOME_GUESS/include/cublas_api.h" 2> /dev/null)
+CUBLAS_DIR= CUBLAS_HOW="not found"
+find_cublas() {
+    local d lib=libcublas.so.${CUBLAS_MAJOR:-?}
+    for d in "$CUDA_HOME_GUESS/lib64" "$CUDA_HOME_GUESS/lib" "$CUDA_HOME_GUESS/targets/$(uname -m)-linux/lib"; do
+        if [ -e "$d/$lib" ]; then
+            CUBLAS_DIR=$d CUBLAS_HOW="the toolkit, $d/$lib"
+            return 0
+        fi
+    done
+    d=$(ldconfig -p 2> /dev/null | awk -v lib="$lib" '$1 == lib { print $NF; exit }')
+    if [ -n "$d" ]; then
+        CUBLAS_DIR=$(dirname "$d") CUBLAS_HOW="the loader's cache (ldconfig), $d"
+        return 0
+    fi
+    d=$(find /usr/local/lib /usr/lib /opt -maxdepth 8 -name "$lib" -path '*nvidia*' 2> /dev/null | head -n 1)
+    if [ -n "$d" ]; then
+        CUBLAS_DIR=$(dirname "$d") CUBLAS_HOW="a versioned $lib outside the toolkit, $d"
+        return 0
+    fi
+    return 1
+}
+find_cublas
+if [ -n "$EMULATED" ]; then
+    CUBLAS_HOW="the emulator's fake cuBLAS (the real one: $CUBLAS_HOW)"
+fi
+echo "- cuBLAS: $CUBLAS_HOW" >> "$SUMMARY"
+
+# -------------------------------------------------------------- Check
+
+# The test suites need the Check library: pkg-config's, or the Debian
+# packages scripts/gpu-prepare.sh put in .debs/ (unpacked here, linked
+# statically); without either, the suites are skipped.
 CHECK_MODE=pkg-config
-CHECK_CFLAGS_LOCAL=
-CHECK_LIBS_LOCAL=
-if ! pkg-config --exists check 2>/dev/null; then
+CHECK_VARS=()
+if ! pkg-config --exists check 2> /dev/null; then
     if ls .debs/*.deb > /dev/null 2>&1; then
-        PREFIX=$ROOT/$BUILD/check-prefix
+        PREFIX=$WORK/check-prefix
         mkdir -p "$PREFIX"
         for deb in .debs/*.deb; do dpkg -x "$deb" "$PREFIX"; done
-        LIBDIR=$(dirname "$(find "$PREFIX" -name 'libcheck*.a' | head -n 1)")
-        CHECK_MODE=unpacked
-        CHECK_CFLAGS_LOCAL="-I$PREFIX/usr/include"
-        CHECK_LIBS_LOCAL="-L$LIBDIR -Wl,-Bstatic -lcheck_pic -lsubunit -Wl,-Bdynamic -lrt -lm -pthread"
+        LIBDIR=$(dirname "$(find "$PREFIX" -name 'libcheck_pic.a' | head -n 1)")
+        CHECK_MODE="unpacked from .debs/"
+        CHECK_VARS=(CHECK_CFLAGS="-I$PREFIX/usr/include"
+                    CHECK_LIBS="-L$LIBDIR -Wl,-Bstatic -lcheck_pic -lsubunit -Wl,-Bdynamic -lrt -lm -pthread")
     else
-        CHECK_MODE=none
+        CHECK_MODE="none (no pkg-config check, no .debs/: run scripts/gpu-prepare.sh first)"
     fi
 fi
-export ROOT OUT BUILD ARCHS JOBS CHECK_MODE CHECK_CFLAGS_LOCAL CHECK_LIBS_LOCAL
+echo "- Check: $CHECK_MODE" >> "$SUMMARY"
 
-# ---------------------------------------------------------------------- build
+# ------------------------------------------------------------- models
 
+# The shared model files, from ../shared/models or the copy that
+# scripts/gpu-prepare.sh made in .gpu-shared/models (../shared does not
+# travel to the GPU machine); without them, synthetic models of the same
+# shape (the tests and the programs fall back by themselves).
+MODELS=
+for d in ../shared/models .gpu-shared/models; do
+    if [ -f "$d/stories260K.bin" ] && [ -f "$d/tok512.bin" ]; then
+        MODELS=$(cd "$d" && pwd)
+        break
+    fi
+done
+if [ -n "$MODELS" ]; then
+    export KVLAB_SHARED_MODELS=$MODELS
+    M260K=(--model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.bin")
+    echo "- models: stories260K from $MODELS" >> "$SUMMARY"
+else
+    M260K=()
+    echo "- models: synthetic (no stories260K in ../shared/models or .gpu-shared/models)" >> "$SUMMARY"
+fi
+publish
+
+# ------------------------------------------------------------- sizes
+
+if [ -n "$EMULATED" ]; then # the emulator is about a thousand times slower
+    KC_ARGS=(--quick --repeats 2)
+    DECODE=(--preset stories260K --batch 2 --context 8 --steps 2)
+    STEPS_SHORT=8 STEPS_LONG=16 BIG_PRESET=stories260K BIG_STEPS_CPU=8 BIG_STEPS_GPU=8
+    SANITIZER=emulated_sanitizer
+else
+    KC_ARGS=()
+    DECODE=(--preset stories110M --batch 64 --context 512 --steps 20)
+    STEPS_SHORT=24 STEPS_LONG=128 BIG_PRESET=stories110M BIG_STEPS_CPU=24 BIG_STEPS_GPU=128
+    SANITIZER=compute-sanitizer
+fi
+# The emulator has no sanitizer: its stand-in drops the options and runs
+# the program, so that the dry run goes through these steps too.
+emulated_sanitizer() {
+    while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do shift 2; done
+    "$@"
+}
+export -f emulated_sanitizer
+
+# ---------------------------------------------------------------------- 1. build
+
+MAKE_VARS=(BUILD="$BUILD" CUDA=1 CUDA_ARCHS="$ARCHS" ${CHECK_VARS[@]+"${CHECK_VARS[@]}"})
+if [ -z "$EMULATED" ] && [ -n "$CUBLAS_DIR" ]; then
+    MAKE_VARS+=(CUBLAS_DIR="$CUBLAS_DIR")
+fi
+MAKE_VARS+=(${EXTRA_MAKE[@]+"${EXTRA_MAKE[@]}"})
 build() {
-    make -j"$JOBS" BUILD=$BUILD CUDA=1 CUDA_ARCHS="$ARCHS" all || return 1
-    case $CHECK_MODE in
-        pkg-config) make -j"$JOBS" BUILD=$BUILD CUDA=1 CUDA_ARCHS="$ARCHS" $BUILD/test-kvlab ;;
-        unpacked) make -j"$JOBS" BUILD=$BUILD CUDA=1 CUDA_ARCHS="$ARCHS" CHECK_CFLAGS="$CHECK_CFLAGS_LOCAL" \
-                      CHECK_LIBS="$CHECK_LIBS_LOCAL" $BUILD/test-kvlab ;;
-        none) echo "no Check library: the test suites will be skipped" ;;
-    esac
+    make --no-print-directory -j"$JOBS" "$@" all || return 1
+    if [ "${CHECK_MODE%% *}" = none ]; then
+        echo "no Check library: the test suites will be skipped"
+        return 0
+    fi
+    make --no-print-directory -j"$JOBS" "$@" "$BUILD/test-kvlab"
 }
 export -f build
-if ! run_step build 240 build_note -- build; then
-    echo "gpu-check: the build failed; see $OUT/logs/build.log" >&2
+export JOBS CHECK_MODE
+if ! run_step build 240 build_note -- build "${MAKE_VARS[@]}"; then
+    echo "gpu-check: the build did not finish; see logs/build.log in $RESULTS/logs.tar.gz" >&2
     exit 1
 fi
 
-# ---------------------------------------------------------------------- tests
+# ---------------------------------------------------------------------- 2. correctness
 
-if [ -x $BUILD/test-kvlab ]; then
-    # A device is present: a GPU test that skips for want of one is a failure.
-    gpu_tests() {
-        KVLAB_BUILD=$BUILD $BUILD/test-kvlab || return 1
-        ! grep -q 'no CUDA device' "$OUT/logs/tests.log"
-    }
-    export -f gpu_tests
-    run_step tests 180 tests_note -- gpu_tests
+if [ -x "$BUILD/test-kvlab" ]; then
+    gpu_suites() { KVLAB_BUILD=$BUILD "$BUILD/test-kvlab" "$@"; }
+    export -f gpu_suites
+    # shellcheck disable=SC2086
+    run_step gpu-suites 180 tests_note -- gpu_suites $SUITES
 else
-    record tests "skipped" 0 "no Check library (see the top of scripts/gpu-check.sh); kernel-check below still validates every kernel"
+    record gpu-suites "skipped" 0 "no Check library ($CHECK_MODE); kernel-check below still validates every kernel"
 fi
 
-# --------------------------------------------------------------- kernel-check
-
-run_step kernel-check 150 last_line -- $BUILD/kernel-check --markdown "$OUT/kernels.md"
-
-# --------------------------------------------------------------- decode-bench
-
-{
-    echo "Batched decode, $GPU"
-    echo
-    echo "| model | weights | K/V | shape | device step | tokens/s | bytes moved / time | copy bandwidth | fraction | goal (>= 0.5) |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
-} > "$OUT/decode.md"
-for precision in "f32 f32" "f16 f16" "bf16 bf16" "f16 f32"; do
-    set -- $precision
-    run_step "decode-w$1-kv$2" 60 bench_note -- $BUILD/decode-bench --preset stories110M --batch 64 --context 512 \
-        --steps 20 --weight-dtype "$1" --kv-dtype "$2" --markdown "$OUT/decode.md"
-done
-run_step decode-no-graph 60 bench_note -- $BUILD/decode-bench --preset stories110M --batch 64 --context 512 \
-    --steps 20 --weight-dtype f16 --kv-dtype f16 --no-graph --markdown "$OUT/decode.md"
-
-# ------------------------------------------------------------ compute-sanitizer
-
-SYNTH=$ROOT/$BUILD/models
-mkdir -p "$SYNTH"
-# Six short requests. With stories260K (or its synthetic twin) and the
-# budgets below, chapter 3 moves regions and requeues requests, and
-# chapter 4 preempts and copies forked blocks on write (checked on the CPU
-# when this was written).
-SHORT_REQS=$ROOT/$BUILD/gpu-check-requests.tsv
-printf '%s\t%s\n' 24 'Once upon a time' 16 'The cat sat on the mat' 32 'Tom had a red ball' \
-    20 'One day, a little bird' 28 'The sun was hot' 16 'Lily found a shiny stone' > "$SHORT_REQS"
-CH03_SHORT=(--requests "$SHORT_REQS" --reserve grow --max-batch 4 --kv-budget 96KiB)
-CH04_SHORT=(--requests "$SHORT_REQS" --block-size 8 --n 2 --temperature 0.8 --kv-budget 80KiB --watermark 0)
-if command -v compute-sanitizer > /dev/null; then
-    run_step memcheck-ch01 90 sanitizer_note -- compute-sanitizer --tool memcheck --error-exitcode 3 \
-        $BUILD/ch01-naive --device cuda --steps 8 --kv-dtype f16 --quiet
-    run_step memcheck-ch02 60 sanitizer_note -- compute-sanitizer --tool memcheck --error-exitcode 3 \
-        $BUILD/ch02-kvcache --device cuda --steps 40 --kv-alloc grow --kv-dtype f16 --quiet
-    run_step memcheck-ch03 90 sanitizer_note -- compute-sanitizer --tool memcheck --error-exitcode 3 \
-        $BUILD/ch03-batching --device cuda "${CH03_SHORT[@]}" --quiet
-    run_step memcheck-ch04 90 sanitizer_note -- compute-sanitizer --tool memcheck --error-exitcode 3 \
-        $BUILD/ch04-paged --device cuda "${CH04_SHORT[@]}" --quiet
-    run_step memcheck-kernels 120 sanitizer_note -- compute-sanitizer --tool memcheck --error-exitcode 3 \
-        $BUILD/kernel-check --quick --no-time
-    run_step racecheck-attention 90 sanitizer_note -- compute-sanitizer --tool racecheck --error-exitcode 3 \
-        $BUILD/kernel-check --quick --no-time --kernel attention
-    run_step racecheck-paged 90 sanitizer_note -- compute-sanitizer --tool racecheck --error-exitcode 3 \
-        $BUILD/kernel-check --quick --no-time --kernel paged_attention
-else
-    record compute-sanitizer "skipped" 0 "compute-sanitizer is not on PATH"
+if [ -n "${GPU_CHECK_PROBE_TIMEOUT:-}" ]; then # the dry run checks that a timeout is reported, not fatal
+    run_step timeout-probe 5 no_note -- sleep 60
 fi
 
-# ------------------------------------------------------------------ chapter 1
-
-# stories260K from models/ or ../shared/models when present; otherwise the
-# programs fall back to a synthetic model of that shape by themselves.
-chapter_run() { # label, then arguments
-    local label=$1
-    shift
-    $BUILD/ch01-naive "$@" --json "$OUT/logs/$label.json" > "$OUT/logs/$label.txt"
+# Chapter 1 with stories260K (or its synthetic twin), on the CPU and the GPU.
+chapter_run() { # label, program, then arguments; stdout, --json and --out go to logs/
+    local label=$1 program=$2
+    shift 2
+    local out=()
+    case $program in ch03-* | ch04-*) out=(--out "$LOGS/$label.jsonl") ;; esac
+    "$BUILD/$program" "$@" --json "$LOGS/$label.json" ${out[@]+"${out[@]}"} > "$LOGS/$label.txt"
 }
 export -f chapter_run
-run_step ch01-260K-cpu 60 chapter_note -- chapter_run ch01-260K-cpu --steps 128 && cpu_ok=1 || cpu_ok=0
-run_step ch01-260K-cuda 60 chapter_note -- chapter_run ch01-260K-cuda --steps 128 --device cuda && cuda_ok=1 || cuda_ok=0
+run_step ch01-260K-cpu 60 chapter_note -- chapter_run ch01-260K-cpu ch01-naive ${M260K[@]+"${M260K[@]}"} \
+    --steps $STEPS_LONG && cpu_ok=1 || cpu_ok=0
+run_step ch01-260K-cuda 60 chapter_note -- chapter_run ch01-260K-cuda ch01-naive ${M260K[@]+"${M260K[@]}"} \
+    --steps $STEPS_LONG --device cuda && cuda_ok=1 || cuda_ok=0
 if [ $cpu_ok -eq 1 ] && [ $cuda_ok -eq 1 ]; then
-    if cmp -s "$OUT/logs/ch01-260K-cpu.txt" "$OUT/logs/ch01-260K-cuda.txt"; then
+    if cmp -s "$LOGS/ch01-260K-cpu.txt" "$LOGS/ch01-260K-cuda.txt"; then
         record ch01-260K-same-text "ok" 0 "CPU and GPU printed the same text"
     else
         record ch01-260K-same-text "differs" 0 "allowed after a near-tie; the cuda_forward tests check tokens up to it"
     fi
 fi
 
-# ------------------------------------------------------------- chapters 2 to 4
+# ---------------------------------------------------------------------- 3. the numbers
 
-# The GPU tests compare these programs with the CPU token by token; here
-# they run once more on the GPU for their tables and times. Then chapters 3
-# and 4 serve the same mixed requests under the same (default) budget.
-program_run() { # label, program, then arguments; stdout, --json and --out go to logs/
-    local label=$1 program=$2
-    shift 2
-    local out=()
-    [ "$program" != ch02-kvcache ] && out=(--out "$OUT/logs/$label.jsonl")
-    $BUILD/$program "$@" --json "$OUT/logs/$label.json" ${out[@]+"${out[@]}"} > "$OUT/logs/$label.txt"
-}
-export -f program_run
-run_step ch02-260K-cuda 60 chapter_note -- program_run ch02-260K-cuda ch02-kvcache --steps 128 --kv-alloc grow \
-    --device cuda
-run_step ch03-short-cuda 60 serving_note -- program_run ch03-short-cuda ch03-batching "${CH03_SHORT[@]}" --device cuda
-run_step ch04-short-cuda 60 serving_note -- program_run ch04-short-cuda ch04-paged "${CH04_SHORT[@]}" --device cuda
+run_step kernel-check 150 last_line -- "$BUILD/kernel-check" ${KC_ARGS[@]+"${KC_ARGS[@]}"} \
+    --markdown "$WORK/kernels.md"
+
+{
+    echo "Batched decode, $GPU"
+    echo
+    echo "| model | weights | K/V | shape | device step | tokens/s | bytes moved / time | copy bandwidth | fraction | goal (>= 0.5) |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+} > "$WORK/decode.md"
+for precision in "f32 f32" "f16 f16" "bf16 bf16" "f16 f32"; do
+    set -- $precision
+    run_step "decode-w$1-kv$2" 60 bench_note -- "$BUILD/decode-bench" "${DECODE[@]}" --weight-dtype "$1" \
+        --kv-dtype "$2" --markdown "$WORK/decode.md"
+done
+run_step decode-no-graph 60 bench_note -- "$BUILD/decode-bench" "${DECODE[@]}" --weight-dtype f16 --kv-dtype f16 \
+    --no-graph --markdown "$WORK/decode.md"
+
+# Six short requests. With stories260K (or its synthetic twin) and these
+# budgets, chapter 3 moves regions and requeues requests, and chapter 4
+# preempts and copies forked blocks on write (checked on the CPU).
+SHORT_REQS=$WORK/short-requests.tsv
+printf '%s\t%s\n' 24 'Once upon a time' 16 'The cat sat on the mat' 32 'Tom had a red ball' \
+    20 'One day, a little bird' 28 'The sun was hot' 16 'Lily found a shiny stone' > "$SHORT_REQS"
+CH03_SHORT=(--requests "$SHORT_REQS" --reserve grow --max-batch 4 --kv-budget 96KiB)
+CH04_SHORT=(--requests "$SHORT_REQS" --block-size 8 --n 2 --temperature 0.8 --kv-budget 80KiB --watermark 0)
+if [ -n "$EMULATED" ]; then
+    MIXED=$SHORT_REQS MIXED_LABEL="six short requests (a dry run)"
+else
+    MIXED=data/requests-mixed.tsv MIXED_LABEL=data/requests-mixed.tsv
+fi
+run_step ch02-260K-cuda 60 chapter_note -- chapter_run ch02-260K-cuda ch02-kvcache ${M260K[@]+"${M260K[@]}"} \
+    --steps $STEPS_LONG --kv-alloc grow --device cuda
+run_step ch03-short-cuda 60 serving_note -- chapter_run ch03-short-cuda ch03-batching ${M260K[@]+"${M260K[@]}"} \
+    "${CH03_SHORT[@]}" --device cuda
+run_step ch04-short-cuda 60 serving_note -- chapter_run ch04-short-cuda ch04-paged ${M260K[@]+"${M260K[@]}"} \
+    "${CH04_SHORT[@]}" --device cuda
 mixed_ok=1
 for ch in ch03-batching ch04-paged; do
-    run_step "$ch-mixed-cuda" 90 serving_note -- program_run "$ch-mixed-cuda" $ch --requests data/requests-mixed.tsv \
-        --device cuda || mixed_ok=0
+    run_step "$ch-mixed-cuda" 90 serving_note -- chapter_run "$ch-mixed-cuda" $ch ${M260K[@]+"${M260K[@]}"} \
+        --requests "$MIXED" --device cuda || mixed_ok=0
 done
 
-# A JSON report's number for a key (the first occurrence).
-json_value() { grep -m 1 "\"$2\":" "$1" | sed 's/.*: *//; s/,$//'; }
-# Requests whose tokens are the same in two --out files.
-same_requests() {
+# A larger model, made here (synthetic weights of a real shape).
+SYNTH=$WORK/models
+mkdir -p "$SYNTH"
+make_big_model() { "$BUILD/decode-bench" --write-model "$1" "$2/big.bin" "$2/big-tok.bin"; }
+export -f make_big_model
+big_ok=0
+if run_step "write-$BIG_PRESET" 60 last_line -- make_big_model "$BIG_PRESET" "$SYNTH"; then
+    big_ok=1
+    MBIG=(--model "$SYNTH/big.bin" --tokenizer "$SYNTH/big-tok.bin")
+    run_step ch01-big-cpu 90 chapter_note -- chapter_run ch01-big-cpu ch01-naive "${MBIG[@]}" --steps $BIG_STEPS_CPU
+    run_step ch01-big-cuda 90 chapter_note -- chapter_run ch01-big-cuda ch01-naive "${MBIG[@]}" \
+        --steps $BIG_STEPS_GPU --device cuda
+    run_step ch01-big-cuda-f16 90 chapter_note -- chapter_run ch01-big-cuda-f16 ch01-naive "${MBIG[@]}" \
+        --steps $BIG_STEPS_GPU --device cuda --weight-dtype f16 --kv-dtype f16
+fi
+
+# chapters.md: chapter 1's speed on the CPU and the GPU, chapters 3 and 4
+# side by side; from the JSON reports of the runs above.
+json_value() { grep -m 1 "\"$2\":" "$1" 2> /dev/null | sed 's/.*: *//; s/,$//'; }
+same_requests() { # requests whose tokens are the same in two --out files
     paste -d '\n' <(grep -o '"tokens":\[[^]]*\]' "$1") <(grep -o '"tokens":\[[^]]*\]' "$2") |
         awk 'NR % 2 { x = $0; next } $0 == x { n++ } END { print n + 0 }'
 }
-mixed_table() {
-    local ch label j
-    echo "Chapters 3 and 4 on data/requests-mixed.tsv, default KV budget, $GPU"
+chapter1_row() { # label, model, device
+    local j=$LOGS/$1.json
+    [ -f "$j" ] || return 0
+    printf '| %s | %s | %s | %.2f | %.0f |\n' "$2" "$3" "$(json_value "$j" tokens_generated)" \
+        "$(json_value "$j" elapsed_s)" "$(json_value "$j" tokens_per_s)"
+}
+write_chapters_table() {
+    local ch j
+    echo "Chapters on $GPU"
+    echo
+    echo "Chapter 1 (the whole sequence recomputed every step), greedy:"
+    echo
+    echo "| model | device | tokens | seconds | tokens/s |"
+    echo "|---|---|---|---|---|"
+    chapter1_row ch01-260K-cpu "stories260K" "CPU"
+    chapter1_row ch01-260K-cuda "stories260K" "GPU, f32"
+    chapter1_row ch01-big-cpu "$BIG_PRESET-shaped" "CPU"
+    chapter1_row ch01-big-cuda "$BIG_PRESET-shaped" "GPU, f32"
+    chapter1_row ch01-big-cuda-f16 "$BIG_PRESET-shaped" "GPU, f16 weights and K/V"
+    [ $mixed_ok -eq 1 ] || return 0
+    echo
+    echo "Chapters 3 and 4 on $MIXED_LABEL, default KV budget:"
     echo
     echo "| program | requests | at most running | steps | tokens/s | KV utilization (avg) | KV peak reserved (B) |"
     echo "|---|---|---|---|---|---|---|"
     for ch in ch03-batching ch04-paged; do
-        label=$ch-mixed-cuda
-        j=$OUT/logs/$label.json
+        j=$LOGS/$ch-mixed-cuda.json
         printf '| %s | %s | %s | %s | %.0f | %.1f%% | %s |\n' "$ch" "$(json_value "$j" requests_completed)" \
             "$(json_value "$j" max_concurrent)" "$(json_value "$j" steps)" "$(json_value "$j" tokens_per_s)" \
             "$(awk -v u="$(json_value "$j" kv_utilization_avg)" 'BEGIN { print 100 * u }')" \
             "$(json_value "$j" kv_peak_reserved_bytes)"
     done
     echo
-    echo "Requests with the same tokens in both: $(same_requests "$OUT/logs/ch03-batching-mixed-cuda.jsonl" \
-        "$OUT/logs/ch04-paged-mixed-cuda.jsonl") of $(grep -c . "$OUT/logs/ch04-paged-mixed-cuda.jsonl")" \
+    echo "Requests with the same tokens in both: $(same_requests "$LOGS/ch03-batching-mixed-cuda.jsonl" \
+        "$LOGS/ch04-paged-mixed-cuda.jsonl") of $(grep -c . "$LOGS/ch04-paged-mixed-cuda.jsonl")" \
         "(the attention kernels differ, contiguous and paged: greedy tokens may part after a near-tie)."
 }
+write_chapters_table > "$WORK/chapters.md"
 if [ $mixed_ok -eq 1 ]; then
-    mixed_table > "$OUT/chapters.md"
     record ch04-vs-ch03-mixed "ok" 0 "$(awk -F' *[|] *' '/^[|] ch0/ { printf "%s: %s running at most, %s steps, %s tokens/s; ", $2, $4, $5, $6 }' \
-        "$OUT/chapters.md")see chapters.md"
+        "$WORK/chapters.md")see chapters.md"
+fi
+publish
+
+# ---------------------------------------------------------------------- 4. compute-sanitizer
+
+# Last, because the numbers above matter more, and each limited to what is
+# left before the deadline; a sanitizer that runs out of time is TIMEOUT,
+# not a failure.
+if [ -n "$EMULATED" ] || command -v compute-sanitizer > /dev/null; then
+    san() { "$SANITIZER" --tool "$1" --error-exitcode 3 "${@:2}"; }
+    export SANITIZER
+    export -f san
+    run_step memcheck-ch01 60 sanitizer_note -- san memcheck "$BUILD/ch01-naive" ${M260K[@]+"${M260K[@]}"} \
+        --device cuda --steps 8 --kv-dtype f16 --quiet
+    run_step memcheck-ch02 60 sanitizer_note -- san memcheck "$BUILD/ch02-kvcache" ${M260K[@]+"${M260K[@]}"} \
+        --device cuda --steps 40 --kv-alloc grow --kv-dtype f16 --quiet
+    run_step memcheck-ch03 60 sanitizer_note -- san memcheck "$BUILD/ch03-batching" ${M260K[@]+"${M260K[@]}"} \
+        --device cuda "${CH03_SHORT[@]}" --quiet
+    run_step memcheck-ch04 60 sanitizer_note -- san memcheck "$BUILD/ch04-paged" ${M260K[@]+"${M260K[@]}"} \
+        --device cuda "${CH04_SHORT[@]}" --quiet
+    run_step memcheck-kernels 90 sanitizer_note -- san memcheck "$BUILD/kernel-check" --quick --no-time
+    run_step racecheck-attention 60 sanitizer_note -- san racecheck "$BUILD/kernel-check" --quick --no-time \
+        --kernel attention
+    run_step racecheck-paged 60 sanitizer_note -- san racecheck "$BUILD/kernel-check" --quick --no-time \
+        --kernel paged_attention
+else
+    record compute-sanitizer "skipped" 0 "compute-sanitizer is not on PATH"
 fi
 
-make_110m() { $BUILD/decode-bench --write-model stories110M "$SYNTH/stories110M.bin" "$SYNTH/tok32000.bin"; }
-export SYNTH
-export -f make_110m
-if run_step write-110M-model 60 last_line -- make_110m; then
-    M110=(--model "$SYNTH/stories110M.bin" --tokenizer "$SYNTH/tok32000.bin")
-    run_step ch01-110M-cpu 90 chapter_note -- chapter_run ch01-110M-cpu "${M110[@]}" --steps 24
-    run_step ch01-110M-cuda 90 chapter_note -- chapter_run ch01-110M-cuda "${M110[@]}" --steps 128 --device cuda
-    run_step ch01-110M-cuda-f16 90 chapter_note -- chapter_run ch01-110M-cuda-f16 "${M110[@]}" --steps 128 \
-        --device cuda --weight-dtype f16 --kv-dtype f16
-fi
-
-# -------------------------------------------------------------------- the end
-
-echo >> "$SUMMARY"
-echo "Total: $(($(date +%s) - START)) s. Kernel results: kernels.md; decode results: decode.md; chapters 3 and 4:" \
-    "chapters.md; logs: logs/." >> "$SUMMARY"
-echo "gpu-check: done in $(($(date +%s) - START)) s; results in $OUT" >&2
-exit $FAILED
+exit 0 # the EXIT trap writes the result and publishes

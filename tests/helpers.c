@@ -27,9 +27,12 @@ const char *test_shared_file(const char *name)
     static int next;
     char *path = paths[next++ % 4];
     /* Only ../shared (and the same beside the project root): a models/
-     * download must not stand in for the shared golden files. */
-    const char *dirs[] = {"../shared/models", "../../shared/models"};
-    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+     * download must not stand in for the shared golden files. On a machine
+     * without ../shared (the GPU machine), KVLAB_SHARED_MODELS names a copy
+     * of it made by scripts/gpu-prepare.sh. */
+    const char *copy = getenv("KVLAB_SHARED_MODELS");
+    const char *dirs[] = {"../shared/models", "../../shared/models", copy && *copy ? copy : NULL};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0] && dirs[i]; i++) {
         snprintf(path, PATH_MAX, "%s/%s", dirs[i], name);
         if (access(path, R_OK) == 0)
             return path;
@@ -149,7 +152,15 @@ typedef struct {
     ModelConfig cfg;
     Dtype type;
     float *keys, *values; /* [seq_len][kv_dim] */
+    double jitter;        /* relative noise before rounding (0: none) */
+    unsigned long long rng;
 } RoundingKv;
+
+static void jitter_row(RoundingKv *kv, float *row, int n)
+{
+    for (int i = 0; i < n; i++)
+        row[i] *= (float)(1.0 + kv->jitter * (2.0 * (double)sampler_random_f32(&kv->rng) - 1.0));
+}
 
 static void rounding_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
 {
@@ -159,6 +170,10 @@ static void rounding_store(void *ctx, int layer, const BatchEntry *e, const floa
     float *kr = kv->keys + (size_t)e->pos * kv_dim, *vr = kv->values + (size_t)e->pos * kv_dim;
     memcpy(kr, k, (size_t)kv_dim * sizeof(float));
     memcpy(vr, v, (size_t)kv_dim * sizeof(float));
+    if (kv->jitter > 0.0) {
+        jitter_row(kv, kr, kv_dim);
+        jitter_row(kv, vr, kv_dim);
+    }
     dtype_round(kr, (size_t)kv_dim, kv->type);
     dtype_round(vr, (size_t)kv_dim, kv->type);
 }
@@ -174,9 +189,15 @@ static void rounding_attend(void *ctx, int layer, const BatchEntry *e, int head,
 
 float *test_cpu_logits(const Model *m, const int *tokens, int n, Dtype kv_type)
 {
+    return test_cpu_logits_jittered(m, tokens, n, kv_type, 0.0, 0);
+}
+
+float *test_cpu_logits_jittered(const Model *m, const int *tokens, int n, Dtype kv_type, double jitter,
+                                unsigned long long seed)
+{
     const ModelConfig *c = &m->cfg;
     size_t floats = (size_t)c->seq_len * (size_t)model_kv_dim(c);
-    RoundingKv kv = {*c, kv_type, calloc(floats, sizeof(float)), calloc(floats, sizeof(float))};
+    RoundingKv kv = {*c, kv_type, calloc(floats, sizeof(float)), calloc(floats, sizeof(float)), jitter, seed};
     KvSeam seam = {&kv, rounding_store, rounding_attend};
     ForwardState fs;
     Err err = {{0}};

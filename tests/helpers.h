@@ -13,8 +13,10 @@
 #include "tokenizer.h"
 
 /**
- * Path of a file in ../shared/models (searched like the programs do), or
- * NULL when it is absent; in that case the caller should call test_skip().
+ * Path of a file in ../shared/models (searched like the programs do; then
+ * in $KVLAB_SHARED_MODELS, a copy of that folder carried to a machine
+ * without ../shared), or NULL when it is absent; in that case the caller
+ * should call test_skip().
  * @param name  e.g. "stories260K.bin"
  * @return one of four rotating static buffers, or NULL
  */
@@ -81,6 +83,22 @@ void test_write_synthetic(const ModelConfig *cfg, unsigned long long seed, int a
  * @return [n][vocab_size] logits (malloc'd; row i predicts token i + 1)
  */
 float *test_cpu_logits(const Model *m, const int *tokens, int n, Dtype kv_type);
+
+/**
+ * test_cpu_logits() with every K/V element multiplied by 1 + e, e uniform
+ * in [-jitter, jitter], before it is rounded: how much the logits depend
+ * on where each element falls between two 16-bit values, which a device
+ * that sums in another order sees differently (tests/test_cuda_forward.c).
+ * @param m        the model
+ * @param tokens   [n] the sequence
+ * @param n        positions, 1..seq_len
+ * @param kv_type  what K/V are rounded to
+ * @param jitter   relative size of the noise (0: test_cpu_logits())
+ * @param seed     seed of the noise (sampler_random_f32())
+ * @return [n][vocab_size] logits (malloc'd)
+ */
+float *test_cpu_logits_jittered(const Model *m, const int *tokens, int n, Dtype kv_type, double jitter,
+                                unsigned long long seed);
 
 /**
  * The gap between the largest and the second largest logit of a row: where

@@ -1,14 +1,22 @@
 /* Every version of every kernel against its CPU reference, on the small
  * shapes of kernels/check/cases.c (the tolerances, with their reasons, are
- * there). Without a CUDA device each test prints a SKIP line and passes. */
+ * there), and cuBLAS working in the ledger's workspace. Without a CUDA
+ * device each test prints a SKIP line and passes. */
 #include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda_test.h"
 #include "suites.h"
 
 #ifdef KVLAB_CUDA
+#include <cuda_runtime_api.h>
+
 #include "cases.h"
+#include "kernels.h"
 
 typedef struct {
     int checked, failed;
@@ -70,6 +78,205 @@ END_TEST
 START_TEST(block_copy) { check_kernel("block_copy"); }
 END_TEST
 
+#ifdef KVLAB_CUDA
+/* Sends stderr to a temporary file until stderr_restore(). */
+typedef struct {
+    char path[64];
+    int saved;
+} StderrCapture;
+
+static void stderr_capture(StderrCapture *c)
+{
+    snprintf(c->path, sizeof c->path, "/tmp/kvlab-stderr-XXXXXX");
+    int fd = mkstemp(c->path);
+    ck_assert_msg(fd >= 0, "mkstemp failed");
+    fflush(stderr);
+    c->saved = dup(2);
+    dup2(fd, 2);
+    close(fd);
+}
+
+/* Restores stderr and returns what was written meanwhile (malloc'd). */
+static char *stderr_restore(StderrCapture *c)
+{
+    fflush(stderr);
+    dup2(c->saved, 2);
+    close(c->saved);
+    char *text = test_slurp(c->path);
+    unlink(c->path);
+    return text;
+}
+
+/* Queues a small f32 matmul through cuBLAS (version 2) on `stream`. */
+static void blas_matmul(const Device *dev, float *out, const float *x, const float *w, cudaStream_t stream)
+{
+    Err err = {{0}};
+    ck_assert_msg(kvk_matmul(2, dev->blas, out, x, w, DTYPE_F32, 4, 32, 16, stream, &err) == 0, "%s", err.msg);
+}
+
+/* Every GEMM, on the device's stream, on another stream and back, and
+ * inside a captured graph, runs with the workspace from the ledger.
+ * cuBLAS cannot say which workspace it uses; the emulator's fake cuBLAS
+ * can (make emu-check): with EMU_VERBOSE set it prints, when a handle is
+ * destroyed, how many GEMMs it ran and how many of them with the user's
+ * workspace. On a real GPU only the stream bookkeeping is checked. */
+static void blas_workspace_check(void)
+{
+    setenv("EMU_VERBOSE", "1", 1);
+    StderrCapture cap;
+    stderr_capture(&cap);
+    Device dev;
+    Err err = {{0}};
+    int opened = device_open(&dev, &err) == 0;
+    float *x = NULL, *w = NULL, *out = NULL; /* [4][32], [16][32], [4][16] */
+    cudaStream_t other = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    int emulated = opened && strncmp(dev.name, "EMU ", 4) == 0;
+    long rebinds = -1;
+    if (opened) {
+        ck_assert(device_alloc(&x, 4 * 32 * sizeof(float), MEM_ACTIVATIONS, &err) == 0);
+        ck_assert(device_alloc(&w, 16 * 32 * sizeof(float), MEM_ACTIVATIONS, &err) == 0);
+        ck_assert(device_alloc(&out, 4 * 16 * sizeof(float), MEM_ACTIVATIONS, &err) == 0);
+        ck_assert(cudaMemsetAsync(x, 0, 4 * 32 * sizeof(float), dev.stream) == cudaSuccess);
+        ck_assert(cudaMemsetAsync(w, 0, 16 * 32 * sizeof(float), dev.stream) == cudaSuccess);
+        ck_assert(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
+        for (int i = 0; i < 3; i++)
+            blas_matmul(&dev, out, x, w, dev.stream);
+        ck_assert(device_sync(&dev, &err) == 0);
+        blas_matmul(&dev, out, x, w, other); /* a stream change: the workspace is set again */
+        ck_assert(cudaStreamSynchronize(other) == cudaSuccess);
+        blas_matmul(&dev, out, x, w, dev.stream); /* and back */
+        ck_assert(cudaStreamBeginCapture(dev.stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+        blas_matmul(&dev, out, x, w, dev.stream);
+        ck_assert(cudaStreamEndCapture(dev.stream, &graph) == cudaSuccess);
+        ck_assert(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+        ck_assert(cudaGraphLaunch(exec, dev.stream) == cudaSuccess);
+        ck_assert(device_sync(&dev, &err) == 0);
+        rebinds = kvk_blas_rebinds(dev.blas);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(other);
+        device_free(out, NULL);
+        device_free(w, NULL);
+        device_free(x, NULL);
+        device_close(&dev);
+    }
+    char *text = stderr_restore(&cap);
+    unsetenv("EMU_VERBOSE");
+    ck_assert_msg(opened, "%s", err.msg);
+    ck_assert_msg(rebinds == 2, "the handle changed streams %ld times, not 2", rebinds);
+    if (!emulated) {
+        free(text);
+        test_skip("cublas_uses_the_ledger_workspace", "which workspace cuBLAS used can only be seen under the CPU "
+                                                     "emulator's fake cuBLAS (make emu-check)");
+        return;
+    }
+    const char *line = strstr(text, "FAKE CUBLAS: ");
+    long long gemms = -1, with_ours = -1;
+    ck_assert_msg(line && sscanf(line, "FAKE CUBLAS: %lld GEMMs, %lld of them", &gemms, &with_ours) == 2,
+                  "the fake cuBLAS printed no count: %.300s", text);
+    free(text);
+    ck_assert_msg(gemms == 6, "%lld GEMMs, not 6", gemms);
+    ck_assert_msg(with_ours == gemms, "only %lld of %lld GEMMs ran with the ledger's workspace", with_ours, gemms);
+}
+#endif
+
+#ifdef KVLAB_CUDA
+/* Version 2 of paged attention sizes its partition grid from max_pos; an
+ * entry at or past it (the caller broke the rule) must come out NaN, not
+ * merged from partitions nobody computed (that read the next pair's). */
+static void paged_split_past_max_pos(void)
+{
+    enum { HD = 8, BS = 16, POS = 300, BLOCKS = (POS + BS) / BS };
+    KvkHeads h = {1, 1, HD};
+    Device dev;
+    Err err = {{0}};
+    ck_assert_msg(device_open(&dev, &err) == 0, "%s", err.msg);
+    float *k, *v, *q, *out, *scratch; /* [BLOCKS * BS][HD] twice, [HD], [HD], scratch */
+    int *ints, ints_host[BLOCKS + 2];  /* block table [BLOCKS], entry table [1], pos [1] */
+    size_t rows = (size_t)BLOCKS * BS, scratch_floats = kvk_paged_attention_scratch_floats(2, 1, POS + 1, h);
+    ck_assert(device_alloc((void **)&k, rows * HD * sizeof(float), MEM_ACTIVATIONS, &err) == 0);
+    ck_assert(device_alloc((void **)&v, rows * HD * sizeof(float), MEM_ACTIVATIONS, &err) == 0);
+    ck_assert(device_alloc((void **)&q, HD * sizeof(float), MEM_ACTIVATIONS, &err) == 0);
+    ck_assert(device_alloc((void **)&out, HD * sizeof(float), MEM_ACTIVATIONS, &err) == 0);
+    ck_assert(device_alloc((void **)&scratch, scratch_floats * sizeof(float), MEM_ACTIVATIONS, &err) == 0);
+    ck_assert(device_alloc((void **)&ints, sizeof ints_host, MEM_ACTIVATIONS, &err) == 0);
+    for (int b = 0; b < BLOCKS; b++)
+        ints_host[b] = b;
+    ints_host[BLOCKS] = 0;       /* entry 0 reads table row 0 */
+    ints_host[BLOCKS + 1] = POS; /* two partitions of 256 positions */
+    ck_assert(cudaMemcpy(ints, ints_host, sizeof ints_host, cudaMemcpyHostToDevice) == cudaSuccess);
+    ck_assert(cudaMemsetAsync(k, 0, rows * HD * sizeof(float), dev.stream) == cudaSuccess);
+    ck_assert(cudaMemsetAsync(v, 0, rows * HD * sizeof(float), dev.stream) == cudaSuccess);
+    ck_assert(cudaMemsetAsync(q, 0, HD * sizeof(float), dev.stream) == cudaSuccess);
+    KvkBlockTables tables = {ints, BLOCKS, ints + BLOCKS, BS};
+    float got[HD];
+    for (int right = 0; right <= 1; right++) {
+        int max_pos = right ? POS + 1 : KVK_PAGED_PARTITION; /* wrong: one partition for two */
+        ck_assert_msg(kvk_paged_attention(2, DTYPE_F32, out, q, k, v, tables, ints + BLOCKS + 1, 1, max_pos, h,
+                                          scratch, dev.stream, &err) == 0, "%s", err.msg);
+        ck_assert(device_sync(&dev, &err) == 0);
+        ck_assert(cudaMemcpy(got, out, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess);
+        for (int d = 0; d < HD; d++) /* zero values: a right call gives 0 */
+            ck_assert_msg(right ? got[d] == 0.0f : isnan(got[d]), "max_pos %d: out[%d] = %g", max_pos, d, got[d]);
+    }
+    void *bufs[] = {k, v, q, out, scratch, ints};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        device_free(bufs[i], NULL);
+    device_close(&dev);
+    ck_assert_int_eq(device_live_buffers(), 0);
+}
+#endif
+
+START_TEST(paged_split_refuses_positions_past_max_pos)
+{
+    if (!cuda_test_device_present("paged_split_refuses_positions_past_max_pos"))
+        return;
+#ifdef KVLAB_CUDA
+    paged_split_past_max_pos();
+#endif
+}
+END_TEST
+
+/* Block copy v2 launches once per wave of pairs that do not depend on each
+ * other (the pairs of one launch run at the same time). */
+START_TEST(block_copy_waves_split_chained_pairs)
+{
+#ifdef KVLAB_CUDA
+    static const struct {
+        int pairs[6], n, waves;
+        const char *what;
+    } cases[] = {
+        {{0, 1, 2, 3, 4, 5}, 3, 1, "independent pairs (copy-on-write)"},
+        {{0, 1, 0, 2, 0, 3}, 3, 1, "one source read three times"},
+        {{0, 1, 1, 2}, 2, 2, "a chain: the second reads what the first writes"},
+        {{0, 1, 1, 0}, 2, 2, "a swap"},
+        {{0, 2, 1, 2}, 2, 2, "two copies into one block"},
+        {{0, 1, 2, 0}, 2, 2, "the second overwrites what the first reads"},
+        {{0, 1, 1, 2, 2, 3}, 3, 3, "a chain of three"},
+        {{0, 1, 2, 3, 1, 4}, 3, 2, "independent, then one that reads the first's block"},
+        {{0}, 0, 0, "no pairs"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_msg(kvk_block_copy_waves(cases[i].pairs, cases[i].n) == cases[i].waves, "%s: %d launches, not %d",
+                      cases[i].what, kvk_block_copy_waves(cases[i].pairs, cases[i].n), cases[i].waves);
+#else
+    test_skip("block_copy_waves_split_chained_pairs", "built without CUDA");
+#endif
+}
+END_TEST
+
+START_TEST(cublas_uses_the_ledger_workspace)
+{
+    if (!cuda_test_device_present("cublas_uses_the_ledger_workspace"))
+        return;
+#ifdef KVLAB_CUDA
+    blas_workspace_check();
+#endif
+}
+END_TEST
+
 Suite *suite_cuda_kernels(void)
 {
     Suite *s = suite_create("cuda_kernels");
@@ -87,6 +294,12 @@ Suite *suite_cuda_kernels(void)
     tcase_add_test(tc, paged_attention);
     tcase_add_test(tc, block_copy);
     suite_add_tcase(s, tc);
+    TCase *rules = tcase_create("rules");
+    tcase_set_timeout(rules, 60);
+    tcase_add_test(rules, cublas_uses_the_ledger_workspace);
+    tcase_add_test(rules, paged_split_refuses_positions_past_max_pos);
+    tcase_add_test(rules, block_copy_waves_split_chained_pairs);
+    suite_add_tcase(s, rules);
     return s;
 }
 

@@ -26,6 +26,7 @@ typedef struct {
 
 static DeviceBuffer buffers[DEVICE_MAX_BUFFERS];
 static int n_buffers;
+static unsigned long buffer_epoch; /* allocations and frees so far */
 
 int device_alloc_at(void **ptr, size_t bytes, MemCategory cat, const char *file, int line, Err *err)
 {
@@ -46,6 +47,7 @@ int device_alloc_at(void **ptr, size_t bytes, MemCategory cat, const char *file,
                        cudaGetErrorString(rc), cli_format_bytes(have, sizeof have, (double)free_bytes));
     }
     buffers[n_buffers++] = (DeviceBuffer){*ptr, bytes, cat};
+    buffer_epoch++;
     mem_track(cat, MEM_DEVICE, bytes);
     return 0;
 }
@@ -67,6 +69,7 @@ int device_free(void *ptr, Err *err)
         return err_set(err, "device_free: %p is not a live device buffer", ptr);
     mem_untrack(buffers[i].cat, MEM_DEVICE, buffers[i].bytes);
     buffers[i] = buffers[--n_buffers];
+    buffer_epoch++;
     CUDA_CHECK(err, cudaFree(ptr));
     return 0;
 }
@@ -78,6 +81,8 @@ size_t device_buffer_bytes(const void *ptr)
 }
 
 long device_live_buffers(void) { return n_buffers; }
+
+unsigned long device_buffer_epoch(void) { return buffer_epoch; }
 
 /* ------------------------------------------------------ opening a device */
 
@@ -172,7 +177,7 @@ int device_mem_refresh(Device *d, Err *err)
 
 int device_compiled_in(void) { return 0; }
 
-#define NO_CUDA "this build has no CUDA support (nvcc was not found when it was compiled, or CUDA=0 was given)"
+#define NO_CUDA "this build has no CUDA support (built without nvcc, without a GPU, or with CUDA=0; make CUDA=1 builds it)"
 
 int device_probe(Err *err)
 {
@@ -212,6 +217,8 @@ size_t device_buffer_bytes(const void *ptr)
 }
 
 long device_live_buffers(void) { return 0; }
+
+unsigned long device_buffer_epoch(void) { return 0; }
 
 int device_mem_refresh(Device *d, Err *err)
 {

@@ -26,7 +26,7 @@
 #include "mem.h"
 
 struct CUstream_st;   /* cudaStream_t without the CUDA headers */
-struct cublasContext; /* cublasHandle_t */
+struct KvkBlas;       /* a cuBLAS handle with its stream and workspace (kernels.h) */
 
 /** An open CUDA device: its stream, its cuBLAS handle, its memory readings. */
 typedef struct {
@@ -39,7 +39,7 @@ typedef struct {
     size_t mem_free_at_open;         /**< free right after the context was created, before kvlab allocated */
     size_t mem_free_now;             /**< free at the last device_mem_refresh() */
     struct CUstream_st *stream;      /**< every kernel and copy of kvlab goes here, in order */
-    struct cublasContext *blas;      /**< cuBLAS handle bound to stream */
+    struct KvkBlas *blas;            /**< cuBLAS handle bound to stream, with blas_workspace */
     void *blas_workspace;            /**< [blas_workspace_bytes] given to cuBLAS, so the ledger sees it */
     size_t blas_workspace_bytes;     /**< 32 MiB on Hopper and later, 4 MiB before */
     int is_open;                     /**< 1 between device_open() and device_close() */
@@ -122,6 +122,14 @@ size_t device_buffer_bytes(const void *ptr);
  * @return live buffer count
  */
 long device_live_buffers(void);
+
+/**
+ * A count that grows with every device_alloc() and device_free(): a CUDA
+ * graph captured when it had one value may point at buffers that are gone
+ * when it has another (device_forward() captures again then).
+ * @return the count
+ */
+unsigned long device_buffer_epoch(void);
 
 /**
  * Takes a new cudaMemGetInfo reading into d->mem_free_now.

@@ -314,6 +314,19 @@ static int run_layers(const Device *dev, const DeviceModel *dm, DeviceForwardSta
                       stream, err);
 }
 
+static DeviceGraphKey graph_key_of(const Device *dev, const DeviceModel *dm, const DeviceKvSeam *kv,
+                                   const DeviceStep *st)
+{
+    return (DeviceGraphKey){.n = st->n, .logit_rows = st->logit_rows, .model = dm, .store = kv->ctx,
+                            .stream = dev->stream, .epoch = device_buffer_epoch()};
+}
+
+static int same_graph_key(const DeviceGraphKey *a, const DeviceGraphKey *b)
+{
+    return a->n == b->n && a->logit_rows == b->logit_rows && a->model == b->model && a->store == b->store &&
+           a->stream == b->stream && a->epoch == b->epoch;
+}
+
 /* Captures run_layers() as a CUDA graph (kernels and cuBLAS calls recorded,
  * not run) and instantiates it; replaying it costs one launch instead of
  * about 15 per layer. */
@@ -339,8 +352,7 @@ static int capture_step(const Device *dev, const DeviceModel *dm, DeviceForwardS
     cudaGraphDestroy(graph);
     CUDA_CHECK(err, inst);
     s->graph = exec;
-    s->graph_n = st->n;
-    s->graph_rows = st->logit_rows;
+    s->graph_key = graph_key_of(dev, dm, kv, st);
     return 0;
 }
 
@@ -350,7 +362,8 @@ int device_forward(const Device *dev, const DeviceModel *dm, DeviceForwardState 
     DeviceStep st;
     TRY(upload_step(dev, s, kv, &dm->cfg, entries, n, &st, err));
     int graphed = use_graph && kv->graph_safe;
-    int replay = graphed && s->graph && s->graph_n == st.n && s->graph_rows == st.logit_rows;
+    DeviceGraphKey key = graph_key_of(dev, dm, kv, &st);
+    int replay = graphed && s->graph && same_graph_key(&s->graph_key, &key);
     CUDA_CHECK(err, cudaEventRecord((cudaEvent_t)s->step_start, dev->stream));
     if (replay)
         CUDA_CHECK(err, cudaGraphLaunch((cudaGraphExec_t)s->graph, dev->stream));

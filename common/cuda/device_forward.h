@@ -145,6 +145,32 @@ typedef struct {
     int graph_safe;
 } DeviceKvSeam;
 
+/**
+ * Everything the launches of a captured step depend on, besides what lives
+ * in device memory that each step rewrites before the replay (tokens,
+ * positions, logit sources: upload_step; slots, base rows, block tables:
+ * the store's begin_step). A graph records its kernels' arguments by
+ * value: the weights, activation and store buffers (their addresses), the
+ * stream, and the shapes. So it is replayed only while all of these are
+ * the ones it was captured with:
+ * - n and logit_rows: the grids, and the store's choice of kernel version
+ *   (graph_safe promises that a store's launches depend on n only);
+ * - the model, the store and the device (the addresses of their
+ *   structures) and the stream;
+ * - the device buffer epoch (device_buffer_epoch()): no device buffer was
+ *   allocated or freed since, so every address the graph holds is still the
+ *   buffer it was (a store closed and another opened at the same address
+ *   changes the epoch).
+ */
+typedef struct {
+    int n;                /**< entries */
+    int logit_rows;       /**< logit rows */
+    const void *model;    /**< the DeviceModel */
+    const void *store;    /**< the seam's ctx */
+    const void *stream;   /**< the device's stream */
+    unsigned long epoch;  /**< device_buffer_epoch() at capture */
+} DeviceGraphKey;
+
 /** Device activations of a forward step, sized once for the largest batch. */
 typedef struct {
     int max_tokens;       /**< capacity in batch entries */
@@ -169,8 +195,7 @@ typedef struct {
     void *step_stop;      /**< cudaEvent_t recorded after them */
     float last_step_ms;   /**< device time of the last step's kernels (no host work, no copies) */
     void *graph;          /**< cudaGraphExec_t of a captured step, or NULL */
-    int graph_n;          /**< entries of the captured step */
-    int graph_rows;       /**< logit rows of the captured step */
+    DeviceGraphKey graph_key; /**< what the captured step's launches depend on */
 } DeviceForwardState;
 
 /**
@@ -203,9 +228,9 @@ void device_forward_state_free(DeviceForwardState *s);
  * @param entries    [n] the tokens (host)
  * @param n          1..s->max_tokens
  * @param use_graph  1: after running a step of a new shape, capture it as a
- *                   CUDA graph, and replay that graph while n and the logit
- *                   rows stay the same (only when kv->graph_safe); 0: launch
- *                   everything each time
+ *                   CUDA graph, and replay that graph while its
+ *                   ::DeviceGraphKey stays the same (only when
+ *                   kv->graph_safe); 0: launch everything each time
  * @param err        receives the reason on failure
  * @return 0 on success, -1 on failure
  */

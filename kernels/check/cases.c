@@ -1016,8 +1016,12 @@ static int copy_launch(void *p, int v, Err *err)
                           a->block_size, a->row_bytes, a->dev->stream, err);
 }
 
+/* chained = 0: 2 n_pairs distinct blocks, no copy reads what another
+ * writes (copy-on-write). chained = 1: a cycle, pair p copies block b_p to
+ * b_(p+1) and the last one back to b_0, so each copy reads what the one
+ * before wrote: the pairs must behave as if copied one after the other. */
 static int case_block_copy(Run *run, int layers, int n_blocks, int block_size, int kv_dim, int n_pairs, Dtype t,
-                           Err *err)
+                           int chained, Err *err)
 {
     unsigned long long rng = 20;
     long long layer_rows = (long long)n_blocks * block_size, row_bytes = (long long)kv_dim * (long long)dtype_bytes(t);
@@ -1057,7 +1061,7 @@ static int case_block_copy(Run *run, int layers, int n_blocks, int block_size, i
     }
     for (int p = 0; p < n_pairs; p++) {
         pair_list[2 * p] = pairs[p];
-        pair_list[2 * p + 1] = pairs[n_pairs + p];
+        pair_list[2 * p + 1] = chained ? pairs[(p + 1) % n_pairs] : pairs[n_pairs + p];
     }
     memcpy(pairs, pair_list, 2 * (size_t)n_pairs * sizeof(int));
     mem_free(pair_list);
@@ -1070,8 +1074,8 @@ static int case_block_copy(Run *run, int layers, int n_blocks, int block_size, i
     for (int ver = 1; ver <= kvk_block_copy_n_versions; ver++) {
         KcaseResult r = result_for("block_copy", kvk_block_copy_versions, ver, dtype_name(t), TOL_EXACT,
                                    4.0 * n_pairs * layers * (double)block_size * (double)row_bytes);
-        snprintf(r.shape, sizeof r.shape, "%d blocks of %d x %lld B, %d layers", n_pairs, block_size, row_bytes,
-                 layers);
+        snprintf(r.shape, sizeof r.shape, "%d blocks of %d x %lld B, %d layers%s", n_pairs, block_size, row_bytes,
+                 layers, chained ? ", chained" : "");
         if (upload(a.k, k0, bytes, run->dev, err) || upload(a.v, v0, bytes, run->dev, err) ||
             copy_launch(&a, ver, err) || download(got, a.k, bytes, run->dev, err))
             goto done;
@@ -1194,10 +1198,11 @@ static int run_attention_paged(Run *r, Err *err) { return run_attention(r, 1, er
 static int run_block_copy(Run *r, Err *err)
 {
     for (int t = 0; t < DTYPE_COUNT; t++) {
-        TRY(case_block_copy(r, 5, 40, 16, 32, 7, (Dtype)t, err)); /* runs of 16 x 32 elements */
-        TRY(case_block_copy(r, 2, 12, 1, 6, 3, DTYPE_F16, err));  /* 12-byte runs: the byte loop */
+        TRY(case_block_copy(r, 5, 40, 16, 32, 7, (Dtype)t, 0, err)); /* runs of 16 x 32 elements */
+        TRY(case_block_copy(r, 2, 12, 1, 6, 3, DTYPE_F16, 0, err));  /* 12-byte runs: the byte loop */
+        TRY(case_block_copy(r, 3, 20, 4, 16, 5, (Dtype)t, 1, err));  /* a cycle of 5: one wave per pair */
         if (!r->o->quick)
-            TRY(case_block_copy(r, 12, 512, 16, 768, 128, (Dtype)t, err)); /* stories110M, 8,192 slots */
+            TRY(case_block_copy(r, 12, 512, 16, 768, 128, (Dtype)t, 0, err)); /* stories110M, 8,192 slots */
     }
     return 0;
 }
