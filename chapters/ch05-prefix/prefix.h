@@ -112,6 +112,7 @@ typedef struct {
     int *stopped;          /**< [n_reqs] radix: 1 once its next block would hang below a block it does not hold */
     int *fed_until;        /**< [n_reqs] scratch: positions with K/V once the planned step has run */
     int *recompute;        /**< [n_reqs] cached positions the last lookup leaves to recompute (the last block) */
+    double *first_token_s; /**< [n_reqs] seconds of serving before each request had its first token, or -1 */
     uint64_t *keys;        /**< [table capacity] scratch: a sequence's keys */
     int *hit;              /**< [table capacity] scratch: the blocks a lookup found */
     /* The books. */
@@ -130,6 +131,9 @@ typedef struct {
     double usage_with_cached_sum; /**< sum over steps of (held + parked) / total */
     double usage_peak;            /**< most held / total */
     double usage_with_cached_peak; /**< most (held + parked) / total */
+    double ttft_sum;        /**< sum of first_token_s over the requests that have one */
+    double ttft_max;        /**< the largest */
+    int ttft_count;         /**< how many have one */
     PrefixSample samples[PREFIX_TIMELINE_CAP]; /**< the blocks over time, oldest first */
     int n_samples;          /**< samples kept */
     long stride;            /**< one step in stride is kept */
@@ -228,7 +232,8 @@ void prefix_report_table(FILE *f, void *ctx, const ServingRun *run);
  * prefix_cache_recomputed_tokens, prefix_cache_evictions,
  * prefix_cache_duplicates, cached_free_blocks_peak, blocks_shared_at_peak,
  * blocks_saved_at_peak, kv_cache_usage (peak and average, without and with
- * the cached free blocks), cached_free_timeline.
+ * the cached free blocks), time_to_first_token_mean_s and _max_s,
+ * cached_free_timeline.
  * @param j    the writer (inside the report object)
  * @param ctx  the PrefixCache
  * @param run  the finished run

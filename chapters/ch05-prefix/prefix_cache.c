@@ -245,6 +245,24 @@ static void note_peak(PrefixCache *c, int held)
     c->saved_at_peak = entries - held;
 }
 
+/* Serving time (the steps' wall time, as run->elapsed_s counts it) at
+ * which each running request has its first token. A file's requests all
+ * arrive at step 0, so this is their time to first token. */
+static void note_first_tokens(PrefixCache *c, const ServingRun *run)
+{
+    const PagedServer *s = c->server;
+    double now = run->elapsed_s + (now_seconds() - run->step_started_s);
+    for (int k = 0; k < s->n_running; k++) {
+        const Request *r = &run->reqs[s->running[k]];
+        if (c->first_token_s[r->index] >= 0 || (r->n_tokens == r->n_prompt && r->phase != REQ_DONE))
+            continue;
+        c->first_token_s[r->index] = now;
+        c->ttft_sum += now;
+        c->ttft_max = now > c->ttft_max ? now : c->ttft_max;
+        c->ttft_count++;
+    }
+}
+
 /* The run's observer: after chapter 4 has accounted the step, before the
  * requests that finished let go (the moment chapter 4's peak is taken). */
 static void cache_observe(void *ctx, const ServingRun *run)
@@ -264,6 +282,7 @@ static void cache_observe(void *ctx, const ServingRun *run)
     if (parked > c->cached_free_peak)
         c->cached_free_peak = parked;
     record_sample(c, run->step, held, parked);
+    note_first_tokens(c, run);
     if (c->next_observe)
         c->next_observe(c->next_observe_ctx, run);
 }
@@ -281,8 +300,9 @@ static int alloc_books(PrefixCache *c, int n_reqs, int capacity, Err *err)
     c->recompute = mem_alloc_array(MEM_ACTIVATIONS, (size_t)n_reqs, sizeof(int));
     c->keys = mem_alloc_array(MEM_ACTIVATIONS, (size_t)capacity, sizeof(uint64_t));
     c->hit = mem_alloc_array(MEM_ACTIVATIONS, (size_t)capacity, sizeof(int));
+    c->first_token_s = mem_alloc_array(MEM_ACTIVATIONS, (size_t)n_reqs, sizeof(double));
     if (!c->n_known || !c->last_key || !c->last_id || !c->last_block || !c->stopped || !c->fed_until ||
-        !c->recompute || !c->keys || !c->hit)
+        !c->recompute || !c->keys || !c->hit || !c->first_token_s)
         return err_set(err, "out of memory for the prefix cache's books of %d requests", n_reqs);
     return 0;
 }
@@ -302,8 +322,10 @@ int prefix_cache_open(PagedServer *s, ServingRun *run, PrefixCacheMode mode, Pre
     /* One token more than a table covers: last_block_cached() matches n_tokens + 1. */
     if (alloc_books(c, run->n_reqs, s->kv.tables.capacity + 1, err))
         return -1;
-    for (int i = 0; i < run->n_reqs; i++)
+    for (int i = 0; i < run->n_reqs; i++) {
         forget_request(c, &run->reqs[i]);
+        c->first_token_s[i] = -1.0;
+    }
     if ((mode == PREFIX_CACHE_HASH && hash_chain_init(&c->hash, &s->kv.pool, err)) ||
         (mode == PREFIX_CACHE_RADIX && radix_init(&c->radix, &s->kv.pool, err)))
         return -1;
@@ -340,6 +362,7 @@ void prefix_cache_close(PrefixCache *c)
     mem_free(c->recompute);
     mem_free(c->keys);
     mem_free(c->hit);
+    mem_free(c->first_token_s);
     mem_free(c);
 }
 

@@ -21,6 +21,19 @@ static int blocks_cached_now(const PrefixCache *c)
                                            : 0;
 }
 
+/* The cache's kv_metadata: its table or tree, the token ids of what it
+ * holds, and what it knows of each request. */
+static size_t metadata_bytes(const PrefixCache *c)
+{
+    size_t n = (size_t)c->server->kv.pool.n_blocks, bs = (size_t)c->block_size, reqs = (size_t)c->run->n_reqs;
+    size_t books = reqs * (3 * sizeof(int) + sizeof(uint64_t) + sizeof(long));
+    if (c->mode == PREFIX_CACHE_HASH)
+        return books + n * sizeof(HashChainEntry) + n * bs * sizeof(int) + (size_t)c->hash.n_buckets * sizeof(int);
+    if (c->mode == PREFIX_CACHE_RADIX)
+        return books + (n + 1) * sizeof(RadixNode) + 3 * n * sizeof(int) + n * bs * sizeof(int);
+    return books;
+}
+
 static void print_over_time(FILE *f, const PrefixCache *c)
 {
     if (c->n_samples == 0)
@@ -51,9 +64,9 @@ void prefix_report_table(FILE *f, void *ctx, const ServingRun *run)
                "again, for its logits\n",
             c->recomputed_tokens);
     if (c->mode != PREFIX_CACHE_OFF) {
-        fprintf(f, "  cached blocks  %d now; at most %d cached but free at once; %ld evictions; %ld computed twice "
-                   "at once\n",
-                blocks_cached_now(c), c->cached_free_peak, evictions(c), c->duplicates);
+        fprintf(f, "  cached blocks  %d at the end, %d of them free; at most %d cached but free after a step; %ld "
+                   "evictions; %ld computed twice at once\n",
+                blocks_cached_now(c), c->server->kv.pool.n_parked, c->cached_free_peak, evictions(c), c->duplicates);
         if (c->mode == PREFIX_CACHE_RADIX)
             fprintf(f, "  radix tree     %d nodes now; %ld edges split\n", c->radix.n_nodes, c->radix.splits);
     }
@@ -62,9 +75,15 @@ void prefix_report_table(FILE *f, void *ctx, const ServingRun *run)
                "kv_cache_usage); peak %.1f%%, average %.1f%% counting them as used\n",
             100.0 * c->usage_peak, 100.0 * c->usage_sum / steps, 100.0 * c->usage_with_cached_peak,
             100.0 * c->usage_with_cached_sum / steps);
+    fprintf(f, "  first token    after %.1f ms on average, %.1f ms at most, of serving time (every request of a file "
+               "arrives at step 0)\n",
+            c->ttft_count ? 1e3 * c->ttft_sum / c->ttft_count : 0.0, 1e3 * c->ttft_max);
     fprintf(f, "  at the peak    step %ld: %d blocks held, %d of them shared by two or more tables, saving %d "
-               "blocks\n",
+               "blocks (chapter 4's \"sharing\" line counts prefix sharing too)\n",
             c->held_peak_step, c->held_peak, c->shared_at_peak, c->saved_at_peak);
+    char a[32];
+    fprintf(f, "  metadata       %s of kv_metadata for the cache (in chapter 4's total above)\n",
+            cli_format_bytes(a, sizeof a, (double)metadata_bytes(c)));
     fprintf(f, "  waste          cached-but-free blocks are free memory, not reservations: they are in no part of "
                "the breakdown above, and \"used\" in chapter 4's lines counts only blocks a table holds\n");
 }
@@ -100,6 +119,7 @@ void prefix_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     json_int(j, "prefix_cache_evictions", evictions(c));
     json_int(j, "prefix_cache_duplicates", c->duplicates);
     json_int(j, "cached_blocks_at_end", blocks_cached_now(c));
+    json_int(j, "prefix_cache_metadata_bytes", (long long)metadata_bytes(c));
     json_int(j, "cached_free_blocks_peak", c->cached_free_peak);
     json_int(j, "blocks_held_peak", c->held_peak);
     json_int(j, "blocks_held_peak_step", c->held_peak_step);
@@ -109,5 +129,7 @@ void prefix_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     json_double(j, "kv_cache_usage_avg", c->usage_sum / steps);
     json_double(j, "kv_cache_usage_with_cached_peak", c->usage_with_cached_peak);
     json_double(j, "kv_cache_usage_with_cached_avg", c->usage_with_cached_sum / steps);
+    json_double(j, "time_to_first_token_mean_s", c->ttft_count ? c->ttft_sum / c->ttft_count : 0.0);
+    json_double(j, "time_to_first_token_max_s", c->ttft_max);
     json_timeline(j, c);
 }
