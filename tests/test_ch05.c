@@ -673,6 +673,16 @@ START_TEST(program_refuses_bad_input)
 }
 END_TEST
 
+/* The integer after "key": in a JSON report (the test fails without it). */
+static long json_long(const char *json, const char *key)
+{
+    char pattern[96];
+    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
+    const char *p = strstr(json, pattern);
+    ck_assert_msg(p != NULL, "no %s in the JSON report", key);
+    return strtol(p + strlen(pattern), NULL, 10);
+}
+
 static char *slurp_and_remove(const char *path)
 {
     char *text = test_slurp(path);
@@ -730,6 +740,12 @@ START_TEST(program_off_is_chapter_4_and_reports_the_cache)
                               "\"blocks_timeline\"", "\"preemptions\""};
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
             ck_assert_msg(strstr(ch5_json, keys[k]), "%s missing from the JSON report", keys[k]);
+        /* The ledger's kv_metadata is chapter 4's (tables, free stack,
+         * reference counts) and the cache's, nothing else. */
+        long blocks = json_long(ch5_json, "blocks_total");
+        ck_assert_int_eq(json_long(ch5_json, "kv_metadata_bytes"),
+                         json_long(ch5_json, "block_table_bytes") + 2 * blocks * (long)sizeof(int) +
+                             json_long(ch5_json, "prefix_cache_metadata_bytes"));
         free(ch5);
         free(ch5_json);
         test_result_free(&r);
