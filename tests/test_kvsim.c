@@ -519,15 +519,21 @@ START_TEST(same_decisions_as_chapter4)
     Synthetic s;
     synthetic_open(&s, 7);
     static const int block_sizes[] = {1, 4, 16};
+    /* Whole prompts, then a token budget with chunked prefill, swapping. */
+    static const int budgets[] = {0, 5, 5};
+    static const char *const preempts[] = {NULL, NULL, "swap"};
     long preemptions = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 9; k++) {
         CliOptions o;
         cli_defaults(&o);
-        o.block_size = block_sizes[k];
+        o.block_size = block_sizes[k % 3];
         o.threads = 1;
         o.kv_budget = 128 * 256; /* two full-length requests: preemptions */
-        char what[64];
-        snprintf(what, sizeof what, "chapter 4, --block-size %d", block_sizes[k]);
+        o.max_num_batched_tokens = budgets[k / 3];
+        o.preempt = preempts[k / 3];
+        char what[96];
+        snprintf(what, sizeof what, "chapter 4, --block-size %d --max-num-batched-tokens %d --preempt %s",
+                 o.block_size, o.max_num_batched_tokens, o.preempt ? o.preempt : "recompute");
         preemptions += expect_same_decisions(&s, SERVE_PAGED, &o, what);
     }
     ck_assert_msg(preemptions > 0, "the budget should force preemptions (their path untested)");

@@ -119,6 +119,34 @@ START_TEST(zero_size_alloc)
 }
 END_TEST
 
+START_TEST(swap_place_is_counted_apart)
+{
+    /* A swap space is host memory the ledger counts as its own place: the
+     * host's columns do not see it, and mem_free() takes it off the same
+     * place. */
+    mem_reset();
+    void *h = mem_alloc(MEM_KV, 1000);
+    void *s = mem_alloc_at(MEM_KV, MEM_SWAP, 4000);
+    void *m = mem_alloc_at(MEM_KV_METADATA, MEM_SWAP, 40);
+    ck_assert(h && s && m);
+    ck_assert_uint_eq(mem_size(s), 4000);
+    ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 1000);
+    ck_assert_uint_eq(mem_current(MEM_KV, MEM_SWAP), 4000);
+    ck_assert_uint_eq(mem_current(MEM_KV_METADATA, MEM_SWAP), 40);
+    ck_assert_uint_eq(mem_peak_total(MEM_HOST), 1000);
+    ck_assert_uint_eq(mem_peak_total(MEM_SWAP), 4040);
+    ck_assert_uint_eq(mem_peak_total(MEM_DEVICE), 0);
+    mem_free(s);
+    ck_assert_uint_eq(mem_current(MEM_KV, MEM_SWAP), 0);
+    ck_assert_uint_eq(mem_peak(MEM_KV, MEM_SWAP), 4000);
+    ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 1000);
+    mem_free(m);
+    mem_free(h);
+    ck_assert_int_eq(mem_live_buffers(), 0);
+    assert_all_zero();
+}
+END_TEST
+
 START_TEST(overflow_returns_null)
 {
     mem_reset();
@@ -197,6 +225,7 @@ Suite *suite_mem(void)
     tcase_add_test(tc, peak_of_sum_is_not_sum_of_peaks);
     tcase_add_test(tc, track_and_untrack);
     tcase_add_test(tc, zero_size_alloc);
+    tcase_add_test(tc, swap_place_is_counted_apart);
     tcase_add_test(tc, overflow_returns_null);
     tcase_add_test(tc, aligned_zeroed_and_live_count);
     tcase_add_test(tc, reset_clears_everything);

@@ -29,6 +29,8 @@
 #include "mem.h"
 #include "naive.h"
 #include "ops.h"
+#include "outfile.h"
+#include "parse.h"
 #include "prefix.h"
 #include "report.h"
 #include "serve.h"
@@ -71,7 +73,7 @@ static void usage(void)
            "  --model FILE      checkpoint (default: stories260K from models/ or ../shared/models/, else synthetic)\n"
            "  --tokenizer FILE  its tokenizer (default: found next to the model)\n"
            "  --kv-budget SIZE  KV memory of chapters 3, 4 and 5 (default: 8 requests of the model's full length)\n"
-           "  --threads N       CPU threads (default: the programs' default)\n"
+           "  --threads N       CPU threads, 1 to 1024 (default: the programs' default)\n"
            "  --out DIR         where kv-timeline.tsv and demo.json go (default .)\n"
            "  --help            show this help\n", PROGRAM);
 }
@@ -92,7 +94,6 @@ static int parse_options(int argc, char **argv, DemoOptions *d, Err *err)
         int c = getopt_long(argc, argv, ":h", longopts, NULL);
         if (c == -1)
             break;
-        char *end;
         switch (c) {
         case 'h': case O_HELP: usage(); return 1;
         case ':': return err_set(err, "option '%s' needs a value (see --help)", argv[optind - 1]);
@@ -107,12 +108,13 @@ static int parse_options(int argc, char **argv, DemoOptions *d, Err *err)
             if (d->o.kv_budget == 0)
                 return err_set(err, "--kv-budget: the budget must be more than 0 bytes");
             break;
-        case O_THREADS:
-            errno = 0;
-            d->o.threads = (int)strtol(optarg, &end, 10);
-            if (errno || *end || end == optarg || d->o.threads < 1 || d->o.threads > 1024)
+        case O_THREADS: {
+            long n;
+            if (parse_long(optarg, 1, 1024, &n, NULL))
                 return err_set(err, "--threads: '%s' is not a number from 1 to 1024", optarg);
+            d->o.threads = (int)n;
             break;
+        }
         }
     }
     if (optind < argc)
@@ -120,6 +122,15 @@ static int parse_options(int argc, char **argv, DemoOptions *d, Err *err)
     struct stat st;
     if (stat(d->out_dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return err_set(err, "--out %s: not a folder", d->out_dir);
+    /* The files it will write, refused now if they cannot be (a FIFO
+     * there would block the end of the run forever). */
+    static const char *const outputs[] = {"kv-timeline.tsv", "demo.json"};
+    for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", d->out_dir, outputs[i]);
+        if (outfile_check(NULL, path, err))
+            return -1;
+    }
     return 0;
 }
 
@@ -321,9 +332,10 @@ static int write_timeline(const ChapterRun *cr, const char *dir, Err *err)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/kv-timeline.tsv", dir);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return err_set(err, "%s: cannot create: %s", path, strerror(errno));
+    OutFile out;
+    if (outfile_open(&out, NULL, path, err))
+        return -1;
+    FILE *f = out.f;
     for (int c = 0; c < N_CHAPTERS; c++) {
         fprintf(f, "# chapter %s: step\treserved_bytes\tused_bytes\n", cr[c].name);
         if (!cr[c].keeps_kv) /* nothing kept: a flat line over its steps */
@@ -334,7 +346,7 @@ static int write_timeline(const ChapterRun *cr, const char *dir, Err *err)
         }
         fprintf(f, "\n\n");
     }
-    return fclose(f) == 0 ? 0 : err_set(err, "%s: write failed", path);
+    return outfile_commit(&out, err);
 }
 
 static int write_json(const ChapterRun *cr, const char *dir, const char *model, const char *requests, size_t budget,
@@ -342,9 +354,10 @@ static int write_json(const ChapterRun *cr, const char *dir, const char *model, 
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/demo.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return err_set(err, "%s: cannot create: %s", path, strerror(errno));
+    OutFile out;
+    if (outfile_open(&out, NULL, path, err))
+        return -1;
+    FILE *f = out.f;
     JsonWriter j;
     json_init(&j, f, 1);
     json_begin_object(&j, NULL);
@@ -383,7 +396,7 @@ static int write_json(const ChapterRun *cr, const char *dir, const char *model, 
     json_end_array(&j);
     json_end_object(&j);
     fputc('\n', f);
-    return fclose(f) == 0 ? 0 : err_set(err, "%s: write failed", path);
+    return outfile_commit(&out, err);
 }
 
 /* ------------------------------------------------------------ main */

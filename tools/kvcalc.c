@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "kvmath.h"
 #include "model.h"
+#include "parse.h"
 
 static const char *PROGRAM = "kvcalc";
 
@@ -98,10 +99,8 @@ static void usage(void)
 
 static int parse_count(const char *name, const char *text, uint64_t max, uint64_t *out, Err *err)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno || end == text || *end != '\0' || text[0] == '-' || v == 0 || v > max)
+    uint64_t v;
+    if (parse_u64(text, max, &v, NULL) || v == 0)
         return err_set(err, "--%s: '%s' is not a whole number from 1 to %" PRIu64, name, text, max);
     *out = v;
     return 0;

@@ -6,6 +6,7 @@
  *   build/kvsim --scenario source-13b-a100-80gb
  *   build/kvsim --scenario paper-13b-a100-40gb
  *   build/kvsim --preset llama-7b --gpu h100-80gb --workload alpaca --rate 0.5
+ *   build/kvsim --scenario paper-fig19     (recompute against swap: tools/lib/kvsim_swap.c)
  *
  * For every strategy (chapter 3's four reservation policies with static
  * batching, three of them with continuous batching as the PagedAttention
@@ -29,8 +30,11 @@
 #include "kvmath.h"
 #include "kvsim.h"
 #include "kvsim_prefix.h"
+#include "kvsim_swap.h"
 #include "mem.h"
+#include "outfile.h"
 #include "paged.h"
+#include "parse.h"
 
 #define PROGRAM "kvsim"
 
@@ -90,6 +94,7 @@ static void list_scenarios(FILE *f)
 {
     for (size_t i = 0; i < sizeof SCENARIOS / sizeof SCENARIOS[0]; i++)
         fprintf(f, "%s\n  %s\n  = %s\n", SCENARIOS[i].name, SCENARIOS[i].what, SCENARIOS[i].options);
+    kvsim_swap_describe(f);
 }
 
 /* ------------------------------------------------------------ options */
@@ -178,16 +183,16 @@ static void usage(void)
            "output\n"
            "  --json FILE          the setup and every strategy's numbers as JSON\n"
            "  --verbose            the chapters' setup lines and progress on stderr\n"
-           "  --help               show this help\n",
+           "  --help               show this help\n"
+           "\n--scenario paper-fig19 (recomputation against swapping) takes its own options: --scenario paper-fig19 "
+           "--help\n",
            PROGRAM, kvmath_preset_names(), kvsim_gpu_names());
 }
 
 static int parse_int(const char *name, const char *text, long lo, long hi, int *out, Err *err)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < lo || v > hi)
+    long v;
+    if (parse_long(text, lo, hi, &v, NULL))
         return err_set(err, "--%s: '%s' is not a whole number from %ld to %ld", name, text, lo, hi);
     *out = (int)v;
     return 0;
@@ -227,7 +232,8 @@ static uint64_t default_weights(const KvShape *s)
     static const struct {
         const char *name;
         double params;
-    } sizes[] = {{"llama-7b", 7e9}, {"llama-13b", 13e9}, {"opt-13b", 13e9}, {"llama-2-70b", 70e9}};
+    } sizes[] = {{"llama-7b", 7e9},    {"llama-13b", 13e9},   {"opt-13b", 13e9},
+                 {"llama-2-70b", 70e9}, {"smollm2-135m", 134515008.0}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (strcmp(s->name, sizes[i].name) == 0)
             return (uint64_t)(2.0 * sizes[i].params);
@@ -295,19 +301,13 @@ static int apply(Options *o, int id, const char *name, const char *arg, Err *err
         }
         return parse_int(name, arg, 1, REQUEST_MAX_NEW_TOKENS, &o->w.max_new_tokens, err);
     case OPT_REQUESTS: return parse_int(name, arg, 1, 1000000, &o->w.n_requests, err);
-    case OPT_RATE: {
-        char *end;
-        errno = 0;
-        o->w.rate = strtod(arg, &end);
-        if (errno || end == arg || *end || !(o->w.rate >= 0) || o->w.rate > 1e6)
+    case OPT_RATE:
+        if (parse_double(arg, 0, 1e6, &o->w.rate, NULL))
             return err_set(err, "--rate: '%s' is not a number of requests per step from 0 to 1e6", arg);
         return 0;
-    }
     case OPT_SEED: {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(arg, &end, 10);
-        if (errno || end == arg || *end || arg[0] == '-')
+        uint64_t v;
+        if (parse_u64(arg, UINT64_MAX, &v, NULL))
             return err_set(err, "--seed: '%s' is not a whole number >= 0", arg);
         o->w.seed = v;
         return 0;
@@ -650,20 +650,13 @@ static int check_all(const Options *o, const SimRequestSpec *reqs, const SimRequ
     return 0;
 }
 
-static int run_all(const Options *o, const SimRequestSpec *reqs, const SimRequestSpec *oracle, FILE *jf, Err *err)
+/* Runs every chosen strategy; nothing is printed on stdout yet. */
+static int run_all(const Options *o, const SimRequestSpec *reqs, const SimRequestSpec *oracle,
+                   KvsimResult results[N_STRATEGIES], Err *err)
 {
-    KvsimResult results[N_STRATEGIES];
-    memset(results, 0, sizeof results);
+    memset(results, 0, N_STRATEGIES * sizeof results[0]);
     Model shape = shape_of(&o->shape);
     size_t per_token = (size_t)kvmath_bytes_per_token(&o->shape, o->dtype);
-    JsonWriter j;
-    if (jf) {
-        json_init(&j, jf, 1);
-        json_begin_object(&j, NULL);
-        json_setup(&j, o);
-        json_begin_array(&j, "strategies");
-    }
-    print_header();
     for (int k = 0; k < N_STRATEGIES; k++) {
         if (!o->use[k])
             continue;
@@ -671,24 +664,49 @@ static int run_all(const Options *o, const SimRequestSpec *reqs, const SimReques
         ServeChapter ch = strategy_chapter(k, o, &co);
         char label[32];
         strategy_label(k, o, label, sizeof label);
-        KvsimResult *r = &results[k];
         if (o->verbose)
             fprintf(stderr, "%s: running %s\n", PROGRAM, label);
         if (kvsim_run(ch, &shape, &co, per_token, strategy_requests(k, reqs, oracle), o->w.n_requests,
-                      o->verbose ? stderr : NULL, r, err))
+                      o->verbose ? stderr : NULL, &results[k], err))
             return err_prefix(err, "%s", label);
-        print_row(label, r);
-        fflush(stdout);
-        if (jf)
-            json_result(&j, label, paper_figure(o, k), r);
     }
-    if (jf) {
-        json_end_array(&j);
-        json_end_object(&j);
-        fputc('\n', jf);
+    return 0;
+}
+
+/* --json, through a temporary file renamed into place (outfile.h). */
+static int write_json(const Options *o, const KvsimResult results[N_STRATEGIES], Err *err)
+{
+    OutFile out;
+    if (outfile_open(&out, "--json", o->json_path, err))
+        return -1;
+    JsonWriter j;
+    json_init(&j, out.f, 1);
+    json_begin_object(&j, NULL);
+    json_setup(&j, o);
+    json_begin_array(&j, "strategies");
+    for (int k = 0; k < N_STRATEGIES; k++) {
+        char label[32];
+        strategy_label(k, o, label, sizeof label);
+        if (o->use[k])
+            json_result(&j, label, paper_figure(o, k), &results[k]);
+    }
+    json_end_array(&j);
+    json_end_object(&j);
+    fputc('\n', out.f);
+    return outfile_commit(&out, err);
+}
+
+static void print_results(const Options *o, const SimRequestSpec *reqs, const KvsimResult results[N_STRATEGIES])
+{
+    print_setup(o, reqs);
+    print_header();
+    for (int k = 0; k < N_STRATEGIES; k++) {
+        char label[32];
+        strategy_label(k, o, label, sizeof label);
+        if (o->use[k])
+            print_row(label, &results[k]);
     }
     print_paper(o, results);
-    return 0;
 }
 
 static int fail(const char *msg)
@@ -701,6 +719,8 @@ int main(int argc, char **argv)
 {
     if (kvsim_prefix_wanted(argc, argv)) /* chapter 5's caches: tools/lib/kvsim_prefix.c */
         return kvsim_prefix_main(argc, argv);
+    if (kvsim_swap_requested(argc, argv)) /* a model of costs, not a run: tools/lib/kvsim_swap.c */
+        return kvsim_swap_main(argc, argv);
     Options o;
     Err err = {{0}};
     int rc = parse_options(&o, argc, argv, &err);
@@ -720,20 +740,19 @@ int main(int argc, char **argv)
         oracle[i] = reqs[i];
         oracle[i].max_new_tokens = reqs[i].output_tokens;
     }
-    FILE *jf = NULL;
-    if (check_all(&o, reqs, oracle, &err) == 0 && o.json_path && !(jf = fopen(o.json_path, "w")))
-        err_set(&err, "--json %s: cannot create: %s", o.json_path, strerror(errno));
-    if (err.msg[0]) {
-        mem_free(reqs);
-        mem_free(oracle);
-        return fail(err.msg);
-    }
-    print_setup(&o, reqs);
-    rc = run_all(&o, reqs, oracle, jf, &err);
+    /* Everything that can be refused is refused before the work, and the
+     * table comes only once the JSON is safely written: a failure is then
+     * the one line, with nothing on stdout. */
+    if (check_all(&o, reqs, oracle, &err) == 0 && o.json_path)
+        outfile_check("--json", o.json_path, &err);
+    KvsimResult results[N_STRATEGIES];
+    rc = err.msg[0] ? -1 : run_all(&o, reqs, oracle, results, &err);
+    if (rc == 0 && o.json_path)
+        rc = write_json(&o, results, &err);
+    if (rc == 0)
+        print_results(&o, reqs, results);
     mem_free(reqs);
     mem_free(oracle);
-    if (jf && fclose(jf) != 0 && rc == 0)
-        rc = err_set(&err, "--json %s: write failed", o.json_path);
     if (rc)
         return fail(err.msg);
     printf("\nconc.: requests running at once. KV util.: used / reserved, averaged over steps. token states ..\n"

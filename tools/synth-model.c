@@ -12,12 +12,14 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mem.h"
 #include "model.h"
+#include "parse.h"
 #include "report.h"
 #include "synth.h"
 
@@ -82,10 +84,8 @@ static void print_help(void)
 /* A whole number that fits an int; the model's own checks judge its value. */
 static int parse_int(const char *name, const char *text, int *out, Err *err)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end != '\0' || v < INT_MIN || v > INT_MAX)
+    long v;
+    if (parse_long(text, INT_MIN, INT_MAX, &v, NULL))
         return err_set(err, "--%s: '%s' is not a whole number", name, text);
     *out = (int)v;
     return 0;
@@ -93,11 +93,9 @@ static int parse_int(const char *name, const char *text, int *out, Err *err)
 
 static int parse_seed(const char *text, unsigned long long *out, Err *err)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno || end == text || *end != '\0' || text[0] == '-')
-        return err_set(err, "--seed: '%s' is not a non-negative whole number", text);
+    uint64_t v;
+    if (parse_u64(text, UINT64_MAX, &v, err))
+        return err_prefix(err, "--seed");
     *out = v;
     return 0;
 }

@@ -9,7 +9,7 @@
 
 size_t block_shape_bytes(const BlockShape *s)
 {
-    return (size_t)s->block_size * (size_t)s->n_layers * 2u * (size_t)s->kv_dim * s->elem_bytes;
+    return (size_t)s->block_size * (size_t)s->n_layers * 2u * (size_t)s->kv_dim * (size_t)s->elem_bytes;
 }
 
 int block_count_for_tokens(int n_tokens, int block_size)
@@ -24,8 +24,8 @@ static int valid_shape(const BlockShape *s, int with_storage, Err *err)
         return err_set(err, "block size %d is not a power of two from 1 to %d", bs, BLOCK_SIZE_MAX);
     if (s->n_layers < 1 || s->kv_dim < 1 || s->elem_bytes < 1)
         return err_set(err, "block shape needs layers, kv_dim and element size > 0");
-    if (with_storage && s->elem_bytes != sizeof(float))
-        return err_set(err, "K/V storage is f32 on the CPU; %zu-byte elements are for accounting only",
+    if (with_storage && s->elem_bytes != (int)sizeof(float))
+        return err_set(err, "K/V storage is f32 on the CPU; %d-byte elements are for accounting only",
                        s->elem_bytes);
     return 0;
 }

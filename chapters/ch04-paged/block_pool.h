@@ -50,7 +50,13 @@ typedef struct {
     int block_size;    /**< tokens per block, a power of two from 1 to BLOCK_SIZE_MAX */
     int n_layers;      /**< layers of the model */
     int kv_dim;        /**< width of one token's K (or V) row: n_kv_heads * head_dim */
-    size_t elem_bytes; /**< bytes per stored element: 4 (f32) with storage; the simulator may count 2 */
+    /**
+     * Bytes per stored element: 4 (f32) with storage; the simulator may
+     * count 2. An int, so that the shape packs into 16 bytes: PagedServer,
+     * whose size the ledger charges to activations, then keeps its size
+     * with the extension points of paged.h.
+     */
+    int elem_bytes;
 } BlockShape;
 
 /** The pool: every block of the KV budget, free or held. */

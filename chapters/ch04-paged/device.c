@@ -180,6 +180,40 @@ int device_kv_paged_copy_blocks(DeviceKv *kv, const int *pairs, int n, Err *err)
                           s->block_size, (long long)device_kv_row_bytes(&s->cache), s->dev->stream, err);
 }
 
+/* One block of the pool between the device and a host buffer laid out as
+ * the host pool's block, [n_layers][2 (K, V)][block_size][kv_dim]: while
+ * the device keeps K and V per layer ([layer][rows][kv_dim]), a block is
+ * 2 x n_layers pieces of block_size rows, one copy each. */
+static int pool_copy_block_host(DevicePool *s, int block, void *host, int to_device, Err *err)
+{
+    size_t piece = (size_t)s->block_size * device_kv_row_bytes(&s->cache);
+    size_t first_row = (size_t)block * (size_t)s->block_size * device_kv_row_bytes(&s->cache);
+    for (int l = 0; l < s->cache.layers; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            char *dev = (char *)device_kv_layer(&s->cache, kv ? s->cache.v : s->cache.k, l) + first_row;
+            char *h = (char *)host + ((size_t)l * 2u + (size_t)kv) * piece;
+            CUDA_CHECK(err, cudaMemcpyAsync(to_device ? (void *)dev : (void *)h, to_device ? (void *)h : (void *)dev,
+                                            piece, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                            s->dev->stream));
+        }
+    return 0;
+}
+
+int paged_device_swap_block(ServingRun *run, int block, void *host, int to_device, Err *err)
+{
+    DeviceKv *kv = run->device->kv.kv;
+    if (kv->close != pool_free)
+        return err_set(err, "paged_device_swap_block: not a paged store");
+    DevicePool *s = kv->seam.ctx;
+    if (block < 0 || block >= s->n_blocks)
+        return err_set(err, "swap: block %d is not in the pool", block);
+    /* The host buffer is pageable memory: a copy out returns once the bytes
+     * are on the host, a copy in once they are staged, so the buffer may be
+     * reused at once; both run in stream order with the steps' kernels. */
+    if (pool_copy_block_host(s, block, host, to_device, err))
+        return err_prefix(err, "--preempt swap: block %d %s the host", block, to_device ? "from" : "to");
+    return 0;
+}
 
 #else /* built without CUDA: device_open() fails first */
 
@@ -202,6 +236,12 @@ int device_kv_paged_set_table(DeviceKv *kv, int seq, const int *blocks, int n, E
 int device_kv_paged_copy_blocks(DeviceKv *kv, const int *pairs, int n, Err *err)
 {
     (void)kv, (void)pairs, (void)n;
+    return err_set(err, NO_CUDA);
+}
+
+int paged_device_swap_block(ServingRun *run, int block, void *host, int to_device, Err *err)
+{
+    (void)run, (void)block, (void)host, (void)to_device;
     return err_set(err, NO_CUDA);
 }
 
@@ -241,8 +281,8 @@ int paged_device_open(PagedServer *s, ServingRun *run, Err *err)
     ServingDeviceKv *d = &run->device->kv;
     const DeviceRun *r = &run->device->run;
     BlockPool *p = &s->kv.pool;
-    if (p->shape.elem_bytes != dtype_bytes(r->kv_type))
-        return err_set(err, "--device cuda: the pool counts %zu-byte K/V elements, but %s takes %zu",
+    if ((size_t)p->shape.elem_bytes != dtype_bytes(r->kv_type))
+        return err_set(err, "--device cuda: the pool counts %d-byte K/V elements, but %s takes %zu",
                        p->shape.elem_bytes, dtype_name(r->kv_type), dtype_bytes(r->kv_type));
     if (device_kv_open_paged(d->kv, &r->dev, &s->kv.cfg, r->kv_type, p->n_blocks, p->shape.block_size, run->n_reqs,
                              run->max_step_tokens, err))

@@ -21,6 +21,15 @@
  *    its first token from the same logits with its own sampler;
  * 3. after the step, frees the blocks of every request that finished.
  *
+ * With `--max-num-batched-tokens N` (chunked prefill, as vLLM V1) no step
+ * exceeds N tokens: the decodes go first, then the next chunk of a prompt
+ * that is still being prefilled, then admissions with a first chunk that
+ * fits the rest; only a prompt's last chunk gets a logits row. With
+ * `--max-num-seqs` at most that many requests run. With `--preempt swap` a
+ * preempted request's blocks go to a host swap space (::SwapSpace) and come
+ * back when it is readmitted, instead of being recomputed. Without these
+ * options PagedServer.sched is NULL and nothing of this runs.
+ *
  * The forward pass reads K/V through the block tables (paged_attention()):
  * no gather into a contiguous copy, and the same arithmetic in the same
  * order as common/cpu/ops.h's reference, so the tokens are bit for bit those of
@@ -49,6 +58,11 @@
  * | one step: schedule, forward, sample, account, release | chapters/ch04-paged/server.c | paged_step() |
  * | pool, tables and queue for a run; budgets refused | chapters/ch04-paged/server.c | paged_check(), paged_open() |
  * | room for each running request, preemption, admission, forks | chapters/ch04-paged/scheduler.c | paged_schedule() |
+ * | decodes first, then prompt chunks within the token budget | chapters/ch04-paged/scheduler.c | schedule_decodes(), schedule_prompt_chunks(), admit_waiting() |
+ * | a chunk of a prompt, a logits row only for its last | common/serving/serving.c | serving_feed_upto() |
+ * | the budget's rules, the running limit, the scheduler's numbers and report | chapters/ch04-paged/sched.c | paged_sched_check(), paged_sched_open(), paged_sched_report_table() |
+ * | swapping blocks out and in, shared blocks once | chapters/ch04-paged/swap.c | swap_out_table(), swap_in_table() |
+ * | what recomputing positions costs in FLOPs | chapters/ch04-paged/sched.c | paged_recompute_flops() |
  * | the admission rule with its watermark (lab) | solutions/ch04/paged_can_admit.c | paged_can_admit() |
  * | a block off the free stack (lab) | solutions/ch04/block_pool_alloc.c | block_pool_alloc() |
  * | a holder lets go; double frees refused (lab) | solutions/ch04/block_pool_release.c | block_pool_release() |
@@ -60,6 +74,7 @@
  * | blocks used, slack, sharing, the breakdown | chapters/ch04-paged/report.c | paged_account() |
  * | the chapter's lines of the memory table | chapters/ch04-paged/report.c | paged_report_table() |
  * | the same blocks on the device | chapters/ch04-paged/device.c | paged_device_open(), paged_device_sync() |
+ * | a block between the device and the host swap space | chapters/ch04-paged/device.c | paged_device_swap_block() |
  */
 #ifndef KVLAB_CH04_PAGED_H
 #define KVLAB_CH04_PAGED_H
@@ -194,12 +209,100 @@ typedef struct {
     int (*reclaim)(void *ctx);
 } PagedCache;
 
+/** What preemption does with a request's blocks (`--preempt`). */
+typedef enum {
+    PAGED_PREEMPT_RECOMPUTE, /**< free them; every position is recomputed when it is readmitted (vLLM V1) */
+    PAGED_PREEMPT_SWAP       /**< copy them to the host swap space and back when readmitted (vLLM V0's other way) */
+} PagedPreemptMode;
+
+/**
+ * The swap space of `--preempt swap`: a pool of host blocks of the device
+ * pool's size, with its own free stack and reference counts, and for every
+ * swapped-out request a table of the host slots that hold its blocks.
+ *
+ * A block several tables share (forks) is copied out once: the first
+ * holder to be swapped out copies it and links the device block to its
+ * copy; a later holder whose block is still that exact copy takes one more
+ * reference on the slot instead. Coming back in works the same way: the
+ * first holder copies the slot into a fresh device block and links the
+ * two; the others take a reference on that block. So the sharing, and the
+ * reference counts, survive a round trip through the host. A link breaks
+ * when either side is freed; a device block written after its copy was
+ * taken is no longer that copy (its link stays for coming back in: the
+ * write only touches rows the other holders never read).
+ *
+ * The bytes and these books are charged to kv and kv_metadata at MEM_SWAP:
+ * the ledger shows the swap space as a device of its own.
+ */
+typedef struct {
+    int n_slots;             /**< host blocks */
+    size_t bytes_per_block;  /**< the pool's: a slot holds one block exactly */
+    unsigned char *storage;  /**< [n_slots][bytes_per_block], each slot laid out as a pool block, charged to kv
+                                  at MEM_SWAP (NULL: accounting only) */
+    int *free_stack;         /**< [n_slots] free slot ids; the next one handed out is at n_free - 1 */
+    int n_free;              /**< free slots */
+    int *ref_count;          /**< [n_slots] swapped-out tables holding each slot; 0 = free */
+    int *tables;             /**< [n_tables][capacity] slot of each logical block of a swapped-out request */
+    int *n_blocks;           /**< [n_tables] entries of each table (0: nothing swapped out) */
+    int *cached;             /**< [n_tables] positions whose K/V the table holds */
+    int n_tables;            /**< requests */
+    int capacity;            /**< entries per table: ceil(seq_len / block_size) */
+    int *host_copy;          /**< [pool blocks] the slot linked to each device block, or -1 */
+    unsigned char *exact;    /**< [pool blocks] 1 while the device block still holds exactly its linked slot's bytes */
+    int *device_copy;        /**< [n_slots] the device block linked to each slot, or -1 */
+} SwapSpace;
+
+/** Most steps PagedSched.timeline keeps; beyond that it keeps every other one. */
+#define PAGED_STEP_SAMPLES 2048
+
+/** One step's size, for the JSON report's step_tokens_timeline. */
+typedef struct {
+    long step;         /**< the step */
+    int tokens;        /**< tokens (batch entries) it ran */
+    int prompt_tokens; /**< of which prompt or recomputed positions (the rest: one decode token per request) */
+} PagedStepSample;
+
+/**
+ * What the scheduler keeps when it is given `--max-num-batched-tokens`,
+ * `--max-num-seqs`, `--preempt` or `--swap-space`: the budget's rules, the
+ * swap space, and the numbers the report adds. Without any of them
+ * PagedServer.sched is NULL, and the chapter allocates, schedules and
+ * reports exactly what it did before those options existed.
+ */
+typedef struct {
+    int chunked_prefill;     /**< 1 (--max-num-batched-tokens): the step budget is strict, prompts run in chunks */
+    int max_num_seqs;        /**< most requests running at once */
+    PagedPreemptMode preempt; /**< recompute or swap */
+    int *follows;            /**< [n_reqs] the sample whose prompt this fork waits for while it runs in chunks, or -1 */
+    long *first_token_step;  /**< [n_reqs] the step a request sampled its first token in, or -1 */
+    long *sorted_steps;      /**< [n_reqs] scratch for the median of the steps to the first token */
+    SwapSpace swap;          /**< the host blocks (n_slots 0 without --preempt swap) */
+    int max_step_tokens;     /**< most tokens (batch entries) in one step: what the budget bounds */
+    long max_step_kv_reads;  /**< most K/V positions attention read in one step: sum over its entries of pos + 1 */
+    long steps_mixed;        /**< steps in which decode tokens waited behind prompt (or recomputed) positions */
+    int max_prompt_beside_decodes; /**< most prompt positions in a step that also ran decodes */
+    long recomputed_tokens;  /**< positions whose K/V a preemption dropped, to be recomputed */
+    double recompute_flops;  /**< the forward-pass FLOPs of recomputing them (paged_recompute_flops()) */
+    long recompute_blocks;   /**< blocks those preemptions freed (what swapping would have moved each way) */
+    long swaps_out;          /**< requests swapped out */
+    long swaps_in;           /**< requests swapped back in */
+    long swap_blocks_out;    /**< blocks copied to the host (a block shared by several tables: once) */
+    long swap_blocks_in;     /**< blocks copied back to the device (likewise) */
+    long swapped_tokens;     /**< positions swapped out */
+    double swapped_flops;    /**< what recomputing those positions would have cost (paged_recompute_flops()) */
+    long swap_fallbacks;     /**< preemptions that recomputed because the swap space was full */
+    PagedStepSample timeline[PAGED_STEP_SAMPLES]; /**< step sizes, oldest first (every stride-th step) */
+    int timeline_n;          /**< samples kept */
+    long timeline_stride;    /**< one step in stride is kept */
+    long timeline_steps;     /**< steps offered */
+} PagedSched;
+
 /** The chapter-4 server: the paged store, the queue and the numbers it reports. */
 typedef struct {
     PagedKv kv;               /**< the pool and the block tables */
     size_t bytes_per_token;   /**< K and V of all layers for one token */
     int watermark_blocks;     /**< free blocks kept back at admission: --watermark % of the pool, rounded down */
-    int max_batched_tokens;   /**< token budget of one step: max(seq_len, 2048), as vLLM */
+    int max_batched_tokens;   /**< token budget of one step: --max-num-batched-tokens, or max(seq_len, 2048) */
     int *running;             /**< [n_reqs] running requests, oldest admission first */
     int n_running;            /**< entries of running */
     int first_waiting;        /**< no request before this index is waiting (where admission starts looking) */
@@ -209,10 +312,11 @@ typedef struct {
     long cow_copies;          /**< blocks copied on write */
     int blocks_peak_used;     /**< most blocks held after any step */
     int blocks_saved_peak;    /**< most blocks sharing saved after any step (logical - physical) */
-    long blocks_peak_step;    /**< the step blocks_peak_used happened */
+    long blocks_peak_step;    /**< the step it happened */
     double blocks_saved_sum;  /**< sum over steps of the blocks sharing saved */
     size_t slack_tokens_peak; /**< most unfilled rows in held blocks after any step */
     long steps_accounted;     /**< steps seen by paged_account() */
+    PagedSched *sched;        /**< the token budget, --max-num-seqs and swapping; NULL without those options */
     const PagedCache *cache;  /**< a cache of K/V above the pool, or NULL (chapter 4) */
 } PagedServer;
 
@@ -242,7 +346,8 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err);
 
 /**
  * The setup lines paged_open() prints: the pool, the concurrency at full
- * length, the block tables.
+ * length, the block tables, and with the scheduler's options
+ * (PagedServer.sched) paged_sched_print_setup()'s line.
  * @param s     the open server
  * @param run   its run
  * @param name  the program's name, which starts each line
@@ -283,8 +388,11 @@ int paged_serve(ServingRun *run, PagedServer **server, FILE *log, Err *err);
 
 /**
  * Plans one step: decodes of the running requests (growing, copying on
- * write, preempting the newest when out of blocks), then FCFS admission of
- * waiting requests with their prompts (or full recomputation).
+ * write, preempting the newest when out of blocks: recomputed later, or
+ * swapped out), then with a token budget the next chunk of a prompt still
+ * being prefilled, then FCFS admission of waiting requests with their
+ * prompts (or full recomputation, or what a swap-in leaves to feed), in
+ * chunks when a budget is given.
  * @param s    the server
  * @param run  the run
  * @param err  receives the reason on failure
@@ -351,5 +459,236 @@ void paged_report_table(FILE *f, void *ctx, const ServingRun *run);
  * @param run  the finished run
  */
 void paged_report_json(JsonWriter *j, void *ctx, const ServingRun *run);
+
+/* ------------------------------------------------------------ the scheduler's options (sched.c) */
+
+/**
+ * Refuses, before anything is printed, scheduler options that cannot work
+ * together: `--max-num-seqs` above `--max-num-batched-tokens` (every running
+ * request may need a decode token in the same step, and decodes are never
+ * cut: vLLM refuses the same), `--n` samples above `--max-num-seqs` (the
+ * samples of a prompt are admitted together), `--swap-space` without
+ * `--preempt swap`. paged_check() and paged_open() call it.
+ * @param run  the run (its options)
+ * @param err  receives one line on failure
+ * @return 0 when the options work together, -1 otherwise
+ */
+int paged_sched_check(const ServingRun *run, Err *err);
+
+/**
+ * Makes s->sched when a scheduler option was given (none: leaves it NULL):
+ * the budget's rules, the per-request books, and with `--preempt swap`
+ * the swap space (swap_space_init(); `--swap-space`, by default as large as
+ * the KV budget). paged_open() calls it once the pool exists.
+ * @param s    the server (its pool made)
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_sched_open(PagedServer *s, const ServingRun *run, Err *err);
+
+/**
+ * The setup line of the scheduler's options (with s->sched only): the
+ * budget, whole prompts or chunks, the running limit, how preemption works.
+ * @param log   where it goes
+ * @param s     the server
+ * @param run   the run
+ * @param name  the program's name, which starts the line
+ */
+void paged_sched_print_setup(FILE *log, const PagedServer *s, const ServingRun *run, const char *name);
+
+/**
+ * Frees what paged_sched_open() made.
+ * @param sc  the scheduler's books, or NULL
+ */
+void paged_sched_close(PagedSched *sc);
+
+/**
+ * The most requests that may run at once: `--max-num-seqs` (by default
+ * `--max-num-batched-tokens` when that is given), else every request.
+ * @param s    the server
+ * @param run  the run
+ * @return the limit
+ */
+int paged_max_running(const PagedServer *s, const ServingRun *run);
+
+/**
+ * A step's sizes, once it is scheduled (paged_schedule() calls it): its
+ * tokens, the K/V positions its attention reads, and whether decode tokens
+ * share it with prompt positions.
+ * @param sc   the scheduler's books
+ * @param run  the run, this step planned
+ */
+void paged_sched_note_step(PagedSched *sc, const ServingRun *run);
+
+/**
+ * After sampling: the step in which each request took its first token.
+ * @param s    the server
+ * @param run  the run
+ */
+void paged_sched_note_tokens(PagedServer *s, const ServingRun *run);
+
+/**
+ * What recomputing the K/V of positions 0..n_positions-1 costs in the
+ * forward pass: for every position, 2 FLOPs per weight of the layers'
+ * projections (Wq, Wk, Wv, Wo, W1, W2, W3; the classifier is left out, as
+ * a swapped-in request computes the same logits row), plus attention, 4 x
+ * dim FLOPs per layer for every position it reads (the scores and the
+ * weighted sum of values over positions 0..p). Norms, RoPE and softmax
+ * (a few FLOPs per element) are left out.
+ * @param c            the model's shape
+ * @param n_positions  positions recomputed
+ * @return FLOPs
+ */
+double paged_recompute_flops(const ModelConfig *c, long n_positions);
+
+/**
+ * Steps to the first token over the requests that took one: from the step
+ * it arrived at to the step that sampled its first token, both counted (1:
+ * its first step).
+ * @param s       the server (with s->sched)
+ * @param run     the finished run
+ * @param min     receives the fewest
+ * @param median  receives the median (the mean of the middle two for an even count)
+ * @param max     receives the most
+ * @return how many requests took a first token
+ */
+int paged_first_token_steps(const PagedServer *s, const ServingRun *run, long *min, double *median, long *max);
+
+/**
+ * The scheduler's lines of the memory table (with s->sched only): the
+ * budget and what it did to the steps, steps to the first token, and the
+ * preemptions with their cost: bytes a swap moved against FLOPs a
+ * recomputation spent or would have spent.
+ * @param f    stream
+ * @param s    the server
+ * @param run  the finished run
+ */
+void paged_sched_report_table(FILE *f, const PagedServer *s, const ServingRun *run);
+
+/**
+ * The scheduler's JSON keys (with s->sched only): max_num_batched_tokens,
+ * chunked_prefill, max_num_seqs, preempt, max_step_tokens,
+ * max_step_kv_reads, steps_decodes_behind_prompt,
+ * max_prompt_tokens_beside_decodes, first_token_steps {min, median, max},
+ * step_tokens_timeline ([step, tokens, prompt tokens] per kept step),
+ * swap_space_blocks, swaps_out, swaps_in, swap_blocks_out, swap_blocks_in,
+ * swap_bytes_out, swap_bytes_in, swap_fallbacks, recomputed_tokens,
+ * recompute_flops, swapped_tokens, swapped_tokens_recompute_flops,
+ * recompute_blocks.
+ * @param j    the writer (inside the report object)
+ * @param s    the server
+ * @param run  the finished run
+ */
+void paged_sched_report_json(JsonWriter *j, const PagedServer *s, const ServingRun *run);
+
+/* ------------------------------------------------------------ the swap space (swap.c) */
+
+/**
+ * Makes a swap space of @p n_slots host blocks of @p p's block size, every
+ * slot free, and an empty table per request.
+ * @param sw            receives the swap space
+ * @param p             the device pool it backs
+ * @param n_slots       host blocks, at least 1
+ * @param n_tables      requests
+ * @param capacity      entries per table
+ * @param with_storage  1: allocate the bytes (MEM_KV at MEM_SWAP); 0: accounting only
+ * @param err           receives the reason on failure
+ * @return 0 on success, -1 on failure (free it with swap_space_free() either way)
+ */
+int swap_space_init(SwapSpace *sw, const BlockPool *p, int n_slots, int n_tables, int capacity, int with_storage,
+                    Err *err);
+
+/**
+ * Frees the swap space.
+ * @param sw  an initialised or zeroed swap space
+ */
+void swap_space_free(SwapSpace *sw);
+
+/**
+ * Host slots a swap-out of @p t would take: one for each block without an
+ * exact copy on the host already.
+ * @param sw  the swap space
+ * @param t   the table to swap out
+ * @return slots needed
+ */
+int swap_slots_needed(const SwapSpace *sw, const BlockTable *t);
+
+/**
+ * Fresh device blocks a swap-in of request @p seq would take: one for each
+ * of its slots not linked to a device block any more.
+ * @param sw   the swap space
+ * @param seq  a swapped-out request
+ * @return blocks needed
+ */
+int swap_blocks_needed(const SwapSpace *sw, int seq);
+
+/**
+ * Swaps a table out: every block goes to a host slot (copied, or a
+ * reference on the exact copy already there), the table lets go of its
+ * device blocks (@p on_free hears of each that becomes free), and request
+ * @p seq's host table remembers the slots and @p n_cached. The caller has
+ * checked swap_slots_needed() against sw->n_free.
+ * @param sw        the swap space
+ * @param p         the device pool
+ * @param t         request @p seq's block table (emptied)
+ * @param seq       the request
+ * @param n_cached  positions whose K/V the blocks hold
+ * @param run       where the bytes are (run->device: copies on the device's stream)
+ * @param on_free   called with each device block that becomes free (may be NULL)
+ * @param ctx       passed to @p on_free
+ * @param copies    receives the blocks copied (blocks that were already on the host cost none)
+ * @param err       receives the reason when a device copy fails
+ * @return 0 on success, -1 on failure
+ */
+int swap_out_table(SwapSpace *sw, BlockPool *p, BlockTable *t, int seq, int n_cached, ServingRun *run,
+                   void (*on_free)(void *ctx, int block), void *ctx, int *copies, Err *err);
+
+/**
+ * Swaps request @p seq back in: each slot becomes a device block again
+ * (copied into a fresh block, or a reference on the block it is still
+ * linked to), the slots are let go, and the request's n_cached comes back.
+ * The caller has checked swap_blocks_needed() against the free blocks.
+ * @param sw      the swap space
+ * @param p       the device pool
+ * @param t       the request's (empty) block table
+ * @param r       the request
+ * @param run     where the bytes go
+ * @param copies  receives the blocks copied
+ * @param err     receives the reason when a device copy fails
+ * @return 0 on success, -1 on failure
+ */
+int swap_in_table(SwapSpace *sw, BlockPool *p, BlockTable *t, Request *r, ServingRun *run, int *copies, Err *err);
+
+/**
+ * A device block is about to be written: it no longer holds exactly its
+ * linked slot's bytes.
+ * @param sw     the swap space
+ * @param block  the block
+ */
+void swap_note_write(SwapSpace *sw, int block);
+
+/**
+ * A device block became free: its link goes.
+ * @param sw     the swap space
+ * @param block  the block
+ */
+void swap_forget_block(SwapSpace *sw, int block);
+
+/**
+ * `--device cuda`: copies one whole block between the device pool and a
+ * host buffer, on the device's stream, in the host pool's layout
+ * [n_layers][2 (K, V)][block_size][kv_dim] of the device's element type
+ * (one copy per layer for K and one for V while the device pool keeps
+ * K and V per layer). Stream order puts the copy after every kernel that
+ * wrote the block and before any that reads it or writes it again.
+ * @param run        the run (run->device set, the device pool open)
+ * @param block      device block
+ * @param host       [bytes_per_block] host buffer
+ * @param to_device  1: host to device (swap in); 0: device to host (swap out)
+ * @param err        receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_device_swap_block(ServingRun *run, int block, void *host, int to_device, Err *err);
 
 #endif

@@ -103,11 +103,15 @@ void paged_report_table(FILE *f, void *ctx, const ServingRun *run)
             s->kv.tables.count, s->kv.tables.capacity,
             cli_format_bytes(a, sizeof a, (double)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity)),
             cli_format_bytes(b, sizeof b, (double)mem_current(MEM_KV_METADATA, MEM_HOST)));
-    fprintf(f, "  preemptions    %ld (recomputed from prompt + generated tokens when readmitted)\n",
-            s->preemptions);
+    fprintf(f, "  preemptions    %ld (%s)\n", s->preemptions,
+            s->sched && s->sched->preempt == PAGED_PREEMPT_SWAP
+                ? "blocks swapped to the host and back, or recomputed when the swap space was full"
+                : "recomputed from prompt + generated tokens when readmitted");
     fprintf(f, "  sharing        forks saved up to %d blocks at once (%.1f on average); %ld copy-on-write copies\n",
             s->blocks_saved_peak, s->steps_accounted ? s->blocks_saved_sum / (double)s->steps_accounted : 0.0,
             s->cow_copies);
+    if (s->sched) /* the token budget and swapping (sched.c) */
+        paged_sched_report_table(f, s, run);
 }
 
 static void json_blocks_timeline(JsonWriter *j, const PagedServer *s, const KvTimeline *t)
@@ -145,4 +149,6 @@ void paged_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     json_int(j, "block_table_bytes", (long long)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity));
     json_int(j, "kv_metadata_bytes", (long long)mem_current(MEM_KV_METADATA, MEM_HOST));
     json_blocks_timeline(j, s, &run->timeline);
+    if (s->sched)
+        paged_sched_report_json(j, s, run);
 }

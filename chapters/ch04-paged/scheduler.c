@@ -1,10 +1,15 @@
 /* Chapter 4's scheduler: continuous batching over the block pool.
  *
  * Each step: room for every running request's next token (oldest first,
- * preempting the newest when the pool is empty), then first-come,
- * first-served admission while blocks and the step's token budget allow
- * (the rule is the lab's paged_can_admit()). Finished requests give their
- * blocks back the moment they finish. */
+ * preempting the newest when the pool is empty), then, with a token budget
+ * (--max-num-batched-tokens), the next chunk of a prompt that is still
+ * being prefilled, then first-come, first-served admission while blocks,
+ * the step's token budget and --max-num-seqs allow (the rule is the lab's
+ * paged_can_admit()). Decodes always go first, so a long prompt never
+ * holds running requests back by more than the budget. A preempted
+ * request's blocks are freed and recomputed later, or with --preempt swap
+ * copied to the host and back. Finished requests give their blocks back
+ * the moment they finish. */
 #include <string.h>
 
 #include "paged.h"
@@ -36,6 +41,8 @@ static void close_block_track(void *ctx, int block)
     size_t final = rb->preempted ? s->kv.pool.bytes_per_block : (size_t)s->block_filled[block] * s->bytes_per_token;
     kv_track_close(&s->block_track[block], final, rb->breakdown);
     s->block_filled[block] = 0;
+    if (s->sched) /* a free block is nobody's copy any more */
+        swap_forget_block(&s->sched->swap, block);
 }
 
 static void release_blocks(PagedServer *s, ServingRun *run, Request *r, int preempted)
@@ -58,13 +65,58 @@ static void remove_running(PagedServer *s, int index)
         }
 }
 
+/* --preempt swap: r's blocks go to the host (one copy per block, shared
+ * blocks once), its device blocks are freed, and it comes back with them.
+ * Returns 1 when swapped, 0 when the swap space is full (then r is
+ * recomputed instead), -1 on a device failure. */
+static int swap_out_request(PagedServer *s, ServingRun *run, Request *r, Err *err)
+{
+    PagedSched *sc = s->sched;
+    BlockTable *t = &s->kv.tables.tables[r->index];
+    if (swap_slots_needed(&sc->swap, t) > sc->swap.n_free) {
+        sc->swap_fallbacks++;
+        return 0;
+    }
+    ReleaseBooks rb = {s, &run->breakdown, 1};
+    int copies = 0;
+    if (swap_out_table(&sc->swap, &s->kv.pool, t, r->index, r->n_cached, run, close_block_track, &rb, &copies, err))
+        return -1;
+    sc->swaps_out++;
+    sc->swap_blocks_out += copies;
+    sc->swapped_tokens += r->n_cached;
+    sc->swapped_flops += paged_recompute_flops(&s->kv.cfg, r->n_cached);
+    return 1;
+}
+
+/* What a recomputation will cost, for the report next to the swaps. */
+static void count_recomputation(PagedServer *s, const Request *r)
+{
+    PagedSched *sc = s->sched;
+    if (!sc)
+        return;
+    sc->recomputed_tokens += r->n_cached;
+    sc->recompute_flops += paged_recompute_flops(&s->kv.cfg, r->n_cached);
+    sc->recompute_blocks += s->kv.tables.tables[r->index].n_blocks;
+}
+
 /* The most recently admitted request goes back to the queue: its blocks are
  * freed now, and its prompt and generated tokens are recomputed when it is
- * admitted again. */
-static Request *preempt_newest(PagedServer *s, ServingRun *run)
+ * admitted again, or (--preempt swap) its blocks wait on the host. */
+static Request *preempt_newest(PagedServer *s, ServingRun *run, Err *err)
 {
     Request *victim = &run->reqs[s->running[s->n_running - 1]];
-    release_blocks(s, run, victim, 1);
+    int swapped = 0;
+    if (s->sched && s->sched->preempt == PAGED_PREEMPT_SWAP && victim->n_cached > 0) {
+        swapped = swap_out_request(s, run, victim, err);
+        if (swapped < 0)
+            return NULL;
+    }
+    if (!swapped) {
+        count_recomputation(s, victim);
+        release_blocks(s, run, victim, 1);
+    }
+    if (s->sched)
+        s->sched->follows[victim->index] = -1; /* a fork waiting for a prompt starts again with it */
     s->n_running--;
     serving_preempt(run, victim);
     s->preemptions++;
@@ -72,6 +124,8 @@ static Request *preempt_newest(PagedServer *s, ServingRun *run)
         s->first_waiting = victim->index;
     return victim;
 }
+
+/* ------------------------------------------------------------ room for positions */
 
 /* At least n blocks on the free stack, asking a cache above the pool for
  * the free blocks it keeps when there are too few. */
@@ -84,7 +138,16 @@ static int make_free(PagedServer *s, int n)
     return p->n_free >= n ? 0 : -1;
 }
 
-/* ------------------------------------------------------------ decodes */
+/* Positions start..end-1 of the table are about to be written: a copy
+ * that was exact is not any more. */
+static void note_writes(PagedServer *s, const BlockTable *t, int start, int end)
+{
+    if (!s->sched)
+        return;
+    int bs = s->kv.pool.shape.block_size;
+    for (int b = start / bs; b <= (end - 1) / bs; b++)
+        swap_note_write(&s->sched->swap, t->blocks[b]);
+}
 
 /* Makes the slot of r's newest token (position n_tokens - 1) exist and be
  * private: a new block when the token starts one, a copy when its block is
@@ -100,26 +163,146 @@ static int make_room_for_token(PagedServer *s, Request *r)
         return -1;
     s->cow_copies += copied;
     track_table(s, t);
+    note_writes(s, t, pos, pos + 1);
     return 0;
 }
 
-/* Every running request feeds its newest token, oldest admission first.
- * When the pool runs dry, the newest running request is preempted, again
- * and again, until there is room or the request itself was the newest.
- * The oldest request always gets its room (it fits the pool alone, or it
- * would have been rejected), so every step makes progress. */
+/* Free blocks a table needs before positions start..end-1 can be written:
+ * new blocks past its last one, plus a copy when the block holding start
+ * is shared (the blocks after it are new, so private). */
+static int blocks_to_write_range(const BlockPool *p, const BlockTable *t, int start, int end)
+{
+    int grow = block_count_for_tokens(end, p->shape.block_size) - t->n_blocks;
+    int cow = start < t->n_blocks * p->shape.block_size && block_table_blocks_to_write(p, t, start);
+    return (grow > 0 ? grow : 0) + cow;
+}
+
+/* Room for positions n_cached..end-1 of r (a prompt chunk, a recomputation,
+ * what follows a swap-in): all or nothing, -1 when too few blocks are free. */
+static int make_room_for_chunk(PagedServer *s, Request *r, int end)
+{
+    BlockPool *p = &s->kv.pool;
+    BlockTable *t = &s->kv.tables.tables[r->index];
+    int start = r->n_cached, copied = 0, had = t->n_blocks * p->shape.block_size;
+    if (make_free(s, blocks_to_write_range(p, t, start, end)))
+        return -1;
+    if (block_table_grow(p, t, end))
+        return -1;
+    if (start < had && block_table_make_writable(p, t, start, &copied))
+        return -1;
+    s->cow_copies += copied;
+    track_table(s, t);
+    note_writes(s, t, start, end);
+    return 0;
+}
+
+/* ------------------------------------------------------------ feeding */
+
+/* Forked samples of r's prompt that waited for its last chunk: now that
+ * the chunk is in this step, their tables point at r's blocks and they
+ * sample from r's logits row, as when the whole prompt ran at once. */
+static int release_followers(PagedServer *s, ServingRun *run, const Request *r, Err *err)
+{
+    for (int k = 0; k < s->n_running; k++) {
+        Request *f = &run->reqs[s->running[k]];
+        if (s->sched->follows[f->index] != r->index)
+            continue;
+        s->sched->follows[f->index] = -1;
+        block_table_fork(&s->kv.pool, &s->kv.tables.tables[r->index], &s->kv.tables.tables[f->index]);
+        f->n_cached = f->n_tokens;
+        if (serving_share_logits(run, r, f, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* Feeds r's positions n_cached..end-1; a prompt's last chunk also lets
+ * its waiting forks go. */
+static int feed_until(PagedServer *s, ServingRun *run, Request *r, int end, Err *err)
+{
+    if (serving_feed_upto(run, r, end, err))
+        return -1;
+    return s->sched && end == r->n_tokens ? release_followers(s, run, r, err) : 0;
+}
+
+/* A fork waiting for its prompt's last chunk: nothing of its own to feed. */
+static int is_following(const PagedServer *s, const Request *r)
+{
+    return s->sched && s->sched->follows[r->index] >= 0;
+}
+
+/* ------------------------------------------------------------ decodes */
+
+/* Every running request with one token to feed (its newest, or the last
+ * of a prompt) feeds it, oldest admission first. When the pool runs dry,
+ * the newest running request is preempted, again and again, until there
+ * is room or the request itself was the newest. The oldest request always
+ * gets its room (it fits the pool alone, or it would have been rejected),
+ * so every step makes progress. Decodes come first and are never cut:
+ * --max-num-seqs <= --max-num-batched-tokens leaves room for all of them. */
 static int schedule_decodes(PagedServer *s, ServingRun *run, int *preempted, Err *err)
 {
     for (int i = 0; i < s->n_running; i++) {
         Request *r = &run->reqs[s->running[i]];
+        if (r->n_tokens - r->n_cached != 1 || is_following(s, r))
+            continue; /* a prompt still in chunks (next pass), a fork that waits, or one fed already */
         int evicted_self = 0;
         while (!evicted_self && make_room_for_token(s, r) != 0) {
-            evicted_self = preempt_newest(s, run) == r;
+            Request *victim = preempt_newest(s, run, err);
+            if (!victim)
+                return -1;
+            evicted_self = victim == r;
             *preempted = 1;
         }
         if (evicted_self)
             break;
-        if (serving_feed(run, r, err))
+        if (feed_until(s, run, r, r->n_tokens, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ prompt chunks */
+
+/* Tokens this step still has room for. */
+static int budget_left(const PagedServer *s, const ServingRun *run)
+{
+    return s->max_batched_tokens - run->n_entries;
+}
+
+/* The end of r's next chunk: as many of its positions without K/V as the
+ * budget left and the free blocks allow (a shared block at its start needs
+ * one for its copy). */
+static int chunk_end(const PagedServer *s, const ServingRun *run, const Request *r)
+{
+    const BlockPool *p = &s->kv.pool;
+    const BlockTable *t = &s->kv.tables.tables[r->index];
+    int bs = p->shape.block_size, start = r->n_cached;
+    int cow = start < t->n_blocks * bs && block_table_blocks_to_write(p, t, start);
+    int room = (t->n_blocks + block_pool_available(p) - cow) * bs, end = r->n_tokens;
+    if (end > start + budget_left(s, run))
+        end = start + budget_left(s, run);
+    if (end > room)
+        end = room;
+    if (end > t->capacity * bs)
+        end = t->capacity * bs;
+    return end;
+}
+
+/* Prompts (or recomputations) admitted in an earlier step and not yet
+ * complete take the budget the decodes left, oldest first; at most the
+ * newest admission is one. They never preempt: the decodes before them
+ * were fed already, and the oldest requests come first. */
+static int schedule_prompt_chunks(PagedServer *s, ServingRun *run, Err *err)
+{
+    for (int i = 0; i < s->n_running && budget_left(s, run) > 0; i++) {
+        Request *r = &run->reqs[s->running[i]];
+        if (r->n_tokens - r->n_cached <= 1 || is_following(s, r))
+            continue;
+        int end = chunk_end(s, run, r);
+        if (end <= r->n_cached || make_room_for_chunk(s, r, end))
+            continue; /* no block free for it this step */
+        if (feed_until(s, run, r, end, err))
             return -1;
     }
     return 0;
@@ -151,38 +334,64 @@ static void start_running(PagedServer *s, ServingRun *run, Request *r)
     s->running[s->n_running++] = r->index;
 }
 
-/* Admits request i and the samples forked from it: i's blocks are taken
- * and its tokens fed; each sibling's table points at the same blocks (one
- * more holder each) and it samples from i's logits row. Their K/V are
- * i's, in the shared blocks, once this step's forward pass has run. */
-static int admit_group(PagedServer *s, ServingRun *run, int i, int group, const PagedCachedPrefix *hit, Err *err)
+/* Whether request i's blocks wait in the swap space. */
+static int is_swapped_out(const PagedServer *s, int i)
+{
+    return s->sched && s->sched->swap.n_slots > 0 && s->sched->swap.n_blocks[i] > 0;
+}
+
+static int swap_in_request(PagedServer *s, ServingRun *run, Request *r, Err *err)
+{
+    PagedSched *sc = s->sched;
+    BlockTable *t = &s->kv.tables.tables[r->index];
+    int copies = 0;
+    if (swap_in_table(&sc->swap, &s->kv.pool, t, r, run, &copies, err))
+        return -1;
+    track_table(s, t);
+    sc->swaps_in++;
+    sc->swap_blocks_in += copies;
+    return 0;
+}
+
+/* Admits request i and the samples forked from it, feeding i's positions
+ * up to @p end (its whole prompt, or with a token budget a first chunk):
+ * a swapped-out request first gets its blocks back, then room for the
+ * positions; each sibling's table points at the same blocks (one more
+ * holder each) and it samples from i's logits row, once i's prompt is
+ * complete: in this step, or (chunked) in the step of its last chunk. */
+static int admit_group(PagedServer *s, ServingRun *run, int i, int group, int end, const PagedCachedPrefix *hit,
+                       Err *err)
 {
     Request *r = &run->reqs[i];
-    BlockTable *t = &s->kv.tables.tables[i];
+    if (is_swapped_out(s, i) && swap_in_request(s, run, r, err))
+        return -1;
     if (s->cache) { /* the blocks a cache above the pool holds for r come first */
-        s->cache->admitted(s->cache->ctx, r, t, hit);
+        s->cache->admitted(s->cache->ctx, r, &s->kv.tables.tables[i], hit);
         r->n_cached = hit->n_blocks * s->kv.pool.shape.block_size;
     }
-    int fresh = block_count_for_tokens(r->n_tokens, s->kv.pool.shape.block_size) - t->n_blocks;
-    if (make_free(s, fresh) || block_table_grow(&s->kv.pool, t, r->n_tokens)) {
+    if (make_room_for_chunk(s, r, end)) {
         if (s->cache) { /* the cached blocks go back too: r waits with an empty table */
             release_blocks(s, run, r, 1);
             r->n_cached = 0;
         }
         return 1; /* not admitted (only an unfinished lab allocator gets here) */
     }
-    track_table(s, t);
     start_running(s, run, r);
-    if (serving_feed(run, r, err))
-        return -1;
     for (int k = 1; k < group; k++) {
         Request *sibling = &run->reqs[i + k];
-        block_table_fork(&s->kv.pool, t, &s->kv.tables.tables[i + k]);
         start_running(s, run, sibling);
+        if (end < r->n_tokens) {
+            s->sched->follows[sibling->index] = r->index; /* forked when the prompt's last chunk runs */
+            continue;
+        }
+        block_table_fork(&s->kv.pool, &s->kv.tables.tables[i], &s->kv.tables.tables[i + k]);
         sibling->n_cached = sibling->n_tokens;
-        if (serving_share_logits(run, r, sibling, err))
-            return -1;
     }
+    if (serving_feed_upto(run, r, end, err))
+        return -1;
+    for (int k = 1; k < group && end == r->n_tokens; k++)
+        if (serving_share_logits(run, r, &run->reqs[i + k], err))
+            return -1;
     return 0;
 }
 
@@ -194,17 +403,44 @@ static PagedCachedPrefix cached_prefix(const PagedServer *s, const Request *r)
     return s->cache ? s->cache->lookup(s->cache->ctx, r) : none;
 }
 
+/* Positions of request i with K/V already (those it gets back from the
+ * swap space), and the blocks admitting positions up to @p end takes:
+ * every position that is not cached is (re)computed, into new blocks, and
+ * cached blocks that nobody holds leave the free ones too. */
+static int blocks_to_admit(const PagedServer *s, int i, int start, int end, const PagedCachedPrefix *hit)
+{
+    const int bs = s->kv.pool.shape.block_size;
+    if (!is_swapped_out(s, i))
+        return block_count_for_tokens(end, bs) - hit->n_blocks + hit->n_free;
+    const SwapSpace *sw = &s->sched->swap;
+    int held = sw->n_blocks[i], grow = block_count_for_tokens(end, bs) - held;
+    /* A slot that comes back as a block still shared with another table
+     * needs a copy before its first write. */
+    const int *slots = sw->tables + (size_t)i * sw->capacity;
+    int cow = start < held * bs && sw->device_copy[slots[start / bs]] >= 0;
+    return swap_blocks_needed(sw, i) + (grow > 0 ? grow : 0) + cow;
+}
+
+static int cached_when_admitted(const PagedServer *s, const ServingRun *run, int i, const PagedCachedPrefix *hit)
+{
+    if (is_swapped_out(s, i))
+        return s->sched->swap.cached[i];
+    return hit->n_blocks ? hit->n_blocks * s->kv.pool.shape.block_size : run->reqs[i].n_cached;
+}
+
 /* First come, first served: the queue is the requests in arrival order
  * (file order), so a preempted request, which arrived earlier, comes back
  * before any newer one. The first request that does not fit stops the
  * admission (no overtaking, so nobody starves), and so does the first that
- * has not arrived yet (every later one arrives later still). */
+ * has not arrived yet (every later one arrives later still). Without a
+ * token budget a prompt must fit the step whole; with one it may start
+ * with a chunk, and then it is the last admission of the step. */
 static int admit_waiting(PagedServer *s, ServingRun *run, Err *err)
 {
-    const int bs = s->kv.pool.shape.block_size;
     while (s->first_waiting < run->n_reqs &&
            (run->reqs[s->first_waiting].phase == REQ_RUNNING || run->reqs[s->first_waiting].phase == REQ_DONE))
         s->first_waiting++;
+    int max_running = paged_max_running(s, run);
     for (int i = s->first_waiting; i < run->n_reqs; i++) {
         Request *r = &run->reqs[i];
         if (r->phase == REQ_PENDING)
@@ -213,14 +449,15 @@ static int admit_waiting(PagedServer *s, ServingRun *run, Err *err)
             continue;
         int group = fork_group_size(run, i);
         PagedCachedPrefix hit = cached_prefix(s, r);
-        /* Every position that is not cached is (re)computed, into new
-         * blocks; cached blocks that nobody holds leave the free ones too. */
-        int needed = block_count_for_tokens(r->n_tokens, bs) - hit.n_blocks + hit.n_free;
-        int to_feed = r->n_tokens - hit.n_blocks * bs;
-        if (!paged_can_admit(block_pool_available(&s->kv.pool), needed, s->watermark_blocks) ||
-            run->n_entries + to_feed > s->max_batched_tokens || run->n_logits >= run->max_logits)
+        int start = cached_when_admitted(s, run, i, &hit), end = r->n_tokens;
+        if (s->sched && s->sched->chunked_prefill && end > start + budget_left(s, run))
+            end = start + budget_left(s, run);
+        if (end <= start || s->n_running + group > max_running ||
+            !paged_can_admit(block_pool_available(&s->kv.pool), blocks_to_admit(s, i, start, end, &hit),
+                             s->watermark_blocks) ||
+            run->n_entries + (end - start) > s->max_batched_tokens || run->n_logits >= run->max_logits)
             break;
-        int rc = admit_group(s, run, i, group, &hit, err);
+        int rc = admit_group(s, run, i, group, end, &hit, err);
         if (rc < 0)
             return -1;
         if (rc > 0)
@@ -235,10 +472,14 @@ int paged_schedule(PagedServer *s, ServingRun *run, Err *err)
     int preempted = 0;
     if (schedule_decodes(s, run, &preempted, err))
         return -1;
+    if (s->sched && schedule_prompt_chunks(s, run, err))
+        return -1;
     /* A step that had to preempt is short of blocks: admitting now would
      * only preempt again (vLLM's v1 scheduler does the same). */
     if (!preempted && admit_waiting(s, run, err))
         return -1;
+    if (s->sched)
+        paged_sched_note_step(s->sched, run);
     return 0;
 }
 

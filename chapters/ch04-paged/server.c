@@ -56,6 +56,8 @@ void paged_print_setup(const PagedServer *s, const ServingRun *run, const char *
             s->kv.tables.capacity,
             cli_format_bytes(a, sizeof a, (double)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity)),
             kv_bytes_note);
+    if (s->sched)
+        paged_sched_print_setup(log, s, run, name);
 }
 
 /* The pool's element size follows the run's bytes per token, so that the
@@ -65,8 +67,8 @@ static int pool_shape(const ServingRun *run, BlockShape *shape, Err *err)
     const ModelConfig *c = &run->model->cfg;
     size_t per_elem_token = 2u * (size_t)c->n_layers * (size_t)model_kv_dim(c);
     *shape = (BlockShape){.block_size = run->opts->block_size, .n_layers = c->n_layers, .kv_dim = model_kv_dim(c),
-                          .elem_bytes = run->kv_bytes_per_token / per_elem_token};
-    if (shape->elem_bytes * per_elem_token != run->kv_bytes_per_token)
+                          .elem_bytes = (int)(run->kv_bytes_per_token / per_elem_token)};
+    if ((size_t)shape->elem_bytes * per_elem_token != run->kv_bytes_per_token)
         return err_set(err, "%zu B per token is not 2 x layers x kv_dim elements", run->kv_bytes_per_token);
     return 0;
 }
@@ -107,7 +109,7 @@ int paged_check(const ServingRun *run, Err *err)
 {
     BlockShape shape;
     int n_blocks;
-    if (pool_blocks(run, &shape, &n_blocks, err))
+    if (paged_sched_check(run, err) || pool_blocks(run, &shape, &n_blocks, err))
         return -1;
     /* As chapter 3 does: a pool that no request fits would reject them all. */
     int usable = n_blocks - watermark_blocks(n_blocks, run->opts->watermark), smallest = -1;
@@ -143,6 +145,15 @@ static int open_pool(PagedServer *s, ServingRun *run, Err *err)
     return block_tables_init(&s->kv.tables, run->n_reqs, capacity, err);
 }
 
+/* Tokens of every request at its longest: no step can feed more. */
+static int all_positions(const ServingRun *run)
+{
+    long n = 0;
+    for (int i = 0; i < run->n_reqs; i++)
+        n += run->reqs[i].max_tokens;
+    return n < 1 ? 1 : n > INT_MAX ? INT_MAX : (int)n;
+}
+
 /* The queue and the measurement books are the scheduler's, not K/V
  * bookkeeping a server keeps per block: they are charged to activations. */
 static int open_books(PagedServer *s, const ServingRun *run, Err *err)
@@ -174,13 +185,20 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err)
     s->watermark_blocks = watermark_blocks(s->kv.pool.n_blocks, o->watermark);
     int seq_len = run->model->cfg.seq_len;
     s->max_batched_tokens = seq_len > PAGED_MIN_BATCHED_TOKENS ? seq_len : PAGED_MIN_BATCHED_TOKENS;
+    /* --max-num-batched-tokens, --max-num-seqs, --preempt (sched.c). */
+    if (paged_sched_open(s, run, err))
+        return -1;
     reject_never_fitting(s, run);
     if (log)
         paged_print_setup(s, run, "ch04-paged", log);
     /* Decodes always run (one token per running request); admission keeps
      * decodes + prompts within the budget, so a step never exceeds the
-     * larger of the two. */
-    int max_step_tokens = s->max_batched_tokens > run->n_reqs ? s->max_batched_tokens : run->n_reqs;
+     * larger of the two (with --max-num-batched-tokens, the budget itself:
+     * no more requests run than it has tokens). */
+    int decodes = paged_max_running(s, run);
+    int max_step_tokens = s->max_batched_tokens > decodes ? s->max_batched_tokens : decodes;
+    if (s->sched && max_step_tokens > all_positions(run))
+        max_step_tokens = all_positions(run); /* a budget larger than the whole file needs no larger buffers */
     if (serving_open_steps(run, max_step_tokens, run->n_reqs, err))
         return -1;
     return run->device ? paged_device_open(s, run, err) : 0;
@@ -190,6 +208,7 @@ void paged_close(PagedServer *s)
 {
     if (!s)
         return;
+    paged_sched_close(s->sched);
     for (int i = 0; i < s->kv.tables.count; i++)
         block_table_release(&s->kv.pool, &s->kv.tables.tables[i], NULL, NULL);
     block_tables_free(&s->kv.tables);
@@ -220,6 +239,8 @@ int paged_step(PagedServer *s, ServingRun *run, Err *err)
     if (serving_step_forward(run, &seam, err))
         return -1;
     serving_step_sample(run); /* every fed request takes its next token */
+    if (s->sched)
+        paged_sched_note_tokens(s, run); /* first tokens, for the steps to the first token */
     paged_account(s, run);    /* blocks held, rows filled, the breakdown (report.c) */
     int n_finished = serving_step_finished(run);
     for (int i = 0; i < n_finished; i++) /* their blocks go back to the pool at once */

@@ -23,6 +23,7 @@ int main(int argc, char **argv)
     PrefixCacheMode mode = PREFIX_CACHE_HASH;
     int ok = serving_program_open(&p, &PROGRAM, argc, argv) == 0 &&            /* bad input: one line */
              prefix_cache_mode_parse(p.opts.prefix_cache, &mode) == 0 &&
+             prefix_check(&p.run, &p.err) == 0 &&                             /* --preempt swap: chapter 4's */
              paged_check(&p.run, &p.err) == 0 &&                              /* a budget no request fits */
              serving_program_start(&p) == 0 &&                                /* which model runs */
              paged_open(&p.run, &server, NULL, &p.err) == 0 &&                /* chapter 4's pool, tables, queue */

@@ -158,6 +158,17 @@ int prefix_cache_mode_parse(const char *name, PrefixCacheMode *mode);
 const char *prefix_cache_mode_name(PrefixCacheMode mode);
 
 /**
+ * Refuses what chapter 4 offers and this chapter cannot do: `--preempt
+ * swap` (chapter 4's paged_check() then refuses `--swap-space` alone).
+ * `--max-num-batched-tokens` and `--max-num-seqs` work: a cached prefix is
+ * skipped, and the positions after it are prefilled in chunks.
+ * @param run  the run, its options parsed
+ * @param err  receives the reason
+ * @return 0, or -1 for an option this chapter refuses
+ */
+int prefix_check(const ServingRun *run, Err *err);
+
+/**
  * Puts a cache above an open chapter-4 server: the server's PagedCache
  * hooks and the run's observer (the previous observer is called after it). With PREFIX_CACHE_OFF only the books are
  * kept and the server behaves as chapter 4's.

@@ -23,6 +23,18 @@ const char *prefix_cache_mode_name(PrefixCacheMode mode)
     return mode == PREFIX_CACHE_HASH ? "hash" : mode == PREFIX_CACHE_RADIX ? "radix" : "off";
 }
 
+int prefix_check(const ServingRun *run, Err *err)
+{
+    const CliOptions *o = run->opts;
+    /* Swapping out copies a table's blocks to the host and frees them on
+     * the device without the cache's release: a block the cache keeps, or
+     * shares with other tables, would be freed under it. */
+    if (o->preempt && strcmp(o->preempt, "swap") == 0)
+        return err_set(err, "--preempt swap is chapter 4's only: the prefix cache's shared blocks do not go to the "
+                            "swap space (preemption recomputes here; build/ch04-paged has swapping)");
+    return 0;
+}
+
 double prefix_cache_hit_rate(const PrefixCache *c)
 {
     return c->query_tokens ? (double)c->hit_tokens / (double)c->query_tokens : 0.0;
@@ -369,7 +381,8 @@ void prefix_cache_close(PrefixCache *c)
 int prefix_serve(ServingRun *run, PrefixCacheMode mode, PagedServer **server, PrefixCache **cache, Err *err)
 {
     *cache = NULL;
-    if (paged_open(run, server, NULL, err) || prefix_cache_open(*server, run, mode, cache, err))
+    *server = NULL;
+    if (prefix_check(run, err) || paged_open(run, server, NULL, err) || prefix_cache_open(*server, run, mode, cache, err))
         return -1;
     while (serving_unfinished(run))
         if (paged_step(*server, run, err))

@@ -12,6 +12,7 @@
 typedef struct {
     size_t bytes;
     int category;
+    int place;
     uint32_t magic;
 } AllocHeader;
 
@@ -47,7 +48,18 @@ void mem_untrack(MemCategory cat, MemPlace place, size_t bytes)
 
 void *mem_alloc(MemCategory cat, size_t bytes)
 {
-    if (bytes > SIZE_MAX - HEADER_BYTES)
+    return mem_alloc_at(cat, MEM_HOST, bytes);
+}
+
+void *mem_alloc_at(MemCategory cat, MemPlace place, size_t bytes)
+{
+    /* One buffer larger than the machine's memory can never be used: say
+     * "out of memory" now rather than after zeroing it through the swap
+     * (or being killed for it, where the system overcommits). */
+    static size_t physical;
+    if (physical == 0)
+        physical = mem_physical_bytes();
+    if (bytes > SIZE_MAX - HEADER_BYTES || (physical && bytes > physical))
         return NULL;
     void *raw = NULL;
     if (posix_memalign(&raw, MEM_ALIGN, HEADER_BYTES + bytes) != 0)
@@ -56,8 +68,9 @@ void *mem_alloc(MemCategory cat, size_t bytes)
     AllocHeader *h = raw;
     h->bytes = bytes;
     h->category = (int)cat;
+    h->place = (int)place;
     h->magic = HEADER_MAGIC;
-    mem_track(cat, MEM_HOST, bytes);
+    mem_track(cat, place, bytes);
     ledger.live_buffers++;
     return (char *)raw + HEADER_BYTES;
 }
@@ -82,7 +95,7 @@ void mem_free(void *p)
     if (h->magic != HEADER_MAGIC)
         abort(); /* not ours, or freed twice: a bug, never input */
     h->magic = 0;
-    mem_untrack((MemCategory)h->category, MEM_HOST, h->bytes);
+    mem_untrack((MemCategory)h->category, (MemPlace)h->place, h->bytes);
     ledger.live_buffers--;
     free(h);
 }

@@ -30,6 +30,10 @@ typedef enum {
 typedef enum {
     MEM_HOST,   /**< CPU memory */
     MEM_DEVICE, /**< GPU memory */
+    MEM_SWAP,   /**< host memory set apart as swap space for the K/V blocks of preempted
+                     requests (vLLM's CPU swap space; chapter 4's --preempt swap): counted
+                     apart from MEM_HOST, as its own device, so that the host columns keep
+                     meaning what the program itself needs */
     MEM_PLACE_COUNT
 } MemPlace;
 
@@ -38,11 +42,23 @@ typedef enum {
 
 /**
  * Allocates @p bytes of zeroed host memory, 64-byte aligned, and records it.
+ * A request larger than the machine's physical memory fails at once.
  * @param cat    category to charge
  * @param bytes  size; 0 is allowed and returns a valid, freeable pointer
  * @return the buffer, or NULL when the system is out of memory
  */
 void *mem_alloc(MemCategory cat, size_t bytes);
+
+/**
+ * mem_alloc() for a place other than the host's own memory: the buffer is
+ * ordinary host memory, recorded under @p place (MEM_SWAP). mem_free()
+ * takes it off the same place.
+ * @param cat    category to charge
+ * @param place  where the ledger counts it
+ * @param bytes  size; 0 is allowed
+ * @return the zeroed buffer, or NULL when the system is out of memory
+ */
+void *mem_alloc_at(MemCategory cat, MemPlace place, size_t bytes);
 
 /**
  * Allocates an array of @p count elements of @p elem_size bytes, checking

@@ -17,7 +17,9 @@ typedef struct {
 } Err;
 
 /**
- * Writes a printf-style message into @p err (which may be NULL).
+ * Writes a printf-style message into @p err (which may be NULL). The
+ * message stays one line: control bytes (a newline in a quoted option
+ * value, say) become '?'.
  * @param err  where the message goes, or NULL to drop it
  * @param fmt  printf format
  * @return always -1, so that `return err_set(err, ...);` reads naturally

@@ -1,17 +1,20 @@
 #define _GNU_SOURCE /* getopt_long */
 #include "cli.h"
 
-#include <errno.h>
 #include <getopt.h>
-#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "parse.h"
+
 enum {
     OPT_MODEL = 1000, OPT_TOKENIZER, OPT_PROMPT, OPT_STEPS, OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_JSON,
     OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
-    OPT_BATCHING, OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_PREFIX_CACHE, OPT_HELP
+    OPT_BATCHING, OPT_BLOCK_SIZE, OPT_N, OPT_WATERMARK, OPT_MAX_NUM_BATCHED_TOKENS,
+    OPT_MAX_NUM_SEQS, OPT_PREEMPT, OPT_SWAP_SPACE, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_PREFIX_CACHE,
+    OPT_HELP
 };
 
 typedef struct {
@@ -31,7 +34,7 @@ static const OptionSpec SPECS[] = {
     {"top-p", OPT_TOP_P, CLI_SAMPLING, "P", "nucleus sampling threshold in [0,1]; 0 or 1 = off (default 0.9, used only when T > 0)"},
     {"seed", OPT_SEED, CLI_SAMPLING, "N", "random seed for sampling (default 42)"},
     {"kv-alloc", OPT_KV_ALLOC, CLI_KV_ALLOC, "max|grow", "reserve the model's seq_len up front, or start small and double (default max)"},
-    {"requests", OPT_REQUESTS, CLI_SERVING, "FILE", "request file: one 'max_new_tokens<TAB>prompt' per line (default data/requests-mixed.tsv)"},
+    {"requests", OPT_REQUESTS, CLI_SERVING, "FILE", "request file: one 'max_new_tokens<TAB>prompt' per line, at most 16 MiB, 65536 bytes a line, 1048576 requests (default data/requests-mixed.tsv)"},
     {"out", OPT_OUT, CLI_SERVING, "FILE", "write one JSON object per request (JSON Lines)"},
     {"kv-budget", OPT_KV_BUDGET, CLI_SERVING, "SIZE", "memory for K/V, e.g. 512KiB, 4MiB, 2GiB (default: 8 full-length requests)"},
     {"max-batch", OPT_MAX_BATCH, CLI_BATCHING, "N", "most requests in one batch (default 64)"},
@@ -40,11 +43,15 @@ static const OptionSpec SPECS[] = {
     {"block-size", OPT_BLOCK_SIZE, CLI_PAGED, "N", "tokens per KV block, a power of two from 1 to 256 (default 16)"},
     {"n", OPT_N, CLI_PAGED, "N", "samples per prompt, sharing the prompt's blocks (default 1; needs --temperature > 0 when > 1)"},
     {"watermark", OPT_WATERMARK, CLI_PAGED, "PCT", "percent of blocks kept free when admitting, against thrashing (default 1)"},
+    {"max-num-batched-tokens", OPT_MAX_NUM_BATCHED_TOKENS, CLI_PAGED, "N", "tokens one step may run, decodes first, then prompts in chunks that fit the rest (chunked prefill, as vLLM V1); no step exceeds it (default: max(seq_len, 2048) with whole prompts)"},
+    {"max-num-seqs", OPT_MAX_NUM_SEQS, CLI_PAGED, "N", "most requests running at once (default: no limit, or --max-num-batched-tokens when that is given, so that every running request's decode fits a step)"},
+    {"preempt", OPT_PREEMPT, CLI_PAGED, "recompute|swap", "what preemption does with a request's blocks: free them and recompute later, or copy them to the host swap space and back (default recompute)"},
+    {"swap-space", OPT_SWAP_SPACE, CLI_PAGED, "SIZE", "host memory for swapped-out blocks with --preempt swap, e.g. 4MiB (default: as large as --kv-budget); when it is full, preemption recomputes"},
     {"prefix-cache", OPT_PREFIX_CACHE, CLI_PREFIX, "off|hash|radix", "share the K/V of full blocks between requests with the same leading tokens: hash = vLLM's chain of block hashes, radix = SGLang's radix tree, off = chapter 4 (default hash)"},
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
     {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the K/V cache on the device (default f32)"},
-    {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights on the device (default f32; f16/bf16 use cublasGemmEx)"},
-    {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads (default: 1 for models narrower than 256, else OMP_NUM_THREADS or all cores; results never depend on it)"},
+    {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights: on the CPU, f32 dequantizes a quantized (GGUF) model at load (default: as the file stores them); on the device, f32 (default), or f16/bf16 with cublasGemmEx"},
+    {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads, 1 to 1024; 0 or none: 1 for models narrower than 256, else OMP_NUM_THREADS or all cores (results never depend on it)"},
     {"json", OPT_JSON, CLI_MODEL, "FILE", "write the run report (memory, timing) as one JSON object"},
     {"quiet", OPT_QUIET, CLI_MODEL, NULL, "do not print the memory table on stderr"},
     {"help", OPT_HELP, 0, NULL, "show this help and exit"},
@@ -68,7 +75,7 @@ void cli_defaults(CliOptions *o)
     o->watermark = 1;
     o->device = "cpu";
     o->kv_dtype = "f32";
-    o->weight_dtype = "f32";
+    o->weight_dtype = NULL; /* as stored on the CPU, f32 on the device */
     o->prefix_cache = "hash";
 }
 
@@ -97,27 +104,15 @@ static void print_help(const CliProgram *p)
 
 int cli_parse_long(const char *name, const char *text, long min, long max, long *out, Err *err)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end != '\0')
-        return err_set(err, "--%s: '%s' is not a whole number", name, text);
-    if (v < min || v > max)
-        return err_set(err, "--%s: %ld is out of range [%ld, %ld]", name, v, min, max);
-    *out = v;
-    return 0;
+    return parse_long(text, min, max, out, err) ? err_prefix(err, "--%s", name) : 0;
 }
 
 static int parse_float(const char *name, const char *text, float min, float max, float *out, Err *err)
 {
-    char *end;
-    errno = 0;
-    float v = strtof(text, &end);
-    if (errno || end == text || *end != '\0' || !isfinite(v))
-        return err_set(err, "--%s: '%s' is not a number", name, text);
-    if (v < min || v > max)
-        return err_set(err, "--%s: %g is out of range [%g, %g]", name, (double)v, (double)min, (double)max);
-    *out = v;
+    double v;
+    if (parse_double(text, min, max, &v, err))
+        return err_prefix(err, "--%s", name);
+    *out = (float)v;
     return 0;
 }
 
@@ -143,6 +138,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     static const char *const batchings[] = {"static", "continuous", NULL};
     static const char *const devices[] = {"cpu", "cuda", NULL};
     static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
+    static const char *const preempts[] = {"recompute", "swap", NULL};
     static const char *const prefix_caches[] = {"off", "hash", "radix", NULL};
     long v = 0;
     switch (id) {
@@ -168,18 +164,25 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_WATERMARK:
         if (cli_parse_long(name, arg, 0, 50, &v, err)) return -1;
         o->watermark = (int)v; return 0;
+    case OPT_MAX_NUM_BATCHED_TOKENS:
+        if (cli_parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;
+        o->max_num_batched_tokens = (int)v; return 0;
+    case OPT_MAX_NUM_SEQS:
+        if (cli_parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;
+        o->max_num_seqs = (int)v; return 0;
+    case OPT_SWAP_SPACE:
+        if (cli_parse_size(arg, &o->swap_space, err)) return err_prefix(err, "--swap-space");
+        if (o->swap_space == 0) return err_set(err, "--swap-space: the swap space must be more than 0 bytes");
+        return 0;
     case OPT_BLOCK_SIZE:
         if (cli_parse_long(name, arg, 1, 256, &v, err)) return -1;
         if (v & (v - 1))
             return err_set(err, "--block-size: %ld is not a power of two (1, 2, 4, ..., 256)", v);
         o->block_size = (int)v; return 0;
     case OPT_SEED: {
-        char *end;
-        errno = 0;
-        unsigned long long s = strtoull(arg, &end, 10);
-        if (errno || end == arg || *end != '\0' || arg[0] == '-')
-            return err_set(err, "--seed: '%s' is not a non-negative whole number", arg);
-        o->seed = s; return 0;
+        uint64_t seed;
+        if (parse_u64(arg, UINT64_MAX, &seed, err)) return err_prefix(err, "--seed");
+        o->seed = seed; return 0;
     }
     case OPT_TEMPERATURE: return parse_float(name, arg, 0.0f, 100.0f, &o->temperature, err);
     case OPT_TOP_P: return parse_float(name, arg, 0.0f, 1.0f, &o->top_p, err);
@@ -191,6 +194,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_RESERVE: return parse_choice(name, arg, reserves, &o->reserve, err);
     case OPT_BATCHING: return parse_choice(name, arg, batchings, &o->batching, err);
     case OPT_DEVICE: return parse_choice(name, arg, devices, &o->device, err);
+    case OPT_PREEMPT: return parse_choice(name, arg, preempts, &o->preempt, err);
     case OPT_KV_DTYPE: return parse_choice(name, arg, dtypes, &o->kv_dtype, err);
     case OPT_WEIGHT_DTYPE: return parse_choice(name, arg, dtypes, &o->weight_dtype, err);
     case OPT_PREFIX_CACHE: return parse_choice(name, arg, prefix_caches, &o->prefix_cache, err);
@@ -253,27 +257,12 @@ CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *o
 
 int cli_parse_size(const char *text, size_t *bytes, Err *err)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (errno || end == text || !isfinite(v) || v < 0)
-        return err_set(err, "'%s' is not a size (examples: 4096, 512KiB, 4MiB, 2GiB)", text);
-    static const struct {
-        const char *suffix;
-        double scale;
-    } units[] = {{"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1e3}, {"k", 1024.0},
-                 {"M", 1048576.0}, {"MiB", 1048576.0}, {"MB", 1e6}, {"G", 1073741824.0},
-                 {"GiB", 1073741824.0}, {"GB", 1e9}, {"T", 1099511627776.0}, {"TiB", 1099511627776.0},
-                 {"TB", 1e12}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strcmp(end, units[i].suffix) == 0) {
-            double b = v * units[i].scale;
-            if (b >= 1.8e19)
-                return err_set(err, "'%s' is too large", text);
-            *bytes = (size_t)(b + 0.5);
-            return 0;
-        }
-    return err_set(err, "'%s' has an unknown unit '%s' (use B, KiB, MiB, GiB, KB, MB or GB)", text, end);
+    _Static_assert(sizeof(size_t) == sizeof(uint64_t), "sizes are 64-bit");
+    uint64_t b;
+    if (parse_size(text, &b, err))
+        return -1;
+    *bytes = (size_t)b;
+    return 0;
 }
 
 const char *cli_format_bytes(char *buf, size_t n, double bytes)

@@ -22,7 +22,7 @@ typedef enum {
     CLI_KV_ALLOC = 1 << 3,  /**< --kv-alloc (chapter 2) */
     CLI_SERVING = 1 << 4,   /**< --requests --out --kv-budget (chapters 3, 4) */
     CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve --batching (chapter 3) */
-    CLI_PAGED = 1 << 6,     /**< --block-size --n --watermark (chapter 4) */
+    CLI_PAGED = 1 << 6,     /**< --block-size --n --watermark --max-num-batched-tokens --max-num-seqs --preempt --swap-space (chapter 4 and the chapters built on its scheduler) */
     CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype --weight-dtype */
     CLI_PREFIX = 1 << 8,    /**< --prefix-cache (chapter 5) */
 } CliFeature;
@@ -49,9 +49,13 @@ typedef struct {
     int block_size;             /**< --block-size */
     int n_samples;              /**< --n: samples per prompt */
     int watermark;              /**< --watermark: free blocks kept back, percent of the pool */
+    int max_num_batched_tokens; /**< --max-num-batched-tokens: tokens of one step, prompts in chunks (0: not given) */
+    int max_num_seqs;           /**< --max-num-seqs: most requests running at once (0: not given) */
+    const char *preempt;        /**< --preempt: recompute | swap (NULL: not given, which recomputes) */
+    size_t swap_space;          /**< --swap-space in bytes (0: not given) */
     const char *device;         /**< --device: cpu | cuda */
     const char *kv_dtype;       /**< --kv-dtype: f32 | f16 | bf16 */
-    const char *weight_dtype;   /**< --weight-dtype: f32 | f16 | bf16 (device weights) */
+    const char *weight_dtype;   /**< --weight-dtype: f32 | f16 | bf16; NULL: as stored (CPU), f32 (device) */
     const char *prefix_cache;   /**< --prefix-cache: off | hash | radix */
 } CliOptions;
 
@@ -87,8 +91,9 @@ void cli_defaults(CliOptions *opts);
 CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *opts, Err *err);
 
 /**
- * Parses a whole number of an option strictly: all of @p text, in range
- * ("12abc" and "" are refused, unlike atoi).
+ * Parses a whole number of an option strictly (parse_long()): digits and
+ * an optional leading '-', nothing else, in range (" 12", "+12", "12abc"
+ * and "" are refused, unlike strtol).
  * @param name  the option without its dashes, for the message
  * @param text  the value
  * @param min   smallest allowed
@@ -101,7 +106,9 @@ int cli_parse_long(const char *name, const char *text, long min, long max, long 
 
 /**
  * Parses a size such as 4096, 512KiB, 4MiB, 2GiB, 1.5GB or 80GB (KiB/MiB/GiB
- * are powers of 1024, KB/MB/GB powers of 1000; a bare K/M/G means 1024).
+ * are powers of 1024, KB/MB/GB powers of 1000; a bare K/M/G means 1024)
+ * strictly and exactly (parse_size()): no sign, no exponent, nothing past
+ * 2^64 - 1 bytes.
  * @param text   the size
  * @param bytes  receives the size in bytes
  * @param err    receives the reason on failure

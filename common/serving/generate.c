@@ -1,8 +1,17 @@
 #include "generate.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "mem.h"
+
+size_t generation_max_prompt_bytes(const Tokenizer *t, int seq_len)
+{
+    if (seq_len <= 0 || t->max_token_length <= 0)
+        return 0;
+    size_t per_token = (size_t)t->max_token_length;
+    return (size_t)seq_len > SIZE_MAX / per_token ? SIZE_MAX : (size_t)seq_len * per_token;
+}
 
 int generation_init(Generation *g, const Model *m, const Tokenizer *t, const char *prompt, Err *err)
 {
@@ -10,7 +19,10 @@ int generation_init(Generation *g, const Model *m, const Tokenizer *t, const cha
     int seq_len = m->cfg.seq_len, max_tokens = model_max_tokens(&m->cfg);
     if (prompt[0] == '\0')
         return err_set(err, "the prompt is empty; give some text with --prompt");
-    size_t text_len = strlen(prompt);
+    size_t text_len = strlen(prompt), fits = generation_max_prompt_bytes(t, seq_len);
+    if (text_len > fits)
+        return err_set(err, "the prompt is %zu bytes, more than the %zu that the model's seq_len of %d tokens can "
+                       "hold (a token stands for at most %d bytes)", text_len, fits, seq_len, t->max_token_length);
     int *ids = mem_alloc_array(MEM_ACTIVATIONS, text_len + 3, sizeof(int));
     if (!ids)
         return err_set(err, "out of memory for a prompt of %zu bytes", text_len);
@@ -47,8 +59,11 @@ void generation_free(Generation *g)
 
 void print_token(FILE *out, const Tokenizer *t, const int *tokens, int i)
 {
-    const char *piece = tokenizer_decode(t, tokens[i - 1], tokens[i]);
-    if (tokenizer_piece_is_printable(piece))
+    size_t len;
+    const char *piece = tokenizer_piece(t, i > 0 ? tokens[i - 1] : -1, tokens[i], &len);
+    if (t->kind == TOKENIZER_GPT2)
+        fwrite(piece, 1, len, out); /* exact bytes: a piece may end inside a UTF-8 character */
+    else if (tokenizer_piece_is_printable(piece))
         fputs(piece, out);
 }
 
@@ -69,7 +84,10 @@ int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, Forw
 {
     int max_tokens = model_max_tokens(&m->cfg);
     if (out) {
-        for (int i = 1; i < g->n_prompt; i++)
+        /* The prompt as text: without its BOS (llama2.c), whole when the
+         * tokenizer adds none (SmolLM2). */
+        int first = g->n_prompt > 0 && t->add_bos && g->tokens[0] == t->bos_id ? 1 : 0;
+        for (int i = first; i < g->n_prompt; i++)
             print_token(out, t, g->tokens, i);
         fflush(out);
     }
@@ -108,7 +126,7 @@ int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, Forw
             kv->usage(kv->seam.ctx, &reserved, &used);
             kv_timeline_record(&g->kv, made, reserved, used);
         }
-        if (next == TOKEN_BOS || next == TOKEN_EOS) {
+        if (tokenizer_is_stop(t, next)) {
             g->finish = FINISH_STOP;
             break;
         }

@@ -81,8 +81,20 @@ typedef struct {
 } Generation;
 
 /**
+ * The longest prompt, in bytes, that could fit @p seq_len tokens: no token
+ * stands for more than the tokenizer's max_token_length bytes, so a longer
+ * text cannot fit and is refused before it is tokenized (a 100 KB prompt
+ * then costs nothing, whatever the merging costs).
+ * @param t        the tokenizer
+ * @param seq_len  tokens there is room for
+ * @return seq_len x max_token_length, saturated at SIZE_MAX (0 for seq_len <= 0)
+ */
+size_t generation_max_prompt_bytes(const Tokenizer *t, int seq_len);
+
+/**
  * Allocates the buffers and encodes the prompt (BOS + text). Refuses an
- * empty prompt and one longer than seq_len.
+ * empty prompt, one longer than generation_max_prompt_bytes() before
+ * tokenizing it, and one longer than seq_len tokens.
  * @param g       receives the buffers and prompt ids
  * @param m       the model (for seq_len and vocab)
  * @param t       the tokenizer

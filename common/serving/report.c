@@ -1,23 +1,16 @@
 #include "report.h"
 
-#include <errno.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "mem.h"
+#include "outfile.h"
 
 int report_check_writable(const char *option, const char *path, Err *err)
 {
-    int existed = access(path, F_OK) == 0;
-    FILE *f = fopen(path, "a");
-    if (!f)
-        return err_set(err, "%s %s: cannot create: %s", option, path, strerror(errno));
-    fclose(f);
-    if (!existed)
-        unlink(path);
-    return 0;
+    return outfile_check(option, path, err);
 }
 
 double now_seconds(void)
@@ -75,25 +68,51 @@ static size_t run_activation_bytes(const RunReport *r)
     return mem_peak(MEM_ACTIVATIONS, p);
 }
 
+/* The places a table shows: the host always, the device and the swap
+ * space only when something was ever held there. */
+static int place_shown(MemPlace p)
+{
+    return p == MEM_HOST || mem_peak_total(p) > 0;
+}
+
 static void print_ledger(FILE *f)
 {
-    char a[32], b[32], c[32], d[32];
-    int device = mem_peak_total(MEM_DEVICE) > 0;
-    fprintf(f, "  %-14s %12s %12s%s\n", "category", "host now", "host peak",
-            device ? "  device now  device peak" : "");
+    static const char *const headers[MEM_PLACE_COUNT] = {"     host now    host peak", "  device now  device peak",
+                                                         "     swap now    swap peak"};
+    char a[32], b[32];
+    fprintf(f, "  %-14s", "category");
+    for (int p = 0; p < MEM_PLACE_COUNT; p++)
+        if (place_shown((MemPlace)p))
+            fputs(headers[p], f);
+    fputc('\n', f);
     for (int i = 0; i < MEM_CATEGORY_COUNT; i++) {
-        fprintf(f, "  %-14s %12s %12s", mem_category_name((MemCategory)i),
-                cli_format_bytes(a, sizeof a, (double)mem_current((MemCategory)i, MEM_HOST)),
-                cli_format_bytes(b, sizeof b, (double)mem_peak((MemCategory)i, MEM_HOST)));
-        if (device)
-            fprintf(f, " %12s %12s", cli_format_bytes(c, sizeof c, (double)mem_current((MemCategory)i, MEM_DEVICE)),
-                    cli_format_bytes(d, sizeof d, (double)mem_peak((MemCategory)i, MEM_DEVICE)));
+        fprintf(f, "  %-14s", mem_category_name((MemCategory)i));
+        for (int p = 0; p < MEM_PLACE_COUNT; p++)
+            if (place_shown((MemPlace)p))
+                fprintf(f, " %12s %12s",
+                        cli_format_bytes(a, sizeof a, (double)mem_current((MemCategory)i, (MemPlace)p)),
+                        cli_format_bytes(b, sizeof b, (double)mem_peak((MemCategory)i, (MemPlace)p)));
         fputc('\n', f);
     }
-    fprintf(f, "  %-14s %12s %12s", "total (peak)", "", cli_format_bytes(a, sizeof a, (double)mem_peak_total(MEM_HOST)));
-    if (device)
-        fprintf(f, " %12s %12s", "", cli_format_bytes(b, sizeof b, (double)mem_peak_total(MEM_DEVICE)));
+    fprintf(f, "  %-14s", "total (peak)");
+    for (int p = 0; p < MEM_PLACE_COUNT; p++)
+        if (place_shown((MemPlace)p))
+            fprintf(f, " %12s %12s", "", cli_format_bytes(a, sizeof a, (double)mem_peak_total((MemPlace)p)));
     fputc('\n', f);
+}
+
+/* A quantized model's weights as the file stores them, beside what the
+ * same weights take in f32 (an f32 model has one number: the ledger's). */
+static void print_weights(FILE *f, const RunReport *r)
+{
+    const Model *m = r->model;
+    if (!m || (m->stored_types == 1u << WEIGHT_F32 && !m->dequantized))
+        return;
+    char types[64], a[32], b[32];
+    fprintf(f, "weights\n  %-14s %s (%s)\n  %-14s %s (%zu B)\n", m->dequantized ? "stored as" : "as stored",
+            cli_format_bytes(a, sizeof a, (double)(m->dequantized ? m->weight_f32_bytes : m->weight_bytes)),
+            model_weight_types(m, types, sizeof types), "in f32",
+            cli_format_bytes(b, sizeof b, (double)m->weight_f32_bytes), m->weight_f32_bytes);
 }
 
 static void print_kv(FILE *f, const RunReport *r)
@@ -120,6 +139,7 @@ void report_print(FILE *f, const RunReport *r)
 {
     fprintf(f, "\n== memory: %s on %s ==\n", r->chapter, r->device);
     print_ledger(f);
+    print_weights(f, r);
     print_kv(f, r);
     if (r->extra_table)
         r->extra_table(f, r->extra);
@@ -130,8 +150,10 @@ void report_print(FILE *f, const RunReport *r)
 static void json_ledger(JsonWriter *j)
 {
     json_begin_object(j, "memory");
-    static const char *places[] = {"host", "device"};
+    static const char *places[MEM_PLACE_COUNT] = {"host", "device", "swap"};
     for (int p = 0; p < MEM_PLACE_COUNT; p++) {
+        if (p == MEM_SWAP && !place_shown(MEM_SWAP))
+            continue; /* no swap space in this run */
         json_begin_object(j, places[p]);
         for (int i = 0; i < MEM_CATEGORY_COUNT; i++) {
             json_begin_object(j, mem_category_name((MemCategory)i));
@@ -189,16 +211,20 @@ static void json_kv(JsonWriter *j, const RunReport *r)
 
 int report_write_json(const char *path, const RunReport *r, Err *err)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return err_set(err, "--json %s: cannot create: %s", path, strerror(errno));
+    OutFile out;
+    if (outfile_open(&out, "--json", path, err))
+        return -1;
     JsonWriter j;
-    json_init(&j, f, 1);
+    json_init(&j, out.f, 1);
     json_begin_object(&j, NULL);
     json_string(&j, "chapter", r->chapter);
     json_string(&j, "device", r->device);
     json_model(&j, r);
     json_int(&j, "weights_bytes", (long long)run_weights_bytes(r));
+    if (r->model) {
+        json_int(&j, "weights_tensor_bytes", (long long)r->model->weight_bytes);
+        json_int(&j, "weights_f32_bytes", (long long)r->model->weight_f32_bytes);
+    }
     json_int(&j, "activations_bytes", (long long)run_activation_bytes(r));
     json_kv(&j, r);
     json_int(&j, "tokens_generated", r->tokens_generated);
@@ -208,7 +234,5 @@ int report_write_json(const char *path, const RunReport *r, Err *err)
     if (r->extra_json)
         r->extra_json(&j, r->extra);
     json_end_object(&j);
-    if (fclose(f) != 0)
-        return err_set(err, "--json %s: write failed", path);
-    return 0;
+    return outfile_commit(&out, err);
 }

@@ -72,6 +72,7 @@ typedef struct {
     const char *device;           /**< "cpu" or "cuda" */
     const char *model_path;       /**< where the model came from */
     ModelConfig cfg;              /**< the model's shape */
+    const Model *model;           /**< the model, for its weights as stored and in f32 (may be NULL) */
     size_t kv_elem_bytes;         /**< bytes per stored K/V element */
     const KvTimeline *kv;         /**< KV over the run (may be NULL: no cache) */
     long tokens_generated;        /**< new tokens produced (all requests) */
@@ -93,17 +94,20 @@ void report_print(FILE *f, const RunReport *r);
 /**
  * Finds out before a run whether an output file (--json, --out) can be
  * written, so that a bad path is refused before any output and before the
- * work, not after it. Opening for append leaves an existing file as it
- * was; a file the probe creates is removed again.
+ * work, not after it (outfile_check(): a FIFO or a device is refused, an
+ * existing file is left as it was).
  * @param option  the option that named the file, for the message ("--json")
  * @param path    the file
  * @param err     receives "OPTION PATH: cannot create: reason" on failure
+ *                (a FIFO: "it is a FIFO, not a regular file")
  * @return 0 when the file can be written, -1 otherwise
  */
 int report_check_writable(const char *option, const char *path, Err *err);
 
 /**
- * Writes the report as one JSON object (keys in the README).
+ * Writes the report as one JSON object (keys in the README), through
+ * outfile_open() and outfile_commit(): on failure the old file is left as
+ * it was.
  * @param path  output file
  * @param r     the report
  * @param err   receives the reason on failure

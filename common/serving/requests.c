@@ -1,11 +1,14 @@
 #include "requests.h"
 
-#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "infile.h"
 #include "mem.h"
+#include "parse.h"
 
 /* Request bookkeeping is small and lives for the run: charged to
  * kv_metadata would be wrong (it is not about KV), so to activations. */
@@ -25,10 +28,9 @@ static int parse_line(char *line, int line_no, const char *name, RequestSpec *ou
     if (!tab)
         return err_set(err, "%s:%d: expected 'max_new_tokens<TAB>prompt', found no tab", name, line_no);
     *tab = '\0';
-    char *end;
-    errno = 0;
-    long n = strtol(line, &end, 10);
-    if (end == line || *end != '\0' || errno)
+    long n;
+    /* Strictly digits (parse_long): " 5", "+5" and "5x" are typos, not 5. */
+    if (parse_long(line, LONG_MIN, LONG_MAX, &n, NULL))
         return err_set(err, "%s:%d: max_new_tokens '%.40s' is not a whole number", name, line_no, line);
     if (n < 1 || n > REQUEST_MAX_NEW_TOKENS)
         return err_set(err, "%s:%d: max_new_tokens %ld is outside 1..%d", name, line_no, n, REQUEST_MAX_NEW_TOKENS);
@@ -41,42 +43,66 @@ static int parse_line(char *line, int line_no, const char *name, RequestSpec *ou
     return 0;
 }
 
-int request_file_parse(RequestFile *rf, const char *text, size_t len, const char *name, Err *err)
+/* Room for the requests of text: one per line, at most the file limit
+ * (plus one, so that going over it is noticed, not written past). */
+static size_t request_capacity(const char *text, size_t len)
 {
-    memset(rf, 0, sizeof *rf);
+    size_t lines = 1;
+    for (const char *p = text; (p = memchr(p, '\n', len - (size_t)(p - text))) != NULL; p++)
+        if (++lines > REQUEST_FILE_MAX_REQUESTS)
+            break;
+    return lines;
+}
+
+/* Cuts text (len bytes plus a NUL, owned by rf from now on) into requests,
+ * in one pass: each line is found with memchr from where the last ended. */
+static int parse_text(RequestFile *rf, char *text, size_t len, const char *name, Err *err)
+{
+    rf->text = text;
+    if (len > REQUEST_FILE_MAX_BYTES)
+        return err_set(err, "%s: %zu bytes is more than the limit of %u bytes", name, len, REQUEST_FILE_MAX_BYTES);
     if (memchr(text, '\0', len))
         return err_set(err, "%s: contains a NUL byte; not a text file", name);
-    rf->text = mem_alloc(REQ_MEM, len + 1);
-    size_t max_lines = 1;
-    for (size_t i = 0; i < len; i++)
-        max_lines += text[i] == '\n';
-    rf->items = mem_alloc_array(REQ_MEM, max_lines, sizeof(RequestSpec));
-    if (!rf->text || !rf->items) {
-        request_file_free(rf);
+    size_t capacity = request_capacity(text, len);
+    rf->items = mem_alloc_array(REQ_MEM, capacity, sizeof(RequestSpec));
+    if (!rf->items)
         return err_set(err, "%s: out of memory", name);
-    }
-    memcpy(rf->text, text, len);
-    char *line = rf->text;
-    for (int line_no = 1; line && *line; line_no++) {
-        char *next = strchr(line, '\n');
-        if (next)
-            *next++ = '\0';
-        size_t l = strlen(line);
+    char *line = text, *end = text + len;
+    for (int line_no = 1; line < end; line_no++) {
+        char *next = memchr(line, '\n', (size_t)(end - line));
+        size_t l = next ? (size_t)(next - line) : (size_t)(end - line);
+        if (l > REQUEST_LINE_MAX_BYTES)
+            return err_set(err, "%s:%d: the line is %zu bytes, more than the limit of %u", name, line_no, l,
+                           REQUEST_LINE_MAX_BYTES);
+        line[l] = '\0';
         if (l > 0 && line[l - 1] == '\r')
             line[l - 1] = '\0'; /* files written on Windows */
         if (!is_blank_or_comment(line)) {
+            if (rf->count == REQUEST_FILE_MAX_REQUESTS)
+                return err_set(err, "%s:%d: more than %d requests in one file", name, line_no,
+                               REQUEST_FILE_MAX_REQUESTS);
             RequestSpec *r = &rf->items[rf->count];
-            if (parse_line(line, line_no, name, r, err)) {
-                request_file_free(rf);
+            if (parse_line(line, line_no, name, r, err))
                 return -1;
-            }
             r->id = rf->count++;
         }
-        line = next;
+        line += l + 1;
     }
-    if (rf->count == 0) {
-        request_file_free(rf);
+    if (rf->count == 0)
         return err_set(err, "%s: no requests (every line is blank or a comment)", name);
+    return 0;
+}
+
+int request_file_parse(RequestFile *rf, const char *text, size_t len, const char *name, Err *err)
+{
+    memset(rf, 0, sizeof *rf);
+    char *copy = mem_alloc(REQ_MEM, len + 1);
+    if (!copy)
+        return err_set(err, "%s: out of memory", name);
+    memcpy(copy, text, len);
+    if (parse_text(rf, copy, len, name, err)) {
+        request_file_free(rf);
+        return -1;
     }
     return 0;
 }
@@ -84,31 +110,21 @@ int request_file_parse(RequestFile *rf, const char *text, size_t len, const char
 int request_file_load(RequestFile *rf, const char *path, Err *err)
 {
     memset(rf, 0, sizeof *rf);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(err, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 > cap) {
-            char *bigger = realloc(buf, cap = 2 * cap + 4096);
-            if (!bigger) {
-                free(buf);
-                fclose(f);
-                return err_set(err, "%s: out of memory", path);
-            }
-            buf = bigger;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
+    size_t len;
+    int fd = infile_open(path, REQUEST_FILE_MAX_BYTES, &len, err);
+    if (fd < 0)
+        return -1;
+    char *text = mem_alloc(REQ_MEM, len + 1); /* zeroed: text[len] ends the last line */
+    int rc = !text ? err_set(err, "%s: out of memory", path) : infile_read_exact(fd, text, len, path, err);
+    close(fd);
+    if (rc == 0) {
+        rc = parse_text(rf, text, len, path, err);
+        text = NULL; /* rf owns it now */
     }
-    int read_error = ferror(f);
-    fclose(f);
-    int rc = read_error ? err_set(err, "%s: cannot read (is it a directory?)", path)
-                        : request_file_parse(rf, buf ? buf : "", len, path, err);
-    free(buf);
+    if (rc) {
+        mem_free(text);
+        request_file_free(rf);
+    }
     return rc;
 }
 

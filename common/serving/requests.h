@@ -6,7 +6,13 @@
  * whose first non-blank character is `#` are ignored. A line that does not
  * fit the format is refused with its line number, and the whole file with
  * it: a server that silently skipped a request would make every measurement
- * that follows wrong.
+ * that follows wrong. A line may end in CRLF (files written on Windows).
+ *
+ * Request files come from users, so reading one is bounded and linear: the
+ * file must be a regular file (a FIFO or /dev/zero would never end) of at
+ * most ::REQUEST_FILE_MAX_BYTES, each line at most ::REQUEST_LINE_MAX_BYTES,
+ * at most ::REQUEST_FILE_MAX_REQUESTS requests, and no NUL byte; the text
+ * is read once and cut into lines in place, in one pass.
  */
 #ifndef KVLAB_REQUESTS_H
 #define KVLAB_REQUESTS_H
@@ -17,6 +23,16 @@
 
 /** Largest max_new_tokens a request may ask for. */
 #define REQUEST_MAX_NEW_TOKENS (1 << 20)
+
+/** Largest request file read (16 MiB: about a million short requests). */
+#define REQUEST_FILE_MAX_BYTES (16u << 20)
+
+/** Longest line of a request file, newline excluded (64 KiB: far more text
+ *  than the context of any model kvlab runs holds). */
+#define REQUEST_LINE_MAX_BYTES (64u << 10)
+
+/** Most requests in one file. */
+#define REQUEST_FILE_MAX_REQUESTS (1 << 20)
 
 /** One line of a request file. */
 typedef struct {
@@ -36,8 +52,10 @@ typedef struct {
 /**
  * Reads and parses a request file.
  * @param rf    receives the requests
- * @param path  the file
- * @param err   receives "PATH:LINE: reason" on a malformed line
+ * @param path  the file: a regular file (see infile_open()) of at most
+ *              ::REQUEST_FILE_MAX_BYTES
+ * @param err   receives "PATH:LINE: reason" on a malformed line, or why the
+ *              file cannot be read
  * @return 0 on success, -1 on failure (nothing to free then)
  */
 int request_file_load(RequestFile *rf, const char *path, Err *err);

@@ -2,6 +2,7 @@
 #include "serving.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "generate.h"
 #include "mem.h"
 #include "ops.h"
+#include "outfile.h"
 #include "serving_device.h"
 
 /* ------------------------------------------------------------ breakdown */
@@ -54,17 +56,25 @@ void kv_breakdown_fractions(const KvBreakdown *b, double out[4])
 
 int serving_feed(ServingRun *run, Request *r, Err *err)
 {
-    int n = r->n_tokens - r->n_cached;
-    if (n <= 0)
-        return err_set(err, "request %d has no token without K/V to feed", r->index);
+    return serving_feed_upto(run, r, r->n_tokens, err);
+}
+
+int serving_feed_upto(ServingRun *run, Request *r, int end, Err *err)
+{
+    int n = end - r->n_cached;
+    if (n <= 0 || end > r->n_tokens)
+        return err_set(err, "request %d has no token without K/V to feed up to position %d", r->index, end);
     if (run->n_entries + n > run->max_step_tokens)
         return err_set(err, "step of more than %d tokens (request %d needs %d more)", run->max_step_tokens, r->index,
                        n);
-    if (run->n_logits >= run->max_logits)
+    int last = end == r->n_tokens; /* only the newest token's logits pick a next token */
+    if (last && run->n_logits >= run->max_logits)
         return err_set(err, "step wants more than %d logits rows", run->max_logits);
-    for (int pos = r->n_cached; pos < r->n_tokens; pos++)
+    for (int pos = r->n_cached; pos < end; pos++)
         run->entries[run->n_entries++] =
             (BatchEntry){.seq = r->index, .pos = pos, .token = r->tokens[pos], .logits_row = -1};
+    if (!last)
+        return 0;
     run->entries[run->n_entries - 1].logits_row = run->n_logits;
     run->taker_row[run->n_takers] = run->n_logits++;
     run->taker_req[run->n_takers++] = r->index;
@@ -141,13 +151,16 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
     r->sample = sample;
     r->admitted_step = r->finished_step = -1;
     r->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)model_max_tokens(c), sizeof(int));
-    int *ids = mem_alloc_array(MEM_ACTIVATIONS, strlen(spec->prompt) + 3, sizeof(int));
+    /* A prompt too long to fit is rejected before it is tokenized. */
+    size_t text_len = strlen(spec->prompt), fits = generation_max_prompt_bytes(run->tokenizer, c->seq_len);
+    int too_long = text_len > fits;
+    int *ids = mem_alloc_array(MEM_ACTIVATIONS, too_long ? 1 : text_len + 3, sizeof(int));
     if (!r->tokens || !ids) {
         mem_free(ids);
         return err_set(err, "out of memory for request %d", spec->id);
     }
-    int n_ids;
-    if (tokenizer_encode(run->tokenizer, spec->prompt, 1, 0, ids, &n_ids, err)) {
+    int n_ids = 0;
+    if (!too_long && tokenizer_encode(run->tokenizer, spec->prompt, 1, 0, ids, &n_ids, err)) {
         mem_free(ids);
         return err_prefix(err, "request %d (line %d)", spec->id, spec->line);
     }
@@ -157,7 +170,10 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
         mem_free(ids);
         return -1;
     }
-    if (n_ids > c->seq_len) {
+    if (too_long) {
+        serving_reject(run, r, "its prompt is %zu bytes, more than the %zu that the model's seq_len of %d tokens "
+                       "can hold", text_len, fits, c->seq_len);
+    } else if (n_ids > c->seq_len) {
         serving_reject(run, r, "its prompt is %d tokens; the model's seq_len is %d", n_ids, c->seq_len);
         n_ids = 0;
     }
@@ -166,6 +182,28 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
     r->n_prompt = r->n_tokens = n_ids;
     long want = (long)n_ids + spec->max_new_tokens;
     r->max_tokens = (int)(want < model_max_tokens(c) ? want : model_max_tokens(c));
+    return 0;
+}
+
+/* Requests x samples, and the bookkeeping they need (the Request, its
+ * token list, its sampler's scratch), checked before anything is
+ * allocated: an int product that wrapped round, or a run that would use
+ * up the machine's memory before its first step, gets one line instead. */
+static int check_request_count(int lines, int samples, const ModelConfig *c, Err *err)
+{
+    if (lines > INT_MAX / samples)
+        return err_set(err, "%d requests x --n %d is more than %d requests", lines, samples, INT_MAX);
+    size_t n = (size_t)lines * (size_t)samples;
+    size_t per_request = sizeof(Request) + (size_t)model_max_tokens(c) * sizeof(int) +
+                         (size_t)c->vocab_size * sizeof(ProbIndex) + 2 * MEM_ALIGN;
+    size_t ram = mem_physical_bytes();
+    if (ram && n > ram / 2 / per_request) {
+        char need[32], have[32];
+        return err_set(err, "%zu requests (%d lines x --n %d) need %s of bookkeeping, more than half of this "
+                       "machine's %s", n, lines, samples,
+                       cli_format_bytes(need, sizeof need, (double)n * (double)per_request),
+                       cli_format_bytes(have, sizeof have, (double)ram));
+    }
     return 0;
 }
 
@@ -178,6 +216,8 @@ int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const 
     run->opts = opts;
     run->kv_bytes_per_token = model_kv_bytes_per_token(&m->cfg, sizeof(float));
     int n = opts->n_samples > 0 ? opts->n_samples : 1;
+    if (check_request_count(rf->count, n, &m->cfg, err))
+        return -1;
     run->n_reqs = rf->count * n;
     run->reqs = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(Request));
     if (!run->reqs)
@@ -553,12 +593,10 @@ static void write_request_line(FILE *f, const ServingRun *run, const Request *r)
 
 int serving_write_jsonl(const ServingRun *run, const char *path, Err *err)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return err_set(err, "--out %s: cannot create: %s", path, strerror(errno));
+    OutFile out;
+    if (outfile_open(&out, "--out", path, err))
+        return -1;
     for (int i = 0; i < run->n_reqs; i++)
-        write_request_line(f, run, &run->reqs[i]);
-    if (fclose(f) != 0)
-        return err_set(err, "--out %s: write failed", path);
-    return 0;
+        write_request_line(out.f, run, &run->reqs[i]);
+    return outfile_commit(&out, err);
 }

@@ -213,6 +213,21 @@ typedef struct ServingRun {
 int serving_feed(ServingRun *run, Request *r, Err *err);
 
 /**
+ * Adds positions n_cached .. @p end - 1 of @p r to this step's batch: a
+ * chunk of a prompt (chunked prefill). Only when @p end is n_tokens, the
+ * whole rest, does the last position get a logits row and @p r sample a
+ * token; an earlier chunk only stores its K/V, which later chunks attend to.
+ * The chapter must already have made room for the positions.
+ * @param run  the run
+ * @param r    a RUNNING request
+ * @param end  one past the last position fed: n_cached < end <= n_tokens
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 when the batch or logits capacity is exceeded or
+ *         there is nothing to feed
+ */
+int serving_feed_upto(ServingRun *run, Request *r, int end, Err *err);
+
+/**
  * Lets @p taker sample its next token from the logits row that @p source
  * was fed for in this step (forked samples of one prompt: the prompt runs
  * once, every sample draws from its last logits with its own sampler).

@@ -136,15 +136,17 @@ int serving_program_report(ServingProgram *p, void (*table)(FILE *f, void *chapt
     ServingReport sr = {run, table, json, chapter};
     RunReport report = {
         .chapter = p->program->name, .device = o->device, .model_path = p->assets.model_path,
-        .cfg = p->assets.model.cfg,
+        .cfg = p->assets.model.cfg, .model = &p->assets.model,
         .kv_elem_bytes = p->on_device ? dtype_bytes(p->device.run.kv_type) : sizeof(float), .kv = &run->timeline,
         .tokens_generated = run->tokens_generated, .elapsed_s = run->elapsed_s, .extra_table = serving_table,
         .extra_json = serving_json, .extra = &sr,
     };
-    if (!o->quiet)
-        report_print(stderr, &report);
+    /* The table only once every file is safely written: a failed write
+     * is then the one line on stderr. */
     if (o->json_path && report_write_json(o->json_path, &report, &p->err))
         return -1;
+    if (!o->quiet)
+        report_print(stderr, &report);
     return 0;
 }
 

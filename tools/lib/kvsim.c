@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "parse.h"
 
 /* ------------------------------------------------------------ GPUs */
 
@@ -35,17 +36,22 @@ const char *kvsim_gpu_names(void)
 
 /* ------------------------------------------------------------ distributions */
 
-/* Reads one number after a ':' (or at the start), advancing *p. */
+/* Reads one number after a ':' (or at the start), advancing *p; strictly
+ * (parse_double()): " 5", "0x10" and "inf" are not lengths. */
 static int read_number(const char **p, double *v)
 {
     if (**p != ':')
         return -1;
-    char *end;
-    errno = 0;
-    *v = strtod(*p + 1, &end);
-    if (errno || end == *p + 1 || !isfinite(*v))
+    const char *start = *p + 1;
+    size_t len = strcspn(start, ":");
+    char text[64];
+    if (len == 0 || len >= sizeof text)
         return -1;
-    *p = end;
+    memcpy(text, start, len);
+    text[len] = '\0';
+    if (parse_double(text, -1e300, 1e300, v, NULL))
+        return -1;
+    *p = start + len;
     return 0;
 }
 

@@ -1,0 +1,240 @@
+/* Chapter 4's swap space (--preempt swap): the blocks of a preempted
+ * request go to a pool of host blocks and come back when it is readmitted,
+ * instead of being recomputed. A block that several tables share is
+ * copied once each way, and its sharing survives the round trip (see
+ * SwapSpace in paged.h for the links that make that so). */
+#include <string.h>
+
+#include "mem.h"
+#include "paged.h"
+
+/* The swap space's books are the swap space's: the ledger counts them
+ * with its bytes, at MEM_SWAP. */
+static void *swap_books(size_t count, size_t elem_size)
+{
+    return count > SIZE_MAX / elem_size ? NULL : mem_alloc_at(MEM_KV_METADATA, MEM_SWAP, count * elem_size);
+}
+
+int swap_space_init(SwapSpace *sw, const BlockPool *p, int n_slots, int n_tables, int capacity, int with_storage,
+                    Err *err)
+{
+    memset(sw, 0, sizeof *sw);
+    if (n_slots < 1)
+        return err_set(err, "a swap space needs at least one block");
+    sw->n_slots = n_slots;
+    sw->bytes_per_block = p->bytes_per_block;
+    sw->n_tables = n_tables;
+    sw->capacity = capacity;
+    sw->free_stack = swap_books((size_t)n_slots, sizeof(int));
+    sw->ref_count = swap_books((size_t)n_slots, sizeof(int));
+    sw->device_copy = swap_books((size_t)n_slots, sizeof(int));
+    sw->tables = swap_books((size_t)n_tables * (size_t)capacity, sizeof(int));
+    sw->n_blocks = swap_books((size_t)n_tables, sizeof(int));
+    sw->cached = swap_books((size_t)n_tables, sizeof(int));
+    sw->host_copy = swap_books((size_t)p->n_blocks, sizeof(int));
+    sw->exact = swap_books((size_t)p->n_blocks, 1);
+    if (with_storage && (size_t)n_slots <= SIZE_MAX / p->bytes_per_block)
+        sw->storage = mem_alloc_at(MEM_KV, MEM_SWAP, (size_t)n_slots * p->bytes_per_block);
+    if (!sw->free_stack || !sw->ref_count || !sw->device_copy || !sw->tables || !sw->n_blocks || !sw->cached ||
+        !sw->host_copy || !sw->exact || (with_storage && !sw->storage))
+        return err_set(err, "out of memory for a swap space of %d blocks", n_slots);
+    /* Slot 0 is handed out first, as in the device pool. */
+    for (int i = 0; i < n_slots; i++) {
+        sw->free_stack[i] = n_slots - 1 - i;
+        sw->device_copy[i] = -1;
+    }
+    sw->n_free = n_slots;
+    for (int b = 0; b < p->n_blocks; b++)
+        sw->host_copy[b] = -1;
+    return 0;
+}
+
+void swap_space_free(SwapSpace *sw)
+{
+    void *bufs[] = {sw->free_stack, sw->ref_count, sw->device_copy, sw->tables, sw->n_blocks,
+                    sw->cached,     sw->host_copy, sw->exact,       sw->storage};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        mem_free(bufs[i]);
+    memset(sw, 0, sizeof *sw);
+}
+
+/* ------------------------------------------------------------ links */
+
+static void link_pair(SwapSpace *sw, int block, int slot)
+{
+    if (sw->host_copy[block] >= 0) /* the block was linked to an older copy: that link goes */
+        sw->device_copy[sw->host_copy[block]] = -1;
+    if (sw->device_copy[slot] >= 0)
+        sw->host_copy[sw->device_copy[slot]] = -1;
+    sw->host_copy[block] = slot;
+    sw->device_copy[slot] = block;
+    sw->exact[block] = 1;
+}
+
+void swap_note_write(SwapSpace *sw, int block)
+{
+    if (sw->n_slots > 0)
+        sw->exact[block] = 0;
+}
+
+void swap_forget_block(SwapSpace *sw, int block)
+{
+    if (sw->n_slots == 0 || sw->host_copy[block] < 0)
+        return;
+    sw->device_copy[sw->host_copy[block]] = -1;
+    sw->host_copy[block] = -1;
+    sw->exact[block] = 0;
+}
+
+/* A slot whose last table let go: free again, and unlinked. */
+static void release_slot(SwapSpace *sw, int slot)
+{
+    if (--sw->ref_count[slot] > 0)
+        return;
+    if (sw->device_copy[slot] >= 0)
+        sw->host_copy[sw->device_copy[slot]] = -1;
+    sw->device_copy[slot] = -1;
+    sw->free_stack[sw->n_free++] = slot;
+}
+
+static int take_slot(SwapSpace *sw)
+{
+    int slot = sw->free_stack[--sw->n_free];
+    sw->ref_count[slot] = 1;
+    return slot;
+}
+
+/* The exact host copy of a device block, or -1. */
+static int exact_copy(const SwapSpace *sw, int block)
+{
+    return sw->host_copy[block] >= 0 && sw->exact[block] ? sw->host_copy[block] : -1;
+}
+
+/* ------------------------------------------------------------ bytes */
+
+/* One whole block between the device pool and a slot: a memcpy on the
+ * CPU, a copy on the device's stream with --device cuda, nothing in a
+ * simulation (no bytes anywhere). */
+static int copy_block(SwapSpace *sw, const BlockPool *p, ServingRun *run, int block, int slot, int to_device,
+                      Err *err)
+{
+    unsigned char *host = sw->storage ? sw->storage + (size_t)slot * sw->bytes_per_block : NULL;
+    if (run->device && host)
+        return paged_device_swap_block(run, block, host, to_device, err);
+    if (!host || !p->storage)
+        return 0;
+    unsigned char *dev = (unsigned char *)(p->storage + (size_t)block * p->floats_per_block);
+    if (to_device)
+        memcpy(dev, host, sw->bytes_per_block);
+    else
+        memcpy(host, dev, sw->bytes_per_block);
+    return 0;
+}
+
+/* ------------------------------------------------------------ out and in */
+
+int swap_slots_needed(const SwapSpace *sw, const BlockTable *t)
+{
+    int n = 0;
+    for (int i = 0; i < t->n_blocks; i++)
+        n += exact_copy(sw, t->blocks[i]) < 0;
+    return n;
+}
+
+int swap_blocks_needed(const SwapSpace *sw, int seq)
+{
+    const int *slots = sw->tables + (size_t)seq * sw->capacity;
+    int n = 0;
+    for (int i = 0; i < sw->n_blocks[seq]; i++)
+        n += sw->device_copy[slots[i]] < 0;
+    return n;
+}
+
+/* The slot that will hold @p block for one more table: the exact copy
+ * already there, or a fresh slot it is copied into (linked to the block
+ * when other tables keep the block on the device). */
+static int slot_for_block(SwapSpace *sw, const BlockPool *p, ServingRun *run, int block, int *copies, Err *err)
+{
+    int slot = exact_copy(sw, block);
+    if (slot >= 0) {
+        sw->ref_count[slot]++;
+        return slot;
+    }
+    slot = take_slot(sw);
+    if (copy_block(sw, p, run, block, slot, 0, err))
+        return -1;
+    (*copies)++;
+    if (p->ref_count[block] > 1)
+        link_pair(sw, block, slot);
+    return slot;
+}
+
+/* The caller's on_free, after the freed block's link is gone. */
+typedef struct {
+    SwapSpace *sw;
+    void (*on_free)(void *ctx, int block);
+    void *ctx;
+} FreeHook;
+
+static void forget_freed(void *ctx, int block)
+{
+    FreeHook *h = ctx;
+    swap_forget_block(h->sw, block);
+    if (h->on_free)
+        h->on_free(h->ctx, block);
+}
+
+int swap_out_table(SwapSpace *sw, BlockPool *p, BlockTable *t, int seq, int n_cached, ServingRun *run,
+                   void (*on_free)(void *ctx, int block), void *ctx, int *copies, Err *err)
+{
+    int *slots = sw->tables + (size_t)seq * sw->capacity;
+    *copies = 0;
+    for (int i = 0; i < t->n_blocks; i++) {
+        int slot = slot_for_block(sw, p, run, t->blocks[i], copies, err);
+        if (slot < 0)
+            return -1;
+        slots[i] = slot;
+    }
+    sw->n_blocks[seq] = t->n_blocks;
+    sw->cached[seq] = n_cached;
+    FreeHook hook = {sw, on_free, ctx};
+    block_table_release(p, t, forget_freed, &hook);
+    return 0;
+}
+
+/* The device block that will hold @p slot for one more table: the block
+ * it is still linked to, or a fresh one it is copied into. */
+static int block_for_slot(SwapSpace *sw, BlockPool *p, ServingRun *run, int slot, int *copies, Err *err)
+{
+    int block = sw->device_copy[slot];
+    if (block >= 0) {
+        block_pool_retain(p, block);
+        return block;
+    }
+    block = block_pool_alloc(p);
+    if (block < 0)
+        return err_set(err, "swap-in: no free block (the caller checks swap_blocks_needed())");
+    if (copy_block(sw, p, run, block, slot, 1, err))
+        return -1;
+    (*copies)++;
+    link_pair(sw, block, slot);
+    return block;
+}
+
+int swap_in_table(SwapSpace *sw, BlockPool *p, BlockTable *t, Request *r, ServingRun *run, int *copies, Err *err)
+{
+    int seq = r->index, *slots = sw->tables + (size_t)seq * sw->capacity;
+    *copies = 0;
+    for (int i = 0; i < sw->n_blocks[seq]; i++) {
+        int block = block_for_slot(sw, p, run, slots[i], copies, err);
+        if (block < 0)
+            return -1;
+        t->blocks[t->n_blocks++] = block;
+    }
+    for (int i = 0; i < sw->n_blocks[seq]; i++)
+        release_slot(sw, slots[i]);
+    r->n_cached = sw->cached[seq];
+    sw->n_blocks[seq] = 0;
+    sw->cached[seq] = 0;
+    return 0;
+}
