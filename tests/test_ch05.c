@@ -59,6 +59,23 @@ static int fixture_stories(Fixture *f, const char *test)
     return 1;
 }
 
+/* SmolLM2-135M-Instruct from its GGUF file, with the tokenizer the file
+ * holds; SKIP when ../shared/models lacks it. */
+static int fixture_smollm2(Fixture *f, const char *test)
+{
+    const char *mp = test_shared_file("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if (!mp) {
+        test_skip(test, "../shared/models has no SmolLM2-135M-Instruct.Q4_1.gguf");
+        return 0;
+    }
+    memset(f, 0, sizeof *f);
+    Err err = {{0}};
+    ck_assert_msg(model_load(&f->m, mp, &err) == 0, "%s", err.msg);
+    ck_assert_msg(tokenizer_open_gguf(&f->t, &f->m.gguf, &err) == 0, "%s", err.msg);
+    ops_set_threads(forward_default_threads(&f->m.cfg));
+    return 1;
+}
+
 static void fixture_free(Fixture *f)
 {
     tokenizer_free(&f->t);
@@ -243,6 +260,102 @@ START_TEST(same_tokens_with_forks)
                                "15\tthe quick brown fox jumps over\n"
                                "18\tthe quick brown fox jumps over the lazy dog\n",
                            80, 3, 0.9f);
+    fixture_free(&f);
+}
+END_TEST
+
+/* --max-num-batched-tokens: a prompt's positions after its cached blocks
+ * run in chunks; every budget, block size and cache gives the solo tokens,
+ * no step runs more tokens than the budget, the caches still hit, and the
+ * tight pools evict and preempt. */
+START_TEST(chunked_prefill_same_tokens_within_the_budget)
+{
+    Fixture f;
+    fixture_synthetic(&f, SYNTH_GQA, 11);
+    SoloSet *ss = calloc(1, sizeof *ss);
+    solo_set(ss, &f, SYNTH_SHARED, 1, 0.0f, 42);
+    size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
+    long hits = 0, evictions = 0, preemptions = 0;
+    const int budgets[] = {1, 5, 32};
+    for (int bs = 1; bs <= 16; bs *= 4)
+        for (int b = 0; b < 3; b++)
+            for (int tight = 0; tight < 2; tight++)
+                for (int m = 0; m < 3; m++) {
+                    size_t pool = tight ? (size_t)block_count_for_tokens(72, bs) * (size_t)bs * per_token
+                                        : (size_t)64 * 512 * per_token;
+                    CliOptions o = greedy(bs, pool);
+                    o.watermark = 0;
+                    o.max_num_batched_tokens = budgets[b];
+                    PrefixRun pr;
+                    prefix_run(&pr, &f, SYNTH_SHARED, o, MODES[m]);
+                    expect_solo_tokens(&pr, ss);
+                    ck_assert_ptr_nonnull(pr.server->sched);
+                    ck_assert_msg(pr.server->sched->max_step_tokens <= budgets[b],
+                                  "a step ran %d tokens with --max-num-batched-tokens %d",
+                                  pr.server->sched->max_step_tokens, budgets[b]);
+                    if (MODES[m] != PREFIX_CACHE_OFF) {
+                        hits += pr.cache->hit_tokens;
+                        if (tight) {
+                            evictions += evictions_of(pr.cache);
+                            preemptions += pr.server->preemptions;
+                        }
+                    }
+                    prefix_run_close(&pr);
+                }
+    ck_assert_msg(hits > 0, "no prefix hit with a token budget");
+    ck_assert_msg(evictions > 0 && preemptions > 0, "the tight pools forced %ld evictions and %ld preemptions",
+                  evictions, preemptions);
+    free(ss);
+    fixture_free(&f);
+}
+END_TEST
+
+/* SmolLM2-135M-Instruct, its chat turns sharing the default system message
+ * (ChatML on one line: a request file has no newlines): off, hash and radix
+ * give each request its solo tokens, at block size 16 with whole prompts
+ * and with chunks of 24, and at block size 4, and the caches find the
+ * system message. The sanitizer build (-O1, every access checked, some
+ * twenty times slower) serves two requests, hash and radix, whole prompts
+ * at block size 16. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SMOLLM2_REQUESTS 2
+#define SMOLLM2_SETUPS 1
+#define SMOLLM2_FIRST_MODE 1
+#else
+#define SMOLLM2_REQUESTS 3
+#define SMOLLM2_SETUPS 3
+#define SMOLLM2_FIRST_MODE 0
+#endif
+START_TEST(smollm2_chat_same_tokens)
+{
+    Fixture f;
+    if (!fixture_smollm2(&f, "smollm2_chat_same_tokens"))
+        return;
+#define SYS "<|im_start|>system You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|> "
+    const char *lines[3] = {"6\t" SYS "<|im_start|>user What is the capital of France?<|im_end|> <|im_start|>assistant\n",
+                            "6\t" SYS "<|im_start|>user Name three colours.<|im_end|> <|im_start|>assistant\n",
+                            "6\t" SYS "<|im_start|>user What is the capital of France?<|im_end|> <|im_start|>assistant\n"};
+#undef SYS
+    char requests[1024] = "";
+    for (int i = 0; i < SMOLLM2_REQUESTS; i++)
+        strcat(requests, lines[i]);
+    SoloSet *ss = calloc(1, sizeof *ss);
+    solo_set(ss, &f, requests, 1, 0.0f, 42);
+    const int block_sizes[3] = {16, 16, 4}, chunks[3] = {0, 24, 0};
+    long hits[3] = {0, 0, 0};
+    for (int k = 0; k < SMOLLM2_SETUPS; k++)
+        for (int m = SMOLLM2_FIRST_MODE; m < 3; m++) {
+            CliOptions o = greedy(block_sizes[k], (size_t)64 << 20);
+            o.max_num_batched_tokens = chunks[k];
+            PrefixRun pr;
+            prefix_run(&pr, &f, requests, o, MODES[m]);
+            expect_solo_tokens(&pr, ss);
+            hits[m] += pr.cache->hit_tokens;
+            prefix_run_close(&pr);
+        }
+    ck_assert_int_eq(hits[0], 0);
+    ck_assert_msg(hits[1] > 0 && hits[1] == hits[2], "hash found %ld cached positions, radix %ld", hits[1], hits[2]);
+    free(ss);
     fixture_free(&f);
 }
 END_TEST
@@ -662,6 +775,9 @@ START_TEST(program_refuses_bad_input)
     expect_refusal(&pf, (const char *const[]){"--block-size", "3", NULL}, "power of two");
     expect_refusal(&pf, (const char *const[]){"--kv-budget", "1000", NULL}, "holds no block");
     expect_refusal(&pf, (const char *const[]){"--n", "2", NULL}, "--temperature");
+    expect_refusal(&pf, (const char *const[]){"--preempt", "swap", NULL}, "--preempt swap is chapter 4's only");
+    expect_refusal(&pf, (const char *const[]){"--swap-space", "1MiB", NULL}, "--swap-space needs --preempt swap");
+    expect_refusal(&pf, (const char *const[]){"--max-num-batched-tokens", "0", NULL}, "--max-num-batched-tokens");
     program_files_remove(&pf);
     const char *argv[] = {"ch05-prefix", "--help", NULL};
     ProgramResult r;
@@ -773,12 +889,15 @@ Suite *suite_ch05(void)
                             radix_tree_evicts_least_recent_leaf_tails, fully_cached_prompt_recomputes_its_last_block,
                             prefix_shorter_than_a_block_never_hits, generated_tokens_are_cached,
                             eviction_keeps_the_hot_prefix_without_a_model};
-    const TTest *identity[] = {same_tokens_off_hash_radix_synthetic, same_tokens_with_forks};
+    const TTest *identity[] = {same_tokens_off_hash_radix_synthetic, same_tokens_with_forks,
+                               chunked_prefill_same_tokens_within_the_budget};
     const TTest *stories[] = {shared_prefix_file_same_tokens_and_60_percent_saved, multi_turn_file_same_tokens};
+    const TTest *smollm2[] = {smollm2_chat_same_tokens};
     const TTest *program[] = {program_refuses_bad_input, program_off_is_chapter_4_and_reports_the_cache};
     add_case(s, "ch05_units", units, 7, 120);
-    add_case(s, "ch05_identity", identity, 2, 600);
+    add_case(s, "ch05_identity", identity, 3, 600);
     add_case(s, "ch05_stories", stories, 2, 600);
+    add_case(s, "ch05_smollm2", smollm2, 1, 600);
     add_case(s, "ch05_program", program, 2, 300);
     return s;
 }
