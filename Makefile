@@ -12,7 +12,7 @@
 #   make check-exercises  fail if exercises/ is out of date
 #   make check-stubs  every stub must fail its lab (exercises score below full marks)
 #   make check-mutants  every wrong answer of tests/mutants/ loses marks, named by its hint
-#   make check-layout a chapter can include only common/ and itself; programs link only their chapter
+#   make check-layout a chapter can include only common/, itself and the chapters it is built on; programs link only those
 #   make handout      dist/kvlab-handout/ and .tar.gz: the project without the answers
 #   make check-handout  a handout, built and graded end to end in a scratch folder
 #   make docs         the book and API reference as one HTML site (html/)
@@ -55,10 +55,17 @@ CHAPTER_IDS := $(foreach d,$(CHAPTER_DIRS),$(firstword $(subst -, ,$(notdir $(d)
 # base), each with its own -I.
 COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*.[ch]))))
 COMMON_INCLUDES := $(addprefix -I,$(COMMON_DIRS))
+# A chapter built on an earlier one, deliberately (documented in its
+# header): chapter 5's prefix cache extends chapter 4's pool and scheduler.
+# CH_USES_chNN names the chapters whose folder chapter NN may include and
+# whose code (chapter folder and lab files) its program links.
+CH_USES_ch05 := ch04
+chapter_uses = $(CH_USES_$(1))
 # What each object may include, so that a wrong include fails to build:
 # - common/ sees only common/ (and, with CUDA, the kernels' API);
 # - a chapter's sources (chapters/chNN-*/ and its lab files, LAB/chNN/)
-#   see common/ and their own chapter folder, never another chapter;
+#   see common/, their own chapter folder and the chapters it uses, never
+#   another chapter;
 # - tools/, kernels/check/ and tests/ may use every chapter.
 # DEVICE_INCLUDES is the CUDA toolkit and kernels/ when CUDA is on.
 DEVICE_INCLUDES :=
@@ -66,8 +73,9 @@ ALL_INCLUDES = $(COMMON_INCLUDES) $(addprefix -I,$(CHAPTER_DIRS)) -Itools/lib -I
 # The chapter a source belongs to (ch03 for chapters/ch03-batching/x.c,
 # solutions/ch03/x.c or build/stubs/ch03.admit/ch03/x.c), or nothing.
 chapter_of = $(lastword $(filter $(CHAPTER_IDS),$(subst -, ,$(subst /, ,$(dir $(1))))))
+chapter_dirs_of = $(foreach c,$(1) $(call chapter_uses,$(1)),$(filter chapters/$(c)-%,$(CHAPTER_DIRS)))
 includes_of = $(if $(filter common/%,$(1)),$(COMMON_INCLUDES) $(DEVICE_INCLUDES),$(if $(call chapter_of,$(1)),\
-              $(COMMON_INCLUDES) -I$(filter chapters/$(call chapter_of,$(1))-%,$(CHAPTER_DIRS)) $(DEVICE_INCLUDES),\
+              $(COMMON_INCLUDES) $(addprefix -I,$(call chapter_dirs_of,$(call chapter_of,$(1)))) $(DEVICE_INCLUDES),\
               $(ALL_INCLUDES)))
 
 COMMON_SRCS := $(sort $(wildcard common/*/*.c))
@@ -174,8 +182,16 @@ CH_OBJS_1 := $(call ch_objs,1)
 CH_OBJS_2 := $(call ch_objs,2)
 CH_OBJS_3 := $(call ch_objs,3)
 CH_OBJS_4 := $(call ch_objs,4)
+CH_OBJS_5 := $(call ch_objs,5)
+# What a chapter's program (and its lab) links: its own objects and those
+# of the chapters it uses (CH_USES_chNN).
+CH_LINK_1 := $(CH_OBJS_1)
+CH_LINK_2 := $(CH_OBJS_2)
+CH_LINK_3 := $(CH_OBJS_3)
+CH_LINK_4 := $(CH_OBJS_4)
+CH_LINK_5 := $(CH_OBJS_5) $(CH_OBJS_4)
 # Tools and the test binary are not chapter programs: they link them all.
-ALL_CH_OBJS := $(sort $(CH_OBJS_1) $(CH_OBJS_2) $(CH_OBJS_3) $(CH_OBJS_4))
+ALL_CH_OBJS := $(sort $(CH_OBJS_1) $(CH_OBJS_2) $(CH_OBJS_3) $(CH_OBJS_4) $(CH_OBJS_5))
 
 PROGRAMS := $(BUILD)/ch01-naive
 ifneq ($(wildcard chapters/ch02-*/main.c),)
@@ -186,6 +202,9 @@ PROGRAMS += $(BUILD)/ch03-batching
 endif
 ifneq ($(wildcard chapters/ch04-*/main.c),)
 PROGRAMS += $(BUILD)/ch04-paged
+endif
+ifneq ($(wildcard chapters/ch05-*/main.c),)
+PROGRAMS += $(BUILD)/ch05-prefix
 endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
@@ -213,6 +232,10 @@ $(BUILD)/ch02-kvcache: $(BUILD)/obj/chapters/ch02-kvcache/main.o $(CH_OBJS_2) $(
 $(BUILD)/ch03-batching: $(BUILD)/obj/chapters/ch03-batching/main.o $(CH_OBJS_3) $(COMMON_OBJS)
 	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 $(BUILD)/ch04-paged: $(BUILD)/obj/chapters/ch04-paged/main.o $(CH_OBJS_4) $(COMMON_OBJS)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
+# Chapter 5 is built on chapter 4 (CH_USES_ch05): it links chapter 4's
+# chapter folder and lab files too.
+$(BUILD)/ch05-prefix: $(BUILD)/obj/chapters/ch05-prefix/main.o $(CH_LINK_5) $(COMMON_OBJS)
 	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 
 # ---------------------------------------------------------------- CUDA programs
@@ -335,7 +358,7 @@ need_solutions = @if ! ls -d solutions/ch[0-9][0-9] >/dev/null 2>&1; then \
 # An instructor's hidden tests, tests/lab/hidden/chNN.c, join the lab when
 # present (book/instructors.md; the handout leaves that folder out).
 hidden_lab_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/lab/hidden/ch0$(1).c))
-$(BUILD)/lab-ch0%: $(BUILD)/obj/tests/lab/ch0%.o $(LAB_SUPPORT_OBJS) $$(CH_OBJS_$$*) $(COMMON_OBJS) \
+$(BUILD)/lab-ch0%: $(BUILD)/obj/tests/lab/ch0%.o $(LAB_SUPPORT_OBJS) $$(CH_LINK_$$*) $(COMMON_OBJS) \
                    $$(call hidden_lab_objs,$$*)
 	$(call show,LD,$@)$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
 
@@ -402,13 +425,15 @@ lab-run:
 # common/'s flags no chapter header can; and no chapter program holds a
 # symbol defined by another chapter's objects.
 CHAPTER_HEADERS := $(sort $(wildcard chapters/*/*.h))
+# chapters/ch05-prefix:chapters/ch04-paged ...: each chapter and one it is built on.
+LAYOUT_USES := $(foreach d,$(CHAPTER_DIRS),$(addprefix $(d):,$(filter-out $(d),$(call chapter_dirs_of,$(call chapter_of,$(d)/x.c)))))
 probe_include = printf '\043include "%s"\n' $(notdir $(2)) | $(CC) -std=c11 -D_POSIX_C_SOURCE=200809L $(CFLAGS) \
                 -fsyntax-only -x c - $(1) 2>/dev/null
 check-layout: all
 	@status=0; \
 	$(foreach d,$(CHAPTER_DIRS),$(foreach h,$(CHAPTER_HEADERS),\
-	  if [ "$(filter $(d)/%,$(h))" ]; then \
-	    $(call probe_include,$(call includes_of,$(d)/x.c),$(h)) || { echo "check-layout: $(d) cannot include its own $(h)"; status=1; }; \
+	  if [ "$(filter $(addsuffix /%,$(call chapter_dirs_of,$(call chapter_of,$(d)/x.c))),$(h))" ]; then \
+	    $(call probe_include,$(call includes_of,$(d)/x.c),$(h)) || { echo "check-layout: $(d) cannot include $(h), of itself or a chapter it is built on"; status=1; }; \
 	  else \
 	    ! $(call probe_include,$(call includes_of,$(d)/x.c),$(h)) || { echo "check-layout: $(d) can include $(h)"; status=1; }; \
 	  fi;)) \
@@ -418,6 +443,7 @@ check-layout: all
 	  prog=$(BUILD)/$$(basename $$d); [ -f "$$prog" ] || continue; \
 	  nm -g --defined-only "$$prog" | awk '{print $$3}' | sort -u > $(BUILD)/layout-prog.txt; \
 	  for o in $(CHAPTER_DIRS); do [ "$$o" = "$$d" ] && continue; \
+	    case " $(LAYOUT_USES) " in *" $$d:$$o "*) continue ;; esac; \
 	    objs=$$(ls $(BUILD)/obj/$$o/*.o 2>/dev/null | grep -v '/main\.o$$'); [ -n "$$objs" ] || continue; \
 	    nm -g --defined-only $$objs | awk 'NF == 3 {print $$3}' | sort -u > $(BUILD)/layout-other.txt; \
 	    common=$$(comm -12 $(BUILD)/layout-prog.txt $(BUILD)/layout-other.txt | head -3 | tr '\n' ' '); \
@@ -425,7 +451,7 @@ check-layout: all
 	  done; \
 	done; \
 	rm -f $(BUILD)/layout-prog.txt $(BUILD)/layout-other.txt; \
-	[ $$status -eq 0 ] && echo "check-layout: each chapter sees common/ and itself only, common/ sees no chapter, each program holds only its own chapter"; \
+	[ $$status -eq 0 ] && echo "check-layout: each chapter sees common/, itself and the chapters it is built on ($(strip $(LAYOUT_USES))) only, common/ sees no chapter, each program holds only its own chapter's code and theirs"; \
 	exit $$status
 
 # ---------------------------------------------------------------- the handout

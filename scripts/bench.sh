@@ -12,7 +12,9 @@
 # throughput and concurrency at one budget, three request files, three
 # model sizes), ch03_policies (scripts/bench-ch03.sh: chapter 3's memory
 # table at a tight budget), ch04_paged (scripts/bench-ch04.sh: chapter 4's
-# targets, block sizes, preemption, forks), attention (PagedAttention
+# targets, block sizes, preemption, forks), ch05_prefix
+# (scripts/bench-ch05.sh: prefix caching off, hash and radix on each
+# workload, hit rate against block size), attention (PagedAttention
 # against contiguous attention, three head widths), smollm2 (the real
 # SmolLM2-135M-Instruct GGUF file: chapter 2 decode and prompt speed on 1
 # and 2 threads, chapter 4's batched throughput, the weights as stored and
@@ -50,7 +52,7 @@ OUT=$BUILD/bench
 FINAL=$OUT # where the results go; a section writes into a staging folder (see main)
 TMP=$OUT/tmp
 RUNS_SMOLLM2=${RUNS_SMOLLM2:-5}
-SECTIONS="ch01_vs_ch02 llama2c ch03_vs_ch04 ch03_policies ch04_paged attention smollm2"
+SECTIONS="ch01_vs_ch02 llama2c ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix attention smollm2"
 
 mkdir -p "$OUT" "$TMP"
 
@@ -542,6 +544,32 @@ section_ch04_paged() {
         printf '  "forks": {"blocks_saved_by_sharing": %s, "cow_copies": %s}\n}\n' \
             "$(json_number "$TMP/ch04/forks.json" blocks_saved_by_sharing)" "$(json_number "$TMP/ch04/forks.json" cow_copies)"
     } > "$OUT/ch04-paged.json"
+}
+
+# ------------------------------------------------------------ chapter 5
+
+section_ch05_prefix() {
+    mkdir -p "$TMP/ch05"
+    OUT=$TMP/ch05 BUILD=$BUILD THREADS=$THREADS REPEATS=$RUNS scripts/bench-ch05.sh > /dev/null
+    {
+        sed -e 's/^## /### /' -e 's/^# Chapter 5 measurements/## Chapter 5: prefix caching, off against hash and radix/' \
+            "$TMP/ch05/ch05.md"
+        echo
+        echo "Produced by: \`REPEATS=$RUNS THREADS=$THREADS scripts/bench-ch05.sh\` (via \`scripts/bench.sh ch05_prefix\`)."
+        echo
+    } > "$OUT/ch05-prefix.md"
+    {
+        printf '{\n  "block_sizes": ['
+        sep=""
+        for bs in 1 2 4 8 16 32 64 128 256; do
+            printf '%s\n    {"block_size": %s, "hit_rate_shared_prefix": %s, "hit_rate_multi_turn": %s, "hit_rate_mixed": %s}' \
+                "$sep" "$bs" "$(json_number "$TMP/ch05/bs-shared-prefix-$bs.json" prefix_cache_hit_rate)" \
+                "$(json_number "$TMP/ch05/bs-multi-turn-$bs.json" prefix_cache_hit_rate)" \
+                "$(json_number "$TMP/ch05/bs-mixed-$bs.json" prefix_cache_hit_rate)"
+            sep=","
+        done
+        printf '\n  ]\n}\n'
+    } > "$OUT/ch05-prefix.json"
 }
 
 # ------------------------------------------------------------ attention alone

@@ -3,7 +3,7 @@
 #
 #   scripts/demo.sh [demo options]      (build/demo --help lists them)
 #
-# Runs build/demo (chapters 1-4 in one process, on the default model and
+# Runs build/demo (chapters 1-5 in one process, on the default model and
 # data/requests-mixed.tsv unless told otherwise), prints its table (also
 # kept in build/demo-out/table.md), and draws KV memory reserved vs used over
 # the steps, one panel per chapter, into build/demo-out/kv-timeline.png and

@@ -37,7 +37,7 @@ START_TEST(demo_runs_every_chapter_side_by_side)
     char model[PATH_MAX], tok[PATH_MAX], reqs[PATH_MAX], dir[] = "/tmp/kvlab-demo-XXXXXX";
     test_write_synthetic(&GQA, 7, 0, 0, model, tok);
     /* Three requests; the default budget holds 8 x 64 positions, so
-     * chapters 3 and 4 run all three at once. */
+     * chapters 3, 4 and 5 run all three at once. */
     const char *text = "10\ta\n20\tthe end\n5\tonce upon\n";
     test_write_temp(text, strlen(text), reqs);
     ck_assert(mkdtemp(dir) != NULL);
@@ -47,23 +47,27 @@ START_TEST(demo_runs_every_chapter_side_by_side)
     ck_assert_int_eq(test_run_program(argv, &r), 0);
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
     static const char *const rows[] = {"| 1 naive (recompute) |", "| 2 KV cache (--kv-alloc max) |",
-                                       "| 3 batching (--reserve max) |", "| 4 paged (--block-size 16) |"};
-    for (int i = 0; i < 4; i++)
+                                       "| 3 batching (--reserve max) |", "| 4 paged (--block-size 16) |",
+                                       "| 5 prefix cache (--prefix-cache hash) |"};
+    for (int i = 0; i < 5; i++)
         ck_assert_msg(strstr(r.out, rows[i]), "no row %s in:\n%s", rows[i], r.out);
     ck_assert_msg(strstr(r.out, "same tokens in every chapter: yes (0 of 3 requests differ"), "%s", r.out);
+    /* No prompt of these fills a block of 16: nothing to share. */
+    ck_assert_msg(strstr(r.out, "chapter 5 found 0 of the "), "%s", r.out);
     ck_assert_msg(strstr(r.err, "demo: chapter 1 (recompute): 3 of 3 requests"), "no progress on stderr: %s", r.err);
     test_result_free(&r);
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/kv-timeline.tsv", dir);
     const char *tsv = read_all(path);
-    ck_assert_int_eq(count_of(tsv, "# chapter "), 4);
+    ck_assert_int_eq(count_of(tsv, "# chapter "), 5);
     /* Chapter 3 reserves the whole default budget at its first step:
      * 3 regions of 64 positions x 256 B = 49,152 B. */
     ck_assert_msg(strstr(tsv, "\n0\t49152\t"), "%s", tsv);
     snprintf(path, sizeof path, "%s/demo.json", dir);
     const char *json = read_all(path);
     ck_assert_msg(strstr(json, "\"requests_with_different_tokens\": 0"), "%s", json);
-    ck_assert_int_eq(count_of(json, "\"max_concurrent\": 3"), 2);
+    ck_assert_int_eq(count_of(json, "\"max_concurrent\": 3"), 3);
+    ck_assert_msg(strstr(json, "\"prefix_cache_hit_tokens\": 0"), "%s", json);
     ck_assert_int_eq(count_of(json, "\"max_concurrent\": 1"), 2);
 }
 END_TEST

@@ -3,9 +3,9 @@
  *   build/demo [--requests FILE] [--model FILE --tokenizer FILE] [--kv-budget SIZE] [--out DIR]
  *
  * One process, one model: chapters 1 and 2 serve the request file one
- * request at a time (they are single-request programs), chapters 3 and 4
- * serve it as a batch, all through the chapters' own code (the same calls
- * their programs make). It prints one table (wall time, tokens/s, KV
+ * request at a time (they are single-request programs), chapters 3, 4 and
+ * 5 serve it as a batch, all through the chapters' own code (the same
+ * calls their programs make). It prints one table (wall time, tokens/s, KV
  * reserved and used, utilization, where the reserved memory went, how many
  * requests ran at once, preemptions), checks that every chapter produced
  * the same tokens for every request, and writes DIR/kv-timeline.tsv (KV
@@ -31,13 +31,14 @@
 #include "ops.h"
 #include "outfile.h"
 #include "parse.h"
+#include "prefix.h"
 #include "report.h"
 #include "serve.h"
 #include "serving.h"
 
 #define PROGRAM "demo"
 
-enum { CH_NAIVE, CH_KVCACHE, CH_BATCHING, CH_PAGED, N_CHAPTERS };
+enum { CH_NAIVE, CH_KVCACHE, CH_BATCHING, CH_PAGED, CH_PREFIX, N_CHAPTERS };
 
 /* One row of the table: what one chapter did with the whole file. */
 typedef struct {
@@ -52,6 +53,8 @@ typedef struct {
     long preemptions;        /* requeues (3) or preemptions (4) */
     int *tokens_of;          /* [n_reqs][seq_len] generated ids, to compare chapters */
     int *n_tokens_of;        /* [n_reqs] how many */
+    long prompt_positions;   /* chapter 5: positions its admissions needed K/V for */
+    long prompt_hits;        /* chapter 5: of which found cached */
 } ChapterRun;
 
 typedef struct {
@@ -69,7 +72,7 @@ static void usage(void)
            "  --requests FILE   request file (default data/requests-mixed.tsv)\n"
            "  --model FILE      checkpoint (default: stories260K from models/ or ../shared/models/, else synthetic)\n"
            "  --tokenizer FILE  its tokenizer (default: found next to the model)\n"
-           "  --kv-budget SIZE  KV memory of chapters 3 and 4 (default: 8 requests of the model's full length)\n"
+           "  --kv-budget SIZE  KV memory of chapters 3, 4 and 5 (default: 8 requests of the model's full length)\n"
            "  --threads N       CPU threads, 1 to 1024 (default: the programs' default)\n"
            "  --out DIR         where kv-timeline.tsv and demo.json go (default .)\n"
            "  --help            show this help\n", PROGRAM);
@@ -226,19 +229,36 @@ static int run_single_chapter(ChapterRun *cr, int which, const Assets *a, const 
     return rc ? err_prefix(err, "chapter %s", label) : 0;
 }
 
-/* ------------------------------------------------------------ chapters 3 and 4 */
+/* ------------------------------------------------------------ chapters 3, 4 and 5 */
+
+/* Chapter 5 is chapter 4's server with the hash-chain cache above it
+ * (prefix_serve(), what build/ch05-prefix runs). */
+static int serve_prefix(ChapterRun *cr, ServingRun *run, Err *err)
+{
+    PagedServer *server = NULL;
+    PrefixCache *cache = NULL;
+    int rc = paged_check(run, err) || prefix_serve(run, PREFIX_CACHE_HASH, &server, &cache, err) ? -1 : 0;
+    if (rc == 0) {
+        cr->prompt_positions = cache->query_tokens;
+        cr->prompt_hits = cache->hit_tokens;
+    }
+    prefix_cache_close(cache);
+    paged_close(server);
+    return rc;
+}
 
 static int run_serving_chapter(ChapterRun *cr, int which, const Assets *a, const CliOptions *o, const RequestFile *rf,
                                Err *err)
 {
-    const char *label = which == CH_BATCHING ? "3 (batching)" : "4 (paged)";
+    const char *label = which == CH_BATCHING ? "3 (batching)" : which == CH_PAGED ? "4 (paged)" : "5 (prefix cache)";
     ServingRun run;
     int rc = serving_run_init(&run, &a->model, &a->tokenizer, o, rf, err);
-    if (rc == 0)
+    if (rc == 0 && which != CH_PREFIX)
         rc = serve_check(which == CH_BATCHING ? SERVE_BATCHING : SERVE_PAGED, &run, err);
     if (rc == 0) {
         fprintf(stderr, "demo: chapter %s: %d requests\n", label, rf->count);
-        rc = serve_run(which == CH_BATCHING ? SERVE_BATCHING : SERVE_PAGED, &run, NULL, err);
+        rc = which == CH_PREFIX ? serve_prefix(cr, &run, err)
+                                : serve_run(which == CH_BATCHING ? SERVE_BATCHING : SERVE_PAGED, &run, NULL, err);
     }
     if (rc == 0) {
         int seq_len = a->model.cfg.seq_len;
@@ -367,6 +387,10 @@ static int write_json(const ChapterRun *cr, const char *dir, const char *model, 
         json_end_object(&j);
         json_int(&j, "max_concurrent", r->max_concurrent);
         json_int(&j, "preemptions", r->preemptions);
+        if (c == CH_PREFIX) {
+            json_int(&j, "prefix_cache_query_tokens", r->prompt_positions);
+            json_int(&j, "prefix_cache_hit_tokens", r->prompt_hits);
+        }
         json_end_object(&j);
     }
     json_end_array(&j);
@@ -432,6 +456,8 @@ static int run_all(ChapterRun *cr, const Assets *a, const CliOptions *o, const R
         rc = run_serving_chapter(&cr[CH_BATCHING], CH_BATCHING, a, &serving, rf, err);
     if (rc == 0)
         rc = run_serving_chapter(&cr[CH_PAGED], CH_PAGED, a, &serving, rf, err);
+    if (rc == 0)
+        rc = run_serving_chapter(&cr[CH_PREFIX], CH_PREFIX, a, &serving, rf, err);
     return rc;
 }
 
@@ -455,7 +481,8 @@ int main(int argc, char **argv)
     if (d.o.threads == 0) /* the programs' default */
         ops_set_threads(forward_default_threads(&a.model.cfg));
     static const char *const names[N_CHAPTERS] = {"1 naive (recompute)", "2 KV cache (--kv-alloc max)",
-                                                  "3 batching (--reserve max)", "4 paged (--block-size 16)"};
+                                                  "3 batching (--reserve max)", "4 paged (--block-size 16)",
+                                                  "5 prefix cache (--prefix-cache hash)"};
     ChapterRun cr[N_CHAPTERS];
     int seq_len = a.model.cfg.seq_len, status = 0;
     memset(cr, 0, sizeof cr);
@@ -483,11 +510,17 @@ int main(int argc, char **argv)
     if (status == 0) {
         char b[32];
         printf("kvlab demo: %d requests from %s, greedy, on %s (seq_len %d, %zu B of K/V per token);\n"
-               "chapters 3 and 4 share a KV budget of %s (8 requests of full length unless --kv-budget)\n\n",
+               "chapters 3, 4 and 5 share a KV budget of %s (8 requests of full length unless --kv-budget)\n\n",
                rf.count, requests, a.model_path, seq_len, model_kv_bytes_per_token(&a.model.cfg, sizeof(float)),
                cli_format_bytes(b, sizeof b, (double)budget));
         print_table(cr, stdout);
-        printf("\nsame tokens in every chapter: %s (%d of %d requests differ from chapter 1)\n",
+        const ChapterRun *c5 = &cr[CH_PREFIX];
+        printf("\nchapter 5 found %ld of the %ld prompt positions it needed cached (%.1f%%) and computed %ld; only "
+               "full blocks of 16 tokens that another request shares can hit\n",
+               c5->prompt_hits, c5->prompt_positions,
+               c5->prompt_positions ? 100.0 * (double)c5->prompt_hits / (double)c5->prompt_positions : 0.0,
+               c5->prompt_positions - c5->prompt_hits);
+        printf("same tokens in every chapter: %s (%d of %d requests differ from chapter 1)\n",
                differ ? "NO" : "yes", differ, rf.count);
     }
     for (int c = 0; c < N_CHAPTERS; c++) {

@@ -30,6 +30,7 @@
 #include "json.h"
 #include "kvmath.h"
 #include "kvsim.h"
+#include "kvsim_prefix.h"
 #include "kvsim_swap.h"
 #include "mem.h"
 #include "outfile.h"
@@ -191,7 +192,8 @@ static void usage(void)
            "and GPU memory sizes.\n\n"
            "  --scenario NAME      a named setting (its options are printed; later options override them):\n"
            "                       source-13b-a100-80gb, paper-13b-a100-40gb, paper-fig2; --scenario list\n"
-           "                       describes them\n"
+           "                       describes them; prefix-multiturn-7b, prefix-multiturn-13b: chapter 5's\n"
+           "                       prefix caches (own --help)\n"
            "model and GPU\n"
            "  --preset NAME        %s (default llama-13b)\n"
            "  --dtype T            K/V element type: fp16, bf16, fp32, int8 (default fp16)\n"
@@ -936,6 +938,8 @@ static int fail(const char *msg)
 
 int main(int argc, char **argv)
 {
+    if (kvsim_prefix_wanted(argc, argv)) /* chapter 5's caches: tools/lib/kvsim_prefix.c */
+        return kvsim_prefix_main(argc, argv);
     if (kvsim_swap_requested(argc, argv)) /* a model of costs, not a run: tools/lib/kvsim_swap.c */
         return kvsim_swap_main(argc, argv);
     Options o;

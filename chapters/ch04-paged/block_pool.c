@@ -9,7 +9,7 @@
 
 size_t block_shape_bytes(const BlockShape *s)
 {
-    return (size_t)s->block_size * (size_t)s->n_layers * 2u * (size_t)s->kv_dim * s->elem_bytes;
+    return (size_t)s->block_size * (size_t)s->n_layers * 2u * (size_t)s->kv_dim * (size_t)s->elem_bytes;
 }
 
 int block_count_for_tokens(int n_tokens, int block_size)
@@ -24,8 +24,8 @@ static int valid_shape(const BlockShape *s, int with_storage, Err *err)
         return err_set(err, "block size %d is not a power of two from 1 to %d", bs, BLOCK_SIZE_MAX);
     if (s->n_layers < 1 || s->kv_dim < 1 || s->elem_bytes < 1)
         return err_set(err, "block shape needs layers, kv_dim and element size > 0");
-    if (with_storage && s->elem_bytes != sizeof(float))
-        return err_set(err, "K/V storage is f32 on the CPU; %zu-byte elements are for accounting only",
+    if (with_storage && s->elem_bytes != (int)sizeof(float))
+        return err_set(err, "K/V storage is f32 on the CPU; %d-byte elements are for accounting only",
                        s->elem_bytes);
     return 0;
 }
@@ -94,7 +94,32 @@ float *block_pool_values(const BlockPool *p, int block, int layer)
 
 int block_pool_used(const BlockPool *p)
 {
-    return p->n_blocks - p->n_free;
+    return p->n_blocks - p->n_free - p->n_parked;
+}
+
+int block_pool_available(const BlockPool *p)
+{
+    return p->n_free + p->n_parked;
+}
+
+/* Parking is for a cache above the pool; these three keep the pool's
+ * books whole: every block is held, parked, or on the free stack. */
+void block_pool_park(BlockPool *p, int block)
+{
+    p->ref_count[block] = 0;
+    p->n_parked++;
+}
+
+void block_pool_hold_parked(BlockPool *p, int block)
+{
+    p->ref_count[block] = 1;
+    p->n_parked--;
+}
+
+void block_pool_free_parked(BlockPool *p, int block)
+{
+    p->free_stack[p->n_free++] = block;
+    p->n_parked--;
 }
 
 /* ------------------------------------------------------------ block tables */

@@ -50,7 +50,13 @@ typedef struct {
     int block_size;    /**< tokens per block, a power of two from 1 to BLOCK_SIZE_MAX */
     int n_layers;      /**< layers of the model */
     int kv_dim;        /**< width of one token's K (or V) row: n_kv_heads * head_dim */
-    size_t elem_bytes; /**< bytes per stored element: 4 (f32) with storage; the simulator may count 2 */
+    /**
+     * Bytes per stored element: 4 (f32) with storage; the simulator may
+     * count 2. An int, so that the shape packs into 16 bytes: PagedServer,
+     * whose size the ledger charges to activations, then keeps its size
+     * with the extension points of paged.h.
+     */
+    int elem_bytes;
 } BlockShape;
 
 /** The pool: every block of the KV budget, free or held. */
@@ -60,7 +66,16 @@ typedef struct {
     size_t bytes_per_block;  /**< block_size x n_layers x 2 x kv_dim x elem_bytes */
     size_t floats_per_block; /**< n_layers x 2 x block_size x kv_dim */
     int *free_stack;         /**< [n_blocks] ids of the free blocks; the next one handed out is at n_free - 1 */
-    int n_free;              /**< free blocks */
+    int n_free;              /**< free blocks on the stack */
+    /**
+     * Free blocks that a cache above the pool keeps off the free stack,
+     * because they still hold K/V it may hand out again (block_pool_park()).
+     * They have no holder and count as free (block_pool_available()); the
+     * cache puts one back on the stack when it is asked for room
+     * (block_pool_free_parked()). Always 0 in chapter 4, where the pool is
+     * exactly its free stack.
+     */
+    int n_parked;
     int *ref_count;          /**< [n_blocks] block tables holding each block; 0 = free */
     float *storage;          /**< [n_blocks][n_layers][2][block_size][kv_dim], or NULL (accounting only) */
     /**
@@ -177,9 +192,42 @@ float *block_pool_values(const BlockPool *p, int block, int layer);
 /**
  * Blocks held by at least one table.
  * @param p  the pool
- * @return n_blocks - n_free
+ * @return n_blocks - n_free - n_parked
  */
 int block_pool_used(const BlockPool *p);
+
+/**
+ * Blocks that are free: on the free stack, or parked (a cache above the
+ * pool keeps their K/V until it is asked for the block).
+ * @param p  the pool
+ * @return n_free + n_parked
+ */
+int block_pool_available(const BlockPool *p);
+
+/**
+ * The last holder of @p block lets go, but the block stays off the free
+ * stack with its K/V: a cache above the pool keeps it (reference count
+ * 1 -> 0, n_parked + 1).
+ * @param p      the pool
+ * @param block  a block with exactly one holder
+ */
+void block_pool_park(BlockPool *p, int block);
+
+/**
+ * A parked block is handed out again as it is, K/V included: it gets one
+ * holder (n_parked - 1).
+ * @param p      the pool
+ * @param block  a parked block
+ */
+void block_pool_hold_parked(BlockPool *p, int block);
+
+/**
+ * A parked block goes back on the free stack: what it held is forgotten
+ * (n_parked - 1, n_free + 1).
+ * @param p      the pool
+ * @param block  a parked block
+ */
+void block_pool_free_parked(BlockPool *p, int block);
 
 /**
  * Allocates @p count empty tables of @p capacity entries (charged to

@@ -312,8 +312,8 @@ int paged_device_open(PagedServer *s, ServingRun *run, Err *err)
     ServingDeviceKv *d = &run->device->kv;
     const DeviceRun *r = &run->device->run;
     BlockPool *p = &s->kv.pool;
-    if (p->shape.elem_bytes != dtype_bytes(r->kv_type))
-        return err_set(err, "--device cuda: the pool counts %zu-byte K/V elements, but %s takes %zu",
+    if ((size_t)p->shape.elem_bytes != dtype_bytes(r->kv_type))
+        return err_set(err, "--device cuda: the pool counts %d-byte K/V elements, but %s takes %zu",
                        p->shape.elem_bytes, dtype_name(r->kv_type), dtype_bytes(r->kv_type));
     if (device_kv_open_paged(d->kv, &r->dev, &s->kv.cfg, r->kv_type, p->n_blocks, p->shape.block_size, run->n_reqs,
                              run->max_step_tokens, err))

@@ -155,6 +155,64 @@ KvSeam paged_seam(PagedKv *kv);
  */
 int paged_can_admit(int n_free, int needed, int watermark_blocks);
 
+/**
+ * What a cache of K/V above the pool found for a waiting request: blocks
+ * whose K/V equal those the request's first positions would get.
+ */
+typedef struct {
+    int n_blocks;      /**< leading blocks found: the request's first n_blocks x block_size positions */
+    int n_free;        /**< how many of them no table holds now (parked): taking them uses up free blocks */
+    const int *blocks; /**< [n_blocks] the blocks in order (the cache's buffer, valid until its next call) */
+} PagedCachedPrefix;
+
+/**
+ * Extension points for a cache of K/V contents kept above the pool (a
+ * later chapter's prefix cache). Chapter 4 has none (PagedServer.cache is
+ * NULL), and the scheduler then does exactly what it does without them.
+ */
+typedef struct {
+    void *ctx; /**< passed to every function */
+    /**
+     * At admission: the leading blocks of @p r whose K/V are already in the
+     * pool. It changes nothing (a waiting request may be looked up at
+     * every step). At least the last position must be left to compute,
+     * since its logits are what the request samples from.
+     * @param ctx  the cache
+     * @param r    a waiting request
+     * @return what it found ({0} when nothing)
+     */
+    PagedCachedPrefix (*lookup)(void *ctx, const Request *r);
+    /**
+     * @p r is admitted with what lookup() found: its empty table @p t takes
+     * those blocks, one holder more each (a parked one leaves the cache's
+     * free queue). The scheduler then allocates the rest.
+     * @param ctx  the cache
+     * @param r    the request
+     * @param t    its table, empty
+     * @param hit  lookup()'s answer for @p r in this step
+     */
+    void (*admitted)(void *ctx, Request *r, BlockTable *t, const PagedCachedPrefix *hit);
+    /**
+     * Instead of block_table_release(): @p r's table lets go of its blocks
+     * (the cache may park those it keeps), calling @p on_free for each
+     * block no table holds any more, and leaves the table empty.
+     * @param ctx          the cache
+     * @param r            the request (finished or preempted)
+     * @param t            its table
+     * @param on_free      as for block_table_release()
+     * @param on_free_ctx  passed to @p on_free
+     */
+    void (*release)(void *ctx, Request *r, BlockTable *t, void (*on_free)(void *ctx, int block), void *on_free_ctx);
+    /**
+     * The free stack has fewer blocks than the scheduler is about to take:
+     * give one parked block back (block_pool_free_parked()), forgetting
+     * what it cached.
+     * @param ctx  the cache
+     * @return 0 when a block went back on the stack, -1 when none is parked
+     */
+    int (*reclaim)(void *ctx);
+} PagedCache;
+
 /** What preemption does with a request's blocks (`--preempt`). */
 typedef enum {
     PAGED_PREEMPT_RECOMPUTE, /**< free them; every position is recomputed when it is readmitted (vLLM V1) */
@@ -278,6 +336,7 @@ typedef struct {
     long steps_accounted;     /**< steps seen by paged_account() */
     PagedSharing *sharing;    /**< --n or --beam: what sharing saves, and the beams; NULL otherwise */
     PagedSched *sched;        /**< the token budget, --max-num-seqs and swapping; NULL without those options */
+    const PagedCache *cache;  /**< a cache of K/V above the pool, or NULL (chapter 4) */
 } PagedServer;
 
 /**
@@ -314,6 +373,17 @@ int paged_check(const ServingRun *run, Err *err);
  * @return 0 on success, -1 on failure
  */
 int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err);
+
+/**
+ * The setup lines paged_open() prints: the pool, the concurrency at full
+ * length, the block tables, and with the scheduler's options
+ * (PagedServer.sched) paged_sched_print_setup()'s line.
+ * @param s     the open server
+ * @param run   its run
+ * @param name  the program's name, which starts each line
+ * @param log   where they go
+ */
+void paged_print_setup(const PagedServer *s, const ServingRun *run, const char *name, FILE *log);
 
 /**
  * Frees the server (all blocks must have been released by then; any that
@@ -549,11 +619,12 @@ int paged_sched_open(PagedServer *s, const ServingRun *run, Err *err);
 /**
  * The setup line of the scheduler's options (with s->sched only): the
  * budget, whole prompts or chunks, the running limit, how preemption works.
- * @param log  where it goes
- * @param s    the server
- * @param run  the run
+ * @param log   where it goes
+ * @param s     the server
+ * @param run   the run
+ * @param name  the program's name, which starts the line
  */
-void paged_sched_print_setup(FILE *log, const PagedServer *s, const ServingRun *run);
+void paged_sched_print_setup(FILE *log, const PagedServer *s, const ServingRun *run, const char *name);
 
 /**
  * Frees what paged_sched_open() made.

@@ -127,11 +127,11 @@ void paged_sched_close(PagedSched *sc)
     mem_free(sc);
 }
 
-void paged_sched_print_setup(FILE *log, const PagedServer *s, const ServingRun *run)
+void paged_sched_print_setup(FILE *log, const PagedServer *s, const ServingRun *run, const char *name)
 {
     const PagedSched *sc = s->sched;
     char a[32];
-    fprintf(log, "ch04-paged: scheduler: a budget of %d tokens a step, %s; at most %d running; ", s->max_batched_tokens,
+    fprintf(log, "%s: scheduler: a budget of %d tokens a step, %s; at most %d running; ", name, s->max_batched_tokens,
             sc->chunked_prefill ? "decodes first, then prompts in chunks" : "whole prompts", paged_max_running(s, run));
     if (sc->preempt == PAGED_PREEMPT_SWAP)
         fprintf(log, "preemption swaps to %d host blocks (%s)\n", sc->swap.n_slots,

@@ -50,7 +50,11 @@ static void close_block_track(void *ctx, int block)
 static void release_blocks(PagedServer *s, ServingRun *run, Request *r, int preempted)
 {
     ReleaseBooks rb = {s, &run->breakdown, preempted};
-    block_table_release(&s->kv.pool, &s->kv.tables.tables[r->index], close_block_track, &rb);
+    BlockTable *t = &s->kv.tables.tables[r->index];
+    if (s->cache) /* a cache above the pool keeps what it may hand out again (paged.h) */
+        s->cache->release(s->cache->ctx, r, t, close_block_track, &rb);
+    else
+        block_table_release(&s->kv.pool, t, close_block_track, &rb);
 }
 
 static void remove_running(PagedServer *s, int index)
@@ -125,6 +129,17 @@ static Request *preempt_newest(PagedServer *s, ServingRun *run, Err *err)
 
 /* ------------------------------------------------------------ room for positions */
 
+/* At least n blocks on the free stack, asking a cache above the pool for
+ * the free blocks it keeps when there are too few. */
+static int make_free(PagedServer *s, int n)
+{
+    BlockPool *p = &s->kv.pool;
+    while (p->n_free < n && s->cache && s->cache->reclaim(s->cache->ctx) == 0) {
+        /* one parked block is back on the stack */
+    }
+    return p->n_free >= n ? 0 : -1;
+}
+
 /* Positions start..end-1 of the table are about to be written: a copy
  * that was exact is not any more. */
 static void note_writes(PagedServer *s, const BlockTable *t, int start, int end)
@@ -144,7 +159,7 @@ static int make_room_for_token(PagedServer *s, Request *r)
     BlockPool *p = &s->kv.pool;
     BlockTable *t = &s->kv.tables.tables[r->index];
     int pos = r->n_tokens - 1, copied = 0;
-    if (block_table_blocks_to_write(p, t, pos) > p->n_free)
+    if (make_free(s, block_table_blocks_to_write(p, t, pos)))
         return -1;
     if (block_table_grow(p, t, pos + 1) || block_table_make_writable(p, t, pos, &copied))
         return -1;
@@ -171,7 +186,7 @@ static int make_room_for_chunk(PagedServer *s, Request *r, int end)
     BlockPool *p = &s->kv.pool;
     BlockTable *t = &s->kv.tables.tables[r->index];
     int start = r->n_cached, copied = 0, had = t->n_blocks * p->shape.block_size;
-    if (blocks_to_write_range(p, t, start, end) > p->n_free)
+    if (make_free(s, blocks_to_write_range(p, t, start, end)))
         return -1;
     if (block_table_grow(p, t, end))
         return -1;
@@ -266,7 +281,7 @@ static int chunk_end(const PagedServer *s, const ServingRun *run, const Request 
     const BlockTable *t = &s->kv.tables.tables[r->index];
     int bs = p->shape.block_size, start = r->n_cached;
     int cow = start < t->n_blocks * bs && block_table_blocks_to_write(p, t, start);
-    int room = (t->n_blocks + p->n_free - cow) * bs, end = r->n_tokens;
+    int room = (t->n_blocks + block_pool_available(p) - cow) * bs, end = r->n_tokens;
     if (end > start + budget_left(s, run))
         end = start + budget_left(s, run);
     if (end > room)
@@ -346,13 +361,23 @@ static int swap_in_request(PagedServer *s, ServingRun *run, Request *r, Err *err
  * positions; each sibling's table points at the same blocks (one more
  * holder each) and it samples from i's logits row, once i's prompt is
  * complete: in this step, or (chunked) in the step of its last chunk. */
-static int admit_group(PagedServer *s, ServingRun *run, int i, int group, int end, Err *err)
+static int admit_group(PagedServer *s, ServingRun *run, int i, int group, int end, const PagedCachedPrefix *hit,
+                       Err *err)
 {
     Request *r = &run->reqs[i];
     if (is_swapped_out(s, i) && swap_in_request(s, run, r, err))
         return -1;
-    if (make_room_for_chunk(s, r, end))
+    if (s->cache) { /* the blocks a cache above the pool holds for r come first */
+        s->cache->admitted(s->cache->ctx, r, &s->kv.tables.tables[i], hit);
+        r->n_cached = hit->n_blocks * s->kv.pool.shape.block_size;
+    }
+    if (make_room_for_chunk(s, r, end)) {
+        if (s->cache) { /* the cached blocks go back too: r waits with an empty table */
+            release_blocks(s, run, r, 1);
+            r->n_cached = 0;
+        }
         return 1; /* not admitted (only an unfinished lab allocator gets here) */
+    }
     start_running(s, run, r);
     for (int k = 1; k < group; k++) {
         Request *sibling = &run->reqs[i + k];
@@ -372,13 +397,23 @@ static int admit_group(PagedServer *s, ServingRun *run, int i, int group, int en
     return 0;
 }
 
+/* The leading blocks of r that a cache above the pool holds already
+ * (none without one). */
+static PagedCachedPrefix cached_prefix(const PagedServer *s, const Request *r)
+{
+    PagedCachedPrefix none = {0, 0, NULL};
+    return s->cache ? s->cache->lookup(s->cache->ctx, r) : none;
+}
+
 /* Positions of request i with K/V already (those it gets back from the
- * swap space), and the blocks admitting positions up to @p end takes. */
-static int blocks_to_admit(const PagedServer *s, int i, int start, int end)
+ * swap space), and the blocks admitting positions up to @p end takes:
+ * every position that is not cached is (re)computed, into new blocks, and
+ * cached blocks that nobody holds leave the free ones too. */
+static int blocks_to_admit(const PagedServer *s, int i, int start, int end, const PagedCachedPrefix *hit)
 {
     const int bs = s->kv.pool.shape.block_size;
     if (!is_swapped_out(s, i))
-        return block_count_for_tokens(end, bs); /* every position is (re)computed */
+        return block_count_for_tokens(end, bs) - hit->n_blocks + hit->n_free;
     const SwapSpace *sw = &s->sched->swap;
     int held = sw->n_blocks[i], grow = block_count_for_tokens(end, bs) - held;
     /* A slot that comes back as a block still shared with another table
@@ -388,9 +423,11 @@ static int blocks_to_admit(const PagedServer *s, int i, int start, int end)
     return swap_blocks_needed(sw, i) + (grow > 0 ? grow : 0) + cow;
 }
 
-static int cached_when_admitted(const PagedServer *s, const ServingRun *run, int i)
+static int cached_when_admitted(const PagedServer *s, const ServingRun *run, int i, const PagedCachedPrefix *hit)
 {
-    return is_swapped_out(s, i) ? s->sched->swap.cached[i] : run->reqs[i].n_cached;
+    if (is_swapped_out(s, i))
+        return s->sched->swap.cached[i];
+    return hit->n_blocks ? hit->n_blocks * s->kv.pool.shape.block_size : run->reqs[i].n_cached;
 }
 
 /* First come, first served: the queue is the requests in arrival order
@@ -413,14 +450,16 @@ static int admit_waiting(PagedServer *s, ServingRun *run, Err *err)
         if (r->phase != REQ_WAITING)
             continue;
         int group = fork_group_size(run, i);
-        int start = cached_when_admitted(s, run, i), end = r->n_tokens;
+        PagedCachedPrefix hit = cached_prefix(s, r);
+        int start = cached_when_admitted(s, run, i, &hit), end = r->n_tokens;
         if (s->sched && s->sched->chunked_prefill && end > start + budget_left(s, run))
             end = start + budget_left(s, run);
         if (end <= start || s->n_running + group > max_running ||
-            !paged_can_admit(s->kv.pool.n_free, blocks_to_admit(s, i, start, end), s->watermark_blocks) ||
+            !paged_can_admit(block_pool_available(&s->kv.pool), blocks_to_admit(s, i, start, end, &hit),
+                             s->watermark_blocks) ||
             run->n_entries + (end - start) > s->max_batched_tokens || run->n_logits >= run->max_logits)
             break;
-        int rc = admit_group(s, run, i, group, end, err);
+        int rc = admit_group(s, run, i, group, end, &hit, err);
         if (rc < 0)
             return -1;
         if (rc > 0)

@@ -46,11 +46,11 @@ static void reject_never_fitting(PagedServer *s, ServingRun *run)
     }
 }
 
-static void print_setup(const PagedServer *s, const ServingRun *run, size_t budget, FILE *log)
+void paged_print_setup(const PagedServer *s, const ServingRun *run, const char *name, FILE *log)
 {
     const BlockPool *p = &s->kv.pool;
     const ModelConfig *c = &run->model->cfg;
-    const char *name = "ch04-paged";
+    size_t budget = serving_kv_budget(run);
     char a[32], b[32], d[32];
     int full = block_count_for_tokens(c->seq_len, p->shape.block_size);
     const char *kv_bytes_note = p->storage ? "" : " (accounting only: no K/V bytes allocated)";
@@ -67,6 +67,8 @@ static void print_setup(const PagedServer *s, const ServingRun *run, size_t budg
             s->kv.tables.capacity,
             cli_format_bytes(a, sizeof a, (double)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity)),
             kv_bytes_note);
+    if (s->sched)
+        paged_sched_print_setup(log, s, run, name);
 }
 
 /* The pool's element size follows the run's bytes per token, so that the
@@ -76,8 +78,8 @@ static int pool_shape(const ServingRun *run, BlockShape *shape, Err *err)
     const ModelConfig *c = &run->model->cfg;
     size_t per_elem_token = 2u * (size_t)c->n_layers * (size_t)model_kv_dim(c);
     *shape = (BlockShape){.block_size = run->opts->block_size, .n_layers = c->n_layers, .kv_dim = model_kv_dim(c),
-                          .elem_bytes = run->kv_bytes_per_token / per_elem_token};
-    if (shape->elem_bytes * per_elem_token != run->kv_bytes_per_token)
+                          .elem_bytes = (int)(run->kv_bytes_per_token / per_elem_token)};
+    if ((size_t)shape->elem_bytes * per_elem_token != run->kv_bytes_per_token)
         return err_set(err, "%zu B per token is not 2 x layers x kv_dim elements", run->kv_bytes_per_token);
     return 0;
 }
@@ -199,9 +201,7 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err)
         return -1;
     reject_never_fitting(s, run);
     if (log)
-        print_setup(s, run, serving_kv_budget(run), log);
-    if (log && s->sched)
-        paged_sched_print_setup(log, s, run);
+        paged_print_setup(s, run, "ch04-paged", log);
     /* Decodes always run (one token per running request); admission keeps
      * decodes + prompts within the budget, so a step never exceeds the
      * larger of the two (with --max-num-batched-tokens, the budget itself:

@@ -13,7 +13,8 @@ enum {
     OPT_MODEL = 1000, OPT_TOKENIZER, OPT_PROMPT, OPT_STEPS, OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_JSON,
     OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
     OPT_BATCHING, OPT_ARENA, OPT_BLOCK_SIZE, OPT_N, OPT_BEAM, OPT_WATERMARK, OPT_MAX_NUM_BATCHED_TOKENS,
-    OPT_MAX_NUM_SEQS, OPT_PREEMPT, OPT_SWAP_SPACE, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_HELP
+    OPT_MAX_NUM_SEQS, OPT_PREEMPT, OPT_SWAP_SPACE, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_PREFIX_CACHE,
+    OPT_HELP
 };
 
 typedef struct {
@@ -48,6 +49,7 @@ static const OptionSpec SPECS[] = {
     {"max-num-seqs", OPT_MAX_NUM_SEQS, CLI_PAGED, "N", "most requests running at once (default: no limit, or --max-num-batched-tokens when that is given, so that every running request's decode fits a step)"},
     {"preempt", OPT_PREEMPT, CLI_PAGED, "recompute|swap", "what preemption does with a request's blocks: free them and recompute later, or copy them to the host swap space and back (default recompute)"},
     {"swap-space", OPT_SWAP_SPACE, CLI_PAGED, "SIZE", "host memory for swapped-out blocks with --preempt swap, e.g. 4MiB (default: as large as --kv-budget); when it is full, preemption recomputes"},
+    {"prefix-cache", OPT_PREFIX_CACHE, CLI_PREFIX, "off|hash|radix", "share the K/V of full blocks between requests with the same leading tokens: hash = vLLM's chain of block hashes, radix = SGLang's radix tree, off = chapter 4 (default hash)"},
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
     {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the K/V cache on the device (default f32)"},
     {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights: on the CPU, f32 dequantizes a quantized (GGUF) model at load (default: as the file stores them); on the device, f32 (default), or f16/bf16 with cublasGemmEx"},
@@ -77,6 +79,7 @@ void cli_defaults(CliOptions *o)
     o->device = "cpu";
     o->kv_dtype = "f32";
     o->weight_dtype = NULL; /* as stored on the CPU, f32 on the device */
+    o->prefix_cache = "hash";
 }
 
 static int accepted(const CliProgram *p, const OptionSpec *s)
@@ -140,6 +143,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     static const char *const devices[] = {"cpu", "cuda", NULL};
     static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
     static const char *const preempts[] = {"recompute", "swap", NULL};
+    static const char *const prefix_caches[] = {"off", "hash", "radix", NULL};
     long v = 0;
     switch (id) {
     case OPT_MODEL: o->model_path = arg; return 0;
@@ -201,6 +205,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_PREEMPT: return parse_choice(name, arg, preempts, &o->preempt, err);
     case OPT_KV_DTYPE: return parse_choice(name, arg, dtypes, &o->kv_dtype, err);
     case OPT_WEIGHT_DTYPE: return parse_choice(name, arg, dtypes, &o->weight_dtype, err);
+    case OPT_PREFIX_CACHE: return parse_choice(name, arg, prefix_caches, &o->prefix_cache, err);
     }
     return err_set(err, "--%s: not handled", name);
 }

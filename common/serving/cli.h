@@ -24,6 +24,7 @@ typedef enum {
     CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve --batching --arena (chapter 3) */
     CLI_PAGED = 1 << 6,     /**< --block-size --n --beam --watermark --max-num-batched-tokens --max-num-seqs --preempt --swap-space (chapter 4 and the chapters built on its scheduler) */
     CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype --weight-dtype */
+    CLI_PREFIX = 1 << 8,    /**< --prefix-cache (chapter 5) */
 } CliFeature;
 
 /** Every option of every program, with its default. */
@@ -57,6 +58,7 @@ typedef struct {
     const char *device;         /**< --device: cpu | cuda */
     const char *kv_dtype;       /**< --kv-dtype: f32 | f16 | bf16 */
     const char *weight_dtype;   /**< --weight-dtype: f32 | f16 | bf16; NULL: as stored (CPU), f32 (device) */
+    const char *prefix_cache;   /**< --prefix-cache: off | hash | radix */
 } CliOptions;
 
 /** What the program is, for --help. */

@@ -1,0 +1,147 @@
+/**
+ * @file radix_tree.h
+ * @brief Chapter 5's second prefix cache, SGLang's RadixAttention: a radix
+ *        tree over token ids whose edges own the blocks that hold them.
+ *
+ * The hash chain (hash_chain.h) finds a block by a key that stands for its
+ * whole prefix. The tree keeps the prefixes themselves: the path from the
+ * root to a node spells a token sequence, every edge is labelled with
+ * whole blocks of tokens (a multiple of block_size), and the edge owns the
+ * blocks that hold their K/V, in order. A request's cached prefix is the
+ * longest path its tokens follow from the root, compared token by token,
+ * so there is nothing to collide. Edges are compressed: a chain of blocks
+ * that nobody branches from is one edge, split when a sequence leaves it
+ * halfway (radix_insert()).
+ *
+ *     root
+ *      |- [Once upon a time, there | was a little girl]     one edge, 2 blocks
+ *      |      |- [named Lily. She]                          a request went on here
+ *      |      '- [who loved to ...]                         another branched off
+ *      '- [The cat sat on the mat]
+ *
+ * **Eviction at the leaves.** A block's K/V depend on every block above it,
+ * so the tree frees from the bottom: the block evicted is the last block
+ * of the least recently used leaf whose last block nobody holds
+ * (radix_evict()); an edge that loses its last block disappears, and its
+ * parent may become a leaf. The policy is the hash chain's (free blocks
+ * stay cached, parked, until the pool needs one; least recently used
+ * first), applied where a tree can apply it. The hash chain can evict a
+ * block in the middle of a cached chain and leave the blocks after it
+ * unreachable; the tree never does.
+ *
+ * A request holds every block on its path (it holds its whole table), so a
+ * block nobody holds has no held block below it: there is always a leaf to
+ * trim while some block is parked.
+ *
+ * Memory: the nodes, the links and the token ids are kv_metadata.
+ */
+#ifndef KVLAB_CH05_RADIX_TREE_H
+#define KVLAB_CH05_RADIX_TREE_H
+
+#include "block_pool.h"
+#include "err.h"
+
+/** The root's node index. */
+#define RADIX_ROOT 0
+
+/** One node: the edge from its parent, and where it sits among its siblings. */
+typedef struct {
+    int parent;       /**< the node above, or -1 for the root */
+    int first_child;  /**< first node below, or -1 (a leaf) */
+    int next_sibling; /**< next child of the same parent, or -1; links the free nodes too */
+    int first_block;  /**< the edge's first block, or -1 (the root has no edge) */
+    int last_block;   /**< the edge's last block */
+    int n_blocks;     /**< blocks on the edge */
+    long last_access; /**< the tree's clock when a request last went through this node */
+} RadixNode;
+
+/** The tree and the blocks it owns. */
+typedef struct {
+    BlockPool *pool;   /**< chapter 4's pool, whose blocks the edges own */
+    int block_size;    /**< tokens per block */
+    RadixNode *nodes;  /**< [n_blocks + 1] node 0 is the root; every other node owns at least one block */
+    int free_nodes;    /**< first unused node (through next_sibling), or -1 */
+    int *block_node;   /**< [n_blocks] the node whose edge owns each block, or -1: not in the tree */
+    int *block_next;   /**< [n_blocks] the next block along the same edge, or -1 */
+    int *block_prev;   /**< [n_blocks] the previous block along the same edge, or -1 */
+    int *tokens;       /**< [n_blocks][block_size] token ids of each block in the tree */
+    long clock;        /**< advances at every access, for least-recently-used order */
+    int n_nodes;       /**< nodes in use, the root included */
+    int n_blocks_in_tree; /**< blocks the edges own */
+    long evictions;    /**< blocks evicted so far */
+    long splits;       /**< edges split so far */
+} RadixTree;
+
+/**
+ * Creates a tree with only its root, over @p pool.
+ * @param t     receives the tree
+ * @param pool  the pool (its block size and block count)
+ * @param err   receives the reason on failure
+ * @return 0 on success, -1 when out of memory
+ */
+int radix_init(RadixTree *t, BlockPool *pool, Err *err);
+
+/**
+ * Frees the tree's memory (not the pool).
+ * @param t  an initialised or zeroed tree
+ */
+void radix_free(RadixTree *t);
+
+/**
+ * The longest path of whole blocks that a token sequence follows from the
+ * root, never covering the sequence's last position (which must be
+ * computed, for its logits). Changes nothing.
+ * @param t         the tree
+ * @param tokens    [n_tokens] the sequence
+ * @param n_tokens  its length, >= 1
+ * @param blocks    receives the blocks of the path, in order
+ * @return how many, at most (n_tokens - 1) / block_size
+ */
+int radix_match(const RadixTree *t, const int *tokens, int n_tokens, int *blocks);
+
+/**
+ * A hit: table @p tab takes blocks[0..n-1] from the tree (one holder more
+ * each; a parked one gets its holder back), and the nodes on the way are
+ * touched.
+ * @param t       the tree
+ * @param tab     the table (appended to)
+ * @param blocks  [n] a path from radix_match()
+ * @param n       how many
+ */
+void radix_take(RadixTree *t, BlockTable *tab, const int *blocks, int n);
+
+/**
+ * Adds a full block below @p after: the block that holds the K/V of
+ * @p tokens when they follow the path that ends with block @p after.
+ * When the tree already has an equal block there (another request
+ * computed the same tokens at the same time), nothing changes and that
+ * block is returned; the caller's block stays out of the tree.
+ * @param t       the tree
+ * @param after   the tree block before it on its path, or -1 for a first block
+ * @param block   a held block, not in the tree
+ * @param tokens  [block_size] its token ids (copied)
+ * @return @p block when it joined the tree, else the equal block already there
+ */
+int radix_insert(RadixTree *t, int after, int block, const int *tokens);
+
+/**
+ * A table lets go of its blocks, last block first: a block of the tree
+ * whose last holder this was is parked (its node touched); any other is
+ * released to chapter 4's pool.
+ * @param t        the tree
+ * @param tab      the table; empty afterwards
+ * @param on_free  called with each block no table holds any more (may be NULL)
+ * @param ctx      passed to @p on_free
+ */
+void radix_release(RadixTree *t, BlockTable *tab, void (*on_free)(void *ctx, int block), void *ctx);
+
+/**
+ * Evicts one block: the last block of the least recently used leaf whose
+ * last block is parked. It leaves the tree (its node too, when that was
+ * its only block) and goes back on chapter 4's free stack.
+ * @param t  the tree
+ * @return the block, or -1 when no leaf can be trimmed
+ */
+int radix_evict(RadixTree *t);
+
+#endif

@@ -1,0 +1,19 @@
+/* GENERATED from solutions/ch05/hash_chain_keys.c by scripts/make-exercises.sh.
+ * Students: this is your copy. Write the regions marked TODO(lab ...),
+ * then run `make lab CH=5`. Maintainers: edit the solution instead and
+ * run `make exercises`; CI checks that the two agree. */
+/* Chapter 5 lab: hash_chain_keys(), the chained keys of a sequence's full
+ * blocks.
+ * exercises/ch05/hash_chain_keys.c is generated from this file by
+ * scripts/make-exercises.sh; `make lab CH=5` grades yours. */
+#include "hash_chain.h"
+#include "lab.h"
+
+int hash_chain_keys(const int *tokens, int n_tokens, int block_size, uint64_t *keys)
+{
+    int n_full = n_tokens / block_size; /* a partly filled last block has no key */
+    // TODO(lab ch05.keys): key[i] = hash_block_key(key of block i - 1, or HASH_CHAIN_ROOT_KEY for block 0, the block_size tokens of block i)
+    (void)tokens; (void)keys;
+    LAB_TODO("the chained keys of the full blocks");
+    return n_full;
+}

@@ -1,0 +1,471 @@
+/* Chapter 5 lab: the hash chain of a prefix cache and its LRU queue
+ * (solutions/ch05/, regions ch05.keys, ch05.find, ch05.match, ch05.take,
+ * ch05.release, ch05.evict), first on small cases you can check by hand,
+ * then end to end: chapter 4's server with the cache above its pool must
+ * give every request the tokens it gets alone, and save exactly the
+ * prefill positions that shared full blocks allow.
+ *
+ * Chapter 5 runs on chapter 4's pool: block_pool_alloc() and
+ * block_pool_release() from lab 4 must work first (every test says so
+ * when they do not). */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "lab/grading.h"
+#include "mem.h"
+#include "prefix.h"
+#include "serving.h"
+#include "synth.h"
+
+/* ------------------------------------------------------------ fixture */
+
+/* A pool of 8 blocks of 4 tokens (no K/V bytes: the cache never reads
+ * them), some tables, and a hash chain over the pool. */
+typedef struct {
+    BlockPool pool;
+    BlockTables bt;
+    HashChain h;
+} Lab;
+
+static void lab_open(Lab *lab)
+{
+    Err err = {{0}};
+    BlockShape shape = {.block_size = 4, .n_layers = 1, .kv_dim = 2, .elem_bytes = sizeof(float)};
+    ck_assert(block_pool_init(&lab->pool, &shape, 8, 0, &err) == 0);
+    ck_assert(block_tables_init(&lab->bt, 3, 8, &err) == 0);
+    ck_assert(hash_chain_init(&lab->h, &lab->pool, &err) == 0);
+    /* Chapter 5 builds on lab 4: without its allocator nothing below means anything. */
+    int b = block_pool_alloc(&lab->pool);
+    ck_assert_msg(b >= 0 && lab->pool.n_free == 7 && block_pool_release(&lab->pool, b) == 0 && lab->pool.n_free == 8,
+                  "expected chapter 4's block_pool_alloc() and block_pool_release() to work, got block %d and %d free; "
+                  "hint: chapter 5 runs on chapter 4's pool: finish lab 4 first (make lab CH=4)", b, lab->pool.n_free);
+}
+
+static void lab_close(Lab *lab)
+{
+    hash_chain_free(&lab->h);
+    block_tables_free(&lab->bt);
+    block_pool_free(&lab->pool);
+}
+
+/* Table t takes fresh blocks for n full blocks of @p tokens, each
+ * registered in its chain (what the cache does as a request's blocks
+ * fill). Returns the table. */
+static BlockTable *lab_cache_sequence(Lab *lab, int t, const int *tokens, int n)
+{
+    BlockTable *tab = &lab->bt.tables[t];
+    ck_assert(block_table_grow(&lab->pool, tab, 4 * n) == 0);
+    uint64_t key = HASH_CHAIN_ROOT_KEY;
+    long parent = HASH_CHAIN_ROOT_ID;
+    for (int i = 0; i < n; i++) {
+        key = hash_block_key(key, tokens + 4 * i, 4);
+        parent = hash_chain_register(&lab->h, tab->blocks[i], key, parent, tokens + 4 * i);
+    }
+    return tab;
+}
+
+/* ------------------------------------------------------------ keys */
+
+START_TEST(keys_chain_every_full_block)
+{
+    int tokens[12] = {1, 5, 9, 2, 7, 7, 3, 8, 4, 4, 6, 0};
+    uint64_t keys[4] = {0, 0, 0, 0};
+    int n = hash_chain_keys(tokens, 12, 4, keys);
+    ck_assert_int_eq(n, 3);
+    uint64_t parent = HASH_CHAIN_ROOT_KEY;
+    for (int i = 0; i < 3; i++) {
+        uint64_t want = hash_block_key(parent, tokens + 4 * i, 4);
+        ck_assert_msg(keys[i] == want,
+                      "expected key %d = hash_block_key(key %d, tokens %d..%d, 4) = %016llx, got %016llx; hint: "
+                      "hash_chain_keys() chains each key to the one before (HASH_CHAIN_ROOT_KEY for block 0) and "
+                      "hashes the block's block_size tokens",
+                      i, i - 1, 4 * i, 4 * i + 3, (unsigned long long)want, (unsigned long long)keys[i]);
+        parent = want;
+    }
+    uint64_t partial[4] = {0, 0, 0, 0};
+    ck_assert_int_eq(hash_chain_keys(tokens, 11, 4, partial), 2);
+    ck_assert_msg(partial[2] == 0, "expected no key for the partly filled last block (tokens 8..10), got %016llx; "
+                  "hint: hash_chain_keys() keys full blocks only: n_tokens / block_size of them",
+                  (unsigned long long)partial[2]);
+    /* Same tokens in block 1, different block 0: block 1's K/V differ, so must its key. */
+    int other[8] = {1, 5, 9, 3, 7, 7, 3, 8};
+    uint64_t k2[2] = {0, 0};
+    hash_chain_keys(other, 8, 4, k2);
+    ck_assert_msg(k2[1] != keys[1], "expected different keys for block 1 after different blocks 0, got %016llx for "
+                  "both; hint: in hash_chain_keys() a block's key depends on the key of the block before it",
+                  (unsigned long long)k2[1]);
+}
+END_TEST
+
+/* ------------------------------------------------------------ find */
+
+START_TEST(find_accepts_only_the_exact_block)
+{
+    Lab lab;
+    lab_open(&lab);
+    int mine[4] = {3, 1, 4, 1}, theirs[4] = {2, 7, 1, 8};
+    /* A deliberate collision: block 2 is registered under the key that
+     * `theirs` hashes to, but it holds `mine`. (A 64-bit hash collides
+     * rarely, but not never.) */
+    uint64_t their_key = hash_block_key(HASH_CHAIN_ROOT_KEY, theirs, 4);
+    ck_assert(block_table_grow(&lab.pool, &lab.bt.tables[0], 12) == 0);
+    int b = lab.bt.tables[0].blocks[2];
+    long id = hash_chain_register(&lab.h, b, their_key, HASH_CHAIN_ROOT_ID, mine);
+    int got = hash_chain_find(&lab.h, their_key, HASH_CHAIN_ROOT_ID, theirs);
+    ck_assert_msg(got == -1, "expected no block for tokens {2 7 1 8} (a block with their key holds {3 1 4 1}), got "
+                  "%d; hint: hash_chain_find() compares the block's token ids, not just its key: a collision must "
+                  "never give wrong K/V", got);
+    got = hash_chain_find(&lab.h, their_key, HASH_CHAIN_ROOT_ID, mine);
+    ck_assert_msg(got == b, "expected block %d for its own key, chain and tokens, got %d; hint: hash_chain_find() "
+                  "walks the bucket of key & (n_buckets - 1) through entries[].next", b, got);
+    got = hash_chain_find(&lab.h, their_key, id + 7, mine);
+    ck_assert_msg(got == -1, "expected no block after another chain (parent %ld, the block's is %ld), got %d; hint: "
+                  "hash_chain_find() also compares parent_id: equal tokens after a different prefix have other K/V",
+                  id + 7, (long)HASH_CHAIN_ROOT_ID, got);
+    /* A second block in the same bucket, registered after (so first in the chain), and the first found behind it. */
+    int c = lab.bt.tables[0].blocks[0];
+    uint64_t same_bucket = their_key + (uint64_t)lab.h.n_buckets;
+    hash_chain_register(&lab.h, c, same_bucket, HASH_CHAIN_ROOT_ID, theirs);
+    got = hash_chain_find(&lab.h, their_key, HASH_CHAIN_ROOT_ID, mine);
+    ck_assert_msg(got == b, "expected block %d behind block %d in its bucket, got %d; hint: hash_chain_find() follows "
+                  "the bucket's chain (entries[b].next) to its end, -1", b, c, got);
+    got = hash_chain_find(&lab.h, same_bucket, HASH_CHAIN_ROOT_ID, theirs);
+    ck_assert_msg(got == c, "expected block %d, got %d; hint: hash_chain_find()", c, got);
+    lab_close(&lab);
+}
+END_TEST
+
+/* ------------------------------------------------------------ match */
+
+START_TEST(match_finds_the_longest_cached_run)
+{
+    Lab lab;
+    lab_open(&lab);
+    int s[17] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17};
+    const BlockTable *t = lab_cache_sequence(&lab, 0, s, 4);
+    uint64_t keys[4];
+    int blocks[5] = {-1, -1, -1, -1, -1};
+    hash_chain_keys(s, 17, 4, keys);
+    int n = hash_chain_match(&lab.h, s, 17, keys, blocks);
+    ck_assert_msg(n == 4, "expected 4 cached blocks for a 17-token sequence whose 4 full blocks are cached, got %d; "
+                  "hint: hash_chain_match() finds block i with keys[i], its tokens, and the registration number "
+                  "(entries[].id) of block i - 1 as parent", n);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(blocks[i] == t->blocks[i], "expected block %d at logical block %d, got %d; hint: "
+                      "hash_chain_match() writes the blocks in order", t->blocks[i], i, blocks[i]);
+    n = hash_chain_match(&lab.h, s, 16, keys, blocks);
+    ck_assert_msg(n == 3, "expected 3 blocks for the 16-token sequence, got %d: the 4th holds position 15, the last, "
+                  "which must be computed for its logits; hint: hash_chain_match() takes at most "
+                  "(n_tokens - 1) / block_size blocks", n);
+    n = hash_chain_match(&lab.h, s, 7, keys, blocks);
+    ck_assert_msg(n == 1, "expected 1 block for 7 tokens (the 2nd block is not full), got %d; hint: "
+                  "hash_chain_match() never takes a partly filled block", n);
+    lab_close(&lab);
+}
+END_TEST
+
+START_TEST(match_stops_at_the_first_miss)
+{
+    Lab lab;
+    lab_open(&lab);
+    int s[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+    lab_cache_sequence(&lab, 0, s, 3);
+    /* Block 1 is evicted: block 2 stays registered, but after block 0 the
+     * sequence has to compute block 1, and block 2's rows are positions
+     * 8-11, not 4-7. */
+    int b1 = lab.bt.tables[0].blocks[1];
+    hash_chain_unregister(&lab.h, b1);
+    uint64_t keys[3];
+    int blocks[4] = {-1, -1, -1, -1};
+    hash_chain_keys(s, 13, 4, keys);
+    int n = hash_chain_match(&lab.h, s, 13, keys, blocks);
+    ck_assert_msg(n == 1 && blocks[1] == -1, "expected 1 block (the run ends where block 1 is missing), got %d with "
+                  "blocks[1] = %d; hint: hash_chain_match() stops at the first block it cannot find", n, blocks[1]);
+    /* A different block 0: nothing at all, though later tokens agree. */
+    int other[13] = {9, 9, 9, 9, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+    hash_chain_keys(other, 13, 4, keys);
+    n = hash_chain_match(&lab.h, other, 13, keys, blocks);
+    ck_assert_msg(n == 0, "expected no block for a sequence whose first block differs, got %d; hint: "
+                  "hash_chain_match() starts at block 0 with parent HASH_CHAIN_ROOT_ID", n);
+    lab_close(&lab);
+}
+END_TEST
+
+/* ------------------------------------------------------------ release, take, evict */
+
+static int freed[16], n_freed;
+static void note_freed(void *ctx, int block)
+{
+    (void)ctx;
+    freed[n_freed++] = block;
+}
+
+START_TEST(release_parks_cached_blocks_tail_first)
+{
+    Lab lab;
+    lab_open(&lab);
+    int s[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    BlockTable *t = lab_cache_sequence(&lab, 0, s, 3);
+    ck_assert(block_table_grow(&lab.pool, t, 14) == 0); /* a 4th block, partly filled: never registered */
+    int ids[4];
+    memcpy(ids, t->blocks, sizeof ids);
+    n_freed = 0;
+    hash_chain_release(&lab.h, t, note_freed, NULL);
+    ck_assert_msg(t->n_blocks == 0, "expected an empty table, got %d blocks; hint: hash_chain_release()", t->n_blocks);
+    ck_assert_msg(lab.pool.n_parked == 3 && lab.h.n_queued == 3,
+                  "expected the 3 registered blocks parked in the queue, got %d parked and %d queued; hint: "
+                  "hash_chain_release() parks (block_pool_park()) and queues each registered block whose last holder "
+                  "lets go", lab.pool.n_parked, lab.h.n_queued);
+    ck_assert_msg(lab.pool.n_free == 5 && lab.pool.ref_count[ids[3]] == 0,
+                  "expected the unregistered last block back on the free stack (5 free), got %d free; hint: "
+                  "hash_chain_release() releases a block that holds nothing cached with block_pool_release()",
+                  lab.pool.n_free);
+    ck_assert_msg(n_freed == 4, "expected on_free for all 4 blocks, got %d calls; hint: hash_chain_release() calls "
+                  "on_free for every block no table holds any more, parked or not", n_freed);
+    ck_assert_msg(lab.h.oldest == ids[2] && lab.h.newest == ids[0],
+                  "expected the queue oldest to newest: block %d (the tail), %d, %d (the head), got oldest %d and "
+                  "newest %d; hint: hash_chain_release() lets go from the last block to the first, so that a "
+                  "request's prefix is the last of it to be evicted", ids[2], ids[1], ids[0], lab.h.oldest,
+                  lab.h.newest);
+    lab_close(&lab);
+}
+END_TEST
+
+START_TEST(release_keeps_blocks_others_hold)
+{
+    Lab lab;
+    lab_open(&lab);
+    int s[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    BlockTable *t = lab_cache_sequence(&lab, 0, s, 2);
+    BlockTable *sharer = &lab.bt.tables[1];
+    block_table_fork(&lab.pool, t, sharer);
+    int b0 = t->blocks[0], b1 = t->blocks[1];
+    n_freed = 0;
+    hash_chain_release(&lab.h, sharer, note_freed, NULL);
+    ck_assert_msg(lab.pool.ref_count[b0] == 1 && lab.pool.ref_count[b1] == 1 && lab.pool.n_parked == 0 &&
+                      lab.h.n_queued == 0 && n_freed == 0,
+                  "expected blocks the other table still holds to keep 1 holder each, unparked and unqueued, got "
+                  "holders %d and %d, %d parked, %d queued, %d on_free calls; hint: hash_chain_release() parks a "
+                  "block only when this was its last holder (ref_count 1)", lab.pool.ref_count[b0],
+                  lab.pool.ref_count[b1], lab.pool.n_parked, lab.h.n_queued, n_freed);
+    hash_chain_release(&lab.h, t, NULL, NULL);
+    ck_assert_int_eq(lab.pool.n_parked, 2);
+    lab_close(&lab);
+}
+END_TEST
+
+START_TEST(take_gets_parked_blocks_out_of_the_queue)
+{
+    Lab lab;
+    lab_open(&lab);
+    int s[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    BlockTable *t = lab_cache_sequence(&lab, 0, s, 3);
+    int ids[3];
+    memcpy(ids, t->blocks, sizeof ids);
+    hash_chain_release(&lab.h, t, NULL, NULL); /* all three parked */
+    BlockTable *u = &lab.bt.tables[1];
+    hash_chain_take(&lab.h, u, ids, 2); /* a hit on blocks 0 and 1 */
+    ck_assert_msg(u->n_blocks == 2 && u->blocks[0] == ids[0] && u->blocks[1] == ids[1],
+                  "expected the table to hold blocks %d and %d, got %d blocks; hint: hash_chain_take()", ids[0], ids[1],
+                  u->n_blocks);
+    ck_assert_msg(lab.pool.ref_count[ids[0]] == 1 && lab.pool.n_parked == 1,
+                  "expected the taken blocks held once each and 1 block still parked, got %d holders and %d parked; "
+                  "hint: hash_chain_take() gives a parked block its holder back with block_pool_hold_parked()",
+                  lab.pool.ref_count[ids[0]], lab.pool.n_parked);
+    ck_assert_msg(lab.h.n_queued == 1 && !lab.h.entries[ids[0]].in_queue && !lab.h.entries[ids[1]].in_queue,
+                  "expected only block %d left in the LRU queue, got %d queued; hint: hash_chain_take() takes a hit "
+                  "block out of the queue (hash_chain_queue_remove()), or it could be evicted while in use",
+                  ids[2], lab.h.n_queued);
+    /* A second request hits the same blocks while the first holds them. */
+    BlockTable *w = &lab.bt.tables[2];
+    hash_chain_take(&lab.h, w, ids, 2);
+    ck_assert_msg(lab.pool.ref_count[ids[0]] == 2 && lab.pool.n_parked == 1,
+                  "expected 2 holders of a block two tables took, got %d (with %d parked); hint: hash_chain_take() "
+                  "retains a block others hold (block_pool_retain())", lab.pool.ref_count[ids[0]], lab.pool.n_parked);
+    int e = hash_chain_evict(&lab.h);
+    ck_assert_msg(e == ids[2], "expected the eviction to take block %d, the only one no table holds, got %d; hint: "
+                  "hash_chain_take() must take hit blocks out of the LRU queue", ids[2], e);
+    e = hash_chain_evict(&lab.h);
+    ck_assert_msg(e == -1, "expected nothing else to evict (every other block is in use), got block %d; hint: "
+                  "hash_chain_take() takes hit blocks out of the LRU queue, and hash_chain_evict() the block it "
+                  "evicts", e);
+    lab_close(&lab);
+}
+END_TEST
+
+START_TEST(evict_takes_the_least_recently_freed)
+{
+    Lab lab;
+    lab_open(&lab);
+    int a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[4] = {9, 9, 9, 9};
+    BlockTable *ta = lab_cache_sequence(&lab, 0, a, 2), *tb = lab_cache_sequence(&lab, 1, b, 1);
+    int a0 = ta->blocks[0], a1 = ta->blocks[1], b0 = tb->blocks[0];
+    hash_chain_release(&lab.h, ta, NULL, NULL); /* a1, then a0 */
+    hash_chain_release(&lab.h, tb, NULL, NULL); /* b0, freed last */
+    int want[3] = {a1, a0, b0};
+    for (int k = 0; k < 3; k++) {
+        int parked = lab.pool.n_parked, free_blocks = lab.pool.n_free;
+        int got = hash_chain_evict(&lab.h);
+        ck_assert_msg(got == want[k], "expected eviction %d to take block %d (least recently freed), got %d; hint: "
+                      "hash_chain_evict() takes the oldest end of the LRU queue (h->oldest)", k + 1, want[k], got);
+        ck_assert_msg(lab.pool.n_parked == parked - 1 && lab.pool.n_free == free_blocks + 1 &&
+                          lab.pool.free_stack[lab.pool.n_free - 1] == got,
+                      "expected block %d back on the free stack (%d free, %d parked), got %d free, %d parked; hint: "
+                      "hash_chain_evict() gives it back with block_pool_free_parked()", got, free_blocks + 1,
+                      parked - 1, lab.pool.n_free, lab.pool.n_parked);
+        ck_assert_msg(lab.h.entries[got].id == 0 && !lab.h.entries[got].in_queue,
+                      "expected block %d unregistered and out of the queue, got id %ld, in queue %d; hint: "
+                      "hash_chain_evict() unregisters the block (hash_chain_unregister()): its K/V are about to be "
+                      "overwritten, so no lookup may find it", got, lab.h.entries[got].id, lab.h.entries[got].in_queue);
+        ck_assert_int_eq(lab.h.evictions, k + 1);
+    }
+    uint64_t keys[2];
+    int blocks[2];
+    hash_chain_keys(a, 8, 4, keys);
+    ck_assert_msg(hash_chain_match(&lab.h, a, 9, keys, blocks) == 0,
+                  "expected no hit on evicted blocks; hint: hash_chain_evict() unregisters what it evicts");
+    ck_assert_msg(hash_chain_evict(&lab.h) == -1, "expected -1 from an empty queue; hint: hash_chain_evict()");
+    lab_close(&lab);
+}
+END_TEST
+
+/* ------------------------------------------------------------ end to end */
+
+typedef struct {
+    Model m;
+    Tokenizer t;
+    void *image, *tok_image;
+    RequestFile rf;
+    CliOptions o;
+    ServingRun run;
+    PagedServer *server;
+    PrefixCache *cache;
+} Served;
+
+static const ModelConfig CFG = {48, 96, 3, 6, 2, 400, 64};
+static const char *SHARED = "20\tthe quick brown fox jumps over the lazy dog and then\n"
+                            "12\tthe quick brown fox jumps over the lazy dog and now\n"
+                            "30\tthe quick brown fox jumps over the lazy cat\n"
+                            "9\tthe quick brown fox\n"
+                            "40\tsomething else entirely\n"
+                            "25\tthe quick brown fox jumps over the lazy dog and then\n";
+
+static void serve(Served *sv, int block_size, int blocks)
+{
+    memset(sv, 0, sizeof *sv);
+    SynthSpec spec = {.cfg = CFG, .seed = 11};
+    size_t bytes, tok_bytes;
+    Err err = {{0}};
+    ck_assert(synth_model_image(&spec, &sv->image, &bytes, &err) == 0);
+    ck_assert(synth_tokenizer_image(CFG.vocab_size, &sv->tok_image, &tok_bytes, &err) == 0);
+    ck_assert(model_open_image(&sv->m, sv->image, bytes, &err) == 0);
+    ck_assert(tokenizer_open_image(&sv->t, sv->tok_image, tok_bytes, CFG.vocab_size, &err) == 0);
+    ck_assert(request_file_parse(&sv->rf, SHARED, strlen(SHARED), "lab", &err) == 0);
+    cli_defaults(&sv->o);
+    sv->o.block_size = block_size;
+    sv->o.watermark = 0;
+    sv->o.kv_budget = (size_t)blocks * (size_t)block_size * model_kv_bytes_per_token(&CFG, sizeof(float));
+    ck_assert(serving_run_init(&sv->run, &sv->m, &sv->t, &sv->o, &sv->rf, &err) == 0);
+    int rc = prefix_serve(&sv->run, PREFIX_CACHE_HASH, &sv->server, &sv->cache, &err);
+    ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: hash_chain_take(), "
+                  "hash_chain_release() and hash_chain_evict() keep the pool's books (every block held, parked or "
+                  "free)", err.msg);
+}
+
+static void served_close(Served *sv)
+{
+    const BlockPool *p = &sv->server->kv.pool;
+    ck_assert_msg(p->n_free + p->n_parked == p->n_blocks && p->n_parked == sv->cache->hash.n_queued,
+                  "expected every block free or parked in the queue at the end, got %d free, %d parked, %d queued of "
+                  "%d; hint: hash_chain_release() parks and queues together, hash_chain_evict() unparks and "
+                  "dequeues together", p->n_free, p->n_parked, sv->cache->hash.n_queued, p->n_blocks);
+    prefix_cache_close(sv->cache);
+    paged_close(sv->server);
+    serving_run_free(&sv->run);
+    request_file_free(&sv->rf);
+    tokenizer_free(&sv->t);
+    mem_free(sv->tok_image);
+    mem_free(sv->image);
+}
+
+static void expect_solo_tokens(const Served *sv)
+{
+    for (int i = 0; i < sv->run.n_reqs; i++) {
+        const Request *r = &sv->run.reqs[i];
+        int want[80];
+        int n = test_solo_tokens(&sv->m, &sv->t, r->spec->prompt, r->spec->max_new_tokens, want);
+        int same = n == r->n_tokens - r->n_prompt && memcmp(want, r->tokens + r->n_prompt, (size_t)n * sizeof(int)) == 0;
+        ck_assert_msg(same, "expected request %d (%d preemptions) to give its solo tokens, got different ones; hint: "
+                      "a cached block is used only when its key, chain and tokens agree (hash_chain_find(), "
+                      "hash_chain_match()), and never evicted while a table holds it (hash_chain_take(), "
+                      "hash_chain_release(), hash_chain_evict())", r->spec->id, r->preemptions);
+    }
+}
+
+/* The positions each request should find cached when all are admitted in
+ * order at the first step: the full blocks of the longest prefix it
+ * shares with an earlier request's prompt, and never its last position. */
+static long expected_hits(const ServingRun *run, int bs)
+{
+    long total = 0;
+    for (int i = 0; i < run->n_reqs; i++) {
+        const Request *r = &run->reqs[i];
+        int best = 0;
+        for (int j = 0; j < i; j++) {
+            const Request *q = &run->reqs[j];
+            int common = 0;
+            while (common < r->n_prompt && common < q->n_prompt && r->tokens[common] == q->tokens[common])
+                common++;
+            best = common > best ? common : best;
+        }
+        int blocks = best / bs, most = (r->n_prompt - 1) / bs;
+        total += (long)(blocks < most ? blocks : most) * bs;
+    }
+    return total;
+}
+
+START_TEST(server_saves_exactly_the_shared_full_blocks)
+{
+    for (int bs = 1; bs <= 8; bs *= 2) {
+        Served sv;
+        serve(&sv, bs, 512 / bs);
+        long want = expected_hits(&sv.run, bs), got = sv.cache->hit_tokens;
+        ck_assert_msg(got == want, "expected %ld prompt positions found cached at block size %d, got %ld; hint: "
+                      "hash_chain_keys() and hash_chain_match() find every full block an earlier prompt shares, up "
+                      "to the first that differs and never the last position", want, bs, got);
+        expect_solo_tokens(&sv);
+        served_close(&sv);
+    }
+}
+END_TEST
+
+START_TEST(server_gives_solo_tokens_while_evicting)
+{
+    Served sv;
+    serve(&sv, 4, 20); /* 80 positions: room for the longest request and a little */
+    ck_assert_msg(sv.cache->hash.evictions > 0 && sv.cache->hit_tokens > 0,
+                  "expected hits and evictions in a pool of 20 blocks, got %ld hit positions and %ld evictions; "
+                  "hint: hash_chain_release() parks cached blocks, hash_chain_evict() gives them back",
+                  sv.cache->hit_tokens, sv.cache->hash.evictions);
+    expect_solo_tokens(&sv);
+    served_close(&sv);
+}
+END_TEST
+
+Suite *lab_suite(void)
+{
+    Suite *s = suite_create("ch05");
+    lab_add_test(s, keys_chain_every_full_block, 10);
+    lab_add_test(s, find_accepts_only_the_exact_block, 10);
+    lab_add_test(s, match_finds_the_longest_cached_run, 10);
+    lab_add_test(s, match_stops_at_the_first_miss, 10);
+    lab_add_test(s, release_parks_cached_blocks_tail_first, 10);
+    lab_add_test(s, release_keeps_blocks_others_hold, 10);
+    lab_add_test(s, take_gets_parked_blocks_out_of_the_queue, 10);
+    lab_add_test(s, evict_takes_the_least_recently_freed, 10);
+    lab_add_test(s, server_saves_exactly_the_shared_full_blocks, 60);
+    lab_add_test(s, server_gives_solo_tokens_while_evicting, 60);
+    return s;
+}
