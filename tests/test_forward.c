@@ -11,6 +11,7 @@
  * [seq][layer][pos][kv_dim], with attention done by attention_reference(). */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -484,16 +485,34 @@ START_TEST(state_refuses_zero_capacity)
 }
 END_TEST
 
-/* Small models run on one thread unless asked; wide ones use every core. */
+/* Without OMP_NUM_THREADS every model runs on one thread unless asked;
+ * with it, wide ones follow it (0: OpenMP's default) and small ones stay
+ * on one. */
 START_TEST(default_threads_by_width)
 {
     ModelConfig c;
+    const char *saved = getenv("OMP_NUM_THREADS");
+    char saved_copy[64] = "";
+    if (saved)
+        snprintf(saved_copy, sizeof saved_copy, "%s", saved);
+    unsetenv("OMP_NUM_THREADS");
+    ck_assert_int_eq(synth_preset("stories260K", &c), 0);
+    ck_assert_int_eq(forward_default_threads(&c), 1);
+    ck_assert_int_eq(synth_preset("stories15M", &c), 0);
+    ck_assert_int_eq(forward_default_threads(&c), 1);
+    ck_assert_int_eq(synth_preset("stories110M", &c), 0);
+    ck_assert_int_eq(forward_default_threads(&c), 1);
+    setenv("OMP_NUM_THREADS", "2", 1);
     ck_assert_int_eq(synth_preset("stories260K", &c), 0);
     ck_assert_int_eq(forward_default_threads(&c), 1);
     ck_assert_int_eq(synth_preset("stories15M", &c), 0);
     ck_assert_int_eq(forward_default_threads(&c), 0);
     ck_assert_int_eq(synth_preset("stories110M", &c), 0);
     ck_assert_int_eq(forward_default_threads(&c), 0);
+    if (saved)
+        setenv("OMP_NUM_THREADS", saved_copy, 1);
+    else
+        unsetenv("OMP_NUM_THREADS");
 }
 END_TEST
 

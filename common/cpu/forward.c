@@ -1,5 +1,6 @@
 #include "forward.h"
 
+#include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -94,7 +95,9 @@ static void attend_all(const ModelConfig *c, ForwardState *s, const KvSeam *kv, 
 
 int forward_default_threads(const ModelConfig *cfg)
 {
-    return cfg->dim < 256 ? 1 : 0;
+    if (cfg->dim < 256)
+        return 1;
+    return getenv("OMP_NUM_THREADS") ? 0 : 1;
 }
 
 void forward(const Model *m, ForwardState *s, const KvSeam *kv, const BatchEntry *e, int n)

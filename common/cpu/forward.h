@@ -111,11 +111,15 @@ void forward_state_free(ForwardState *s);
 size_t forward_state_bytes(const ModelConfig *cfg, int max_tokens, int max_logits, int threads);
 
 /**
- * How many threads are worth using for a model when the user did not say:
- * 1 for models narrower than 256 (stories260K), whose matrices are so small
- * that starting and joining threads costs more than it saves (and, on a
- * busy machine, threads that spin-wait for each other cost far more); 0,
- * meaning "all cores" (OpenMP's default), for wider ones.
+ * How many threads are worth using for a model when the user did not say
+ * (no --threads): 1 for models narrower than 256 (stories260K), whose
+ * matrices are so small that starting and joining threads costs more than
+ * it saves. For wider ones 0, OpenMP's default, when OMP_NUM_THREADS is
+ * set, and otherwise 1: on a machine whose cores other work shares, every
+ * parallel region waits for its slowest thread to be scheduled, and two
+ * threads ran about ten times slower than one (stories110M shape, 2 cores
+ * at a load of 10, issue 14), while one thread is never slower than itself.
+ * Ask for more with --threads N or OMP_NUM_THREADS.
  * @param cfg  model shape
  * @return a thread count for ops_set_threads()
  */

@@ -12,6 +12,33 @@
 
 #include "dtype.h"
 
+/* ------------------------------------------------------------ waiting threads
+ *
+ * By default libgomp's idle threads spin for a while before they sleep. On
+ * a machine whose cores are shared with other work, a spinning thread holds
+ * a core that the thread doing the work needs: two threads ran far slower
+ * than one (issue 14). Passive waiting (threads sleep at once) fixes that
+ * and costs little here, where a parallel region holds a whole matmul.
+ *
+ * libgomp reads OMP_WAIT_POLICY once, in its own constructor, before
+ * main() runs; setenv() in main() would be too late. A function in the
+ * executable's .preinit_array runs before the constructors of the shared
+ * libraries it loads (the ELF rule glibc follows), so it sets the variable
+ * in time. A value the user set (OMP_WAIT_POLICY, or libgomp's own
+ * GOMP_SPINCOUNT) is left alone. */
+#if defined(_OPENMP) && defined(__ELF__) && defined(__GNUC__)
+#include <stdlib.h>
+
+static void prefer_passive_waiting(void)
+{
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"))
+        setenv("OMP_WAIT_POLICY", "passive", 0);
+}
+
+__attribute__((section(".preinit_array"), used)) static void (*const prefer_passive_waiting_entry)(void) =
+    prefer_passive_waiting;
+#endif
+
 /* Parallel loops pay a fork/join of a few microseconds; below this many
  * multiply-adds a matmul runs on the calling thread only. */
 #define PARALLEL_MIN_MACS (1 << 17)

@@ -53,7 +53,7 @@ static const OptionSpec SPECS[] = {
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
     {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the K/V cache on the device (default f32)"},
     {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights: on the CPU, f32 dequantizes a quantized (GGUF) model at load (default: as the file stores them); on the device, f32 (default), or f16/bf16 with cublasGemmEx"},
-    {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads, 1 to 1024; 0 or none: 1 for models narrower than 256, else OMP_NUM_THREADS or all cores (results never depend on it)"},
+    {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads, 1 to 1024; 0 or none: OMP_NUM_THREADS for models 256 wide or more when it is set, else 1 (results never depend on it)"},
     {"json", OPT_JSON, CLI_MODEL, "FILE", "write the run report (memory, timing) as one JSON object"},
     {"quiet", OPT_QUIET, CLI_MODEL, NULL, "do not print the memory table on stderr"},
     {"help", OPT_HELP, 0, NULL, "show this help and exit"},
