@@ -199,6 +199,14 @@ typedef struct ServingRun {
      */
     void (*observe)(void *ctx, const struct ServingRun *run);
     void *observe_ctx;         /**< passed to observe */
+    /**
+     * Optional (NULL: the run does not own observe_ctx): frees observe_ctx
+     * when the run is freed (serving_run_free()). A chapter's watcher of
+     * the steps (`--trace`, `--show-tables`) lives as long as the run.
+     * @param ctx  observe_ctx
+     */
+    void (*observe_free)(void *ctx);
+    struct ServingTrace *trace; /**< `--trace`: where the step's events go (trace.h); NULL: no trace */
 } ServingRun;
 
 /**
