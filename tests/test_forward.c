@@ -28,14 +28,25 @@ typedef struct {
     ModelConfig cfg;
     int ak42;
     int shared;
+    int gguf;              /* 1: a GGUF file with the types below */
+    WeightType matrices;   /* GGUF: the projections */
+    WeightType embedding;  /* GGUF: token_embd (and output) */
+    float rope_theta;      /* GGUF: llama.rope.freq_base */
 } Shape;
 
 /* dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len */
 static const Shape SHAPES[] = {
-    {"GQA x3, legacy, shared", {48, 96, 2, 6, 2, 97, 24}, 0, 1},
-    {"MQA, head_dim 12, dim 36, ak42, unshared", {36, 70, 3, 3, 1, 101, 20}, 1, 0},
-    {"GQA x2, head_dim 6, legacy, unshared", {36, 64, 2, 6, 3, 64, 16}, 0, 0},
-    {"MHA, head_dim 10, ak42, shared", {40, 72, 2, 4, 4, 80, 18}, 1, 1},
+    {"GQA x3, legacy, shared", {48, 96, 2, 6, 2, 97, 24}, 0, 1, 0, WEIGHT_F32, WEIGHT_F32, 0},
+    {"MQA, head_dim 12, dim 36, ak42, unshared", {36, 70, 3, 3, 1, 101, 20}, 1, 0, 0, WEIGHT_F32, WEIGHT_F32, 0},
+    {"GQA x2, head_dim 6, legacy, unshared", {36, 64, 2, 6, 3, 64, 16}, 0, 0, 0, WEIGHT_F32, WEIGHT_F32, 0},
+    {"MHA, head_dim 10, ak42, shared", {40, 72, 2, 4, 4, 80, 18}, 1, 1, 0, WEIGHT_F32, WEIGHT_F32, 0},
+    /* GGUF, the SmolLM2 mix (Q4_1 matrices, Q8_0 embedding, base 1e5) and the other stored types */
+    {"GGUF Q4_1 + Q8_0, GQA x3, tied, base 1e5", {96, 160, 2, 6, 2, 90, 22}, 0, 1, 1, WEIGHT_Q4_1, WEIGHT_Q8_0,
+     100000.0f},
+    {"GGUF Q4_0 + f16, MQA, unshared", {64, 128, 2, 4, 1, 70, 17}, 0, 0, 1, WEIGHT_Q4_0, WEIGHT_F16, 0},
+    {"GGUF bf16 + Q4_1, MHA, unshared, base 5e5", {64, 96, 2, 2, 2, 75, 19}, 0, 0, 1, WEIGHT_BF16, WEIGHT_Q4_1,
+     500000.0f},
+    {"GGUF f32 + bf16, GQA x2, tied", {40, 72, 2, 4, 2, 80, 18}, 0, 1, 1, WEIGHT_F32, WEIGHT_BF16, 0},
 };
 #define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
 
@@ -54,6 +65,25 @@ static void open_model(TestModel *t, const ModelConfig *cfg, int ak42, int share
     ck_assert_msg(model_open_image(&t->model, t->image, bytes, &err) == 0, "open: %s", err.msg);
     ck_assert_int_eq(t->model.format, ak42 ? MODEL_FORMAT_AK42_V1 : MODEL_FORMAT_LEGACY);
     ck_assert_int_eq(t->model.shared_classifier, shared);
+}
+
+static void open_shape(TestModel *t, const Shape *s, unsigned long long seed)
+{
+    if (!s->gguf) {
+        open_model(t, &s->cfg, s->ak42, s->shared, seed);
+        return;
+    }
+    SynthGgufSpec spec = {.cfg = s->cfg, .shared_classifier = s->shared, .seed = seed, .matrix_type = s->matrices,
+                          .embedding_type = s->embedding, .rope_theta = s->rope_theta};
+    size_t bytes;
+    Err err = {{0}};
+    ck_assert_msg(synth_gguf_image(&spec, &t->image, &bytes, &err) == 0, "synth: %s", err.msg);
+    ck_assert_msg(model_open_image(&t->model, t->image, bytes, &err) == 0, "open: %s", err.msg);
+    ck_assert_int_eq(t->model.format, MODEL_FORMAT_GGUF);
+    ck_assert_int_eq(t->model.shared_classifier, s->shared);
+    ck_assert_int_eq(t->model.w.layers[0].wq.type, s->matrices);
+    ck_assert_int_eq(t->model.w.token_embedding.type, s->embedding);
+    ck_assert(t->model.rope_theta == (s->rope_theta > 0 ? s->rope_theta : 10000.0f));
 }
 
 static void close_model(TestModel *t)
@@ -175,32 +205,35 @@ typedef struct {
     double *value_cache; /* [n_layers][seq_len][kv_dim] */
 } Reference;
 
-static void ref_rmsnorm(double *out, const double *x, const float *w, int n)
+static void ref_rmsnorm(double *out, const double *x, const float *w, int n, double eps)
 {
     double ss = 0;
     for (int i = 0; i < n; i++)
         ss += x[i] * x[i];
-    double scale = 1.0 / sqrt(ss / n + 1e-5);
+    double scale = 1.0 / sqrt(ss / n + eps);
     for (int i = 0; i < n; i++)
         out[i] = w[i] * (x[i] * scale);
 }
 
-/* out[r] = sum_c w[r][c] x[c] */
-static void ref_matvec(double *out, const float *w, const double *x, int rows, int cols)
+/* out[r] = sum_c w[r][c] x[c], each row dequantized exactly (quant.c) */
+static void ref_matvec(double *out, const WeightMatrix *w, const double *x)
 {
-    for (int r = 0; r < rows; r++) {
+    float *row = malloc(sizeof(float) * (size_t)w->cols);
+    for (int r = 0; r < w->rows; r++) {
+        weight_dequantize_row(w, r, row);
         double s = 0;
-        for (int c = 0; c < cols; c++)
-            s += (double)w[(size_t)r * cols + c] * x[c];
+        for (int c = 0; c < w->cols; c++)
+            s += (double)row[c] * x[c];
         out[r] = s;
     }
+    free(row);
 }
 
-static void ref_rope(double *v, int width, int head_dim, int pos)
+static void ref_rope(double *v, int width, int head_dim, int pos, double theta)
 {
     for (int i = 0; i < width; i += 2) {
         int j = i % head_dim; /* llama2.c: head_dim index of the pair's first element */
-        double angle = pos / pow(10000.0, (double)j / head_dim);
+        double angle = pos / pow(theta, (double)j / head_dim);
         double c = cos(angle), s = sin(angle), v0 = v[i], v1 = v[i + 1];
         v[i] = v0 * c - v1 * s;
         v[i + 1] = v0 * s + v1 * c;
@@ -218,17 +251,22 @@ static void ref_forward(Reference *r, int token, int pos, double *logits)
     double *q = calloc((size_t)dim, sizeof(double)), *att_out = calloc((size_t)dim, sizeof(double));
     double *tmp = calloc((size_t)dim, sizeof(double)), *att = calloc((size_t)pos + 1, sizeof(double));
     double *h1 = calloc((size_t)hid, sizeof(double)), *h3 = calloc((size_t)hid, sizeof(double));
+    double eps = r->m->rms_eps, theta = r->m->rope_theta;
+    float *emb = malloc(sizeof(float) * (size_t)dim);
+    weight_dequantize_row(&w->token_embedding, token, emb);
     for (int i = 0; i < dim; i++)
-        x[i] = w->token_embedding[(size_t)token * dim + i];
+        x[i] = emb[i];
+    free(emb);
     for (int l = 0; l < c->n_layers; l++) {
-        ref_rmsnorm(xb, x, w->rms_att + (size_t)l * dim, dim);
+        const LayerWeights *lw = &w->layers[l];
+        ref_rmsnorm(xb, x, lw->rms_att, dim, eps);
         double *k = r->key_cache + ((size_t)l * c->seq_len + pos) * kv_dim;
         double *v = r->value_cache + ((size_t)l * c->seq_len + pos) * kv_dim;
-        ref_matvec(q, w->wq + (size_t)l * dim * dim, xb, dim, dim);
-        ref_matvec(k, w->wk + (size_t)l * kv_dim * dim, xb, kv_dim, dim);
-        ref_matvec(v, w->wv + (size_t)l * kv_dim * dim, xb, kv_dim, dim);
-        ref_rope(q, dim, hd, pos);
-        ref_rope(k, kv_dim, hd, pos);
+        ref_matvec(q, &lw->wq, xb);
+        ref_matvec(k, &lw->wk, xb);
+        ref_matvec(v, &lw->wv, xb);
+        ref_rope(q, dim, hd, pos, theta);
+        ref_rope(k, kv_dim, hd, pos, theta);
         for (int h = 0; h < c->n_heads; h++) {
             const double *qh = q + h * hd;
             int kvh = h / kv_mul;
@@ -250,20 +288,20 @@ static void ref_forward(Reference *r, int token, int pos, double *logits)
                 att_out[h * hd + i] = o;
             }
         }
-        ref_matvec(tmp, w->wo + (size_t)l * dim * dim, att_out, dim, dim);
+        ref_matvec(tmp, &lw->wo, att_out);
         for (int i = 0; i < dim; i++)
             x[i] += tmp[i];
-        ref_rmsnorm(xb, x, w->rms_ffn + (size_t)l * dim, dim);
-        ref_matvec(h1, w->w1 + (size_t)l * hid * dim, xb, hid, dim);
-        ref_matvec(h3, w->w3 + (size_t)l * hid * dim, xb, hid, dim);
+        ref_rmsnorm(xb, x, lw->rms_ffn, dim, eps);
+        ref_matvec(h1, &lw->w1, xb);
+        ref_matvec(h3, &lw->w3, xb);
         for (int i = 0; i < hid; i++)
             h1[i] = h1[i] / (1.0 + exp(-h1[i])) * h3[i];
-        ref_matvec(tmp, w->w2 + (size_t)l * dim * hid, h1, dim, hid);
+        ref_matvec(tmp, &lw->w2, h1);
         for (int i = 0; i < dim; i++)
             x[i] += tmp[i];
     }
-    ref_rmsnorm(xb, x, w->rms_final, dim);
-    ref_matvec(logits, w->wcls, xb, c->vocab_size, dim);
+    ref_rmsnorm(xb, x, w->rms_final, dim, eps);
+    ref_matvec(logits, &w->wcls, xb);
     free(x), free(xb), free(q), free(att_out), free(tmp), free(att), free(h1), free(h3);
 }
 
@@ -273,7 +311,7 @@ START_TEST(whole_sequence_equals_token_by_token)
 {
     for (size_t s = 0; s < N_SHAPES; s++) {
         TestModel t;
-        open_model(&t, &SHAPES[s].cfg, SHAPES[s].ak42, SHAPES[s].shared, 100 + s);
+        open_shape(&t, &SHAPES[s], 100 + s);
         const ModelConfig *c = &t.model.cfg;
         int n = c->seq_len; /* up to the last position the model allows */
         int *tokens = malloc(sizeof(int) * (size_t)n);
@@ -347,7 +385,7 @@ START_TEST(matches_double_reference)
 {
     for (size_t s = 0; s < N_SHAPES; s++) {
         TestModel t;
-        open_model(&t, &SHAPES[s].cfg, SHAPES[s].ak42, SHAPES[s].shared, 200 + s);
+        open_shape(&t, &SHAPES[s], 200 + s);
         const ModelConfig *c = &t.model.cfg;
         int n = c->seq_len, V = c->vocab_size, kv_dim = model_kv_dim(c);
         int *tokens = malloc(sizeof(int) * (size_t)n);

@@ -60,11 +60,13 @@ START_TEST(loads_stories260k)
     ck_assert_mem_eq(&m.cfg, &want, sizeof want);
     ck_assert_int_eq(m.format, MODEL_FORMAT_LEGACY);
     ck_assert_int_eq(m.shared_classifier, 1);
-    ck_assert_ptr_eq(m.w.wcls, m.w.token_embedding);
+    ck_assert_ptr_eq(m.w.wcls.data, m.w.token_embedding.data);
     ck_assert_uint_eq(m.weight_bytes, 4u * 260032u); /* the README's weight count */
     ck_assert_uint_eq(mem_current(MEM_WEIGHTS, MEM_HOST), 1056540u);
     /* Mapped, not copied: the weights point into the mapping. */
-    ck_assert_ptr_eq((const char *)m.w.token_embedding, (const char *)m.map + 28);
+    ck_assert_ptr_eq((const char *)m.w.token_embedding.data, (const char *)m.map + 28);
+    ck_assert_int_eq(m.w.token_embedding.type, WEIGHT_F32);
+    ck_assert(m.rope_theta == 10000.0f && m.rms_eps == 1e-5f);
     model_free(&m);
     ck_assert_uint_eq(mem_current(MEM_WEIGHTS, MEM_HOST), 0);
 }
@@ -94,12 +96,13 @@ START_TEST(legacy_and_ak42_agree)
         const float *end_a = (const float *)(legacy + b_legacy), *end_b = (const float *)(ak42 + b_ak42);
         size_t cls = (size_t)TINY_GQA.vocab_size * TINY_GQA.dim;
         if (!shared) {
-            ck_assert_ptr_eq(a.w.wcls + cls, end_a);
-            ck_assert_ptr_eq(b.w.wcls + cls, end_b);
+            ck_assert_ptr_eq((const float *)a.w.wcls.data + cls, end_a);
+            ck_assert_ptr_eq((const float *)b.w.wcls.data + cls, end_b);
         } else {
-            ck_assert_ptr_eq(a.w.wcls, a.w.token_embedding);
-            size_t w3 = (size_t)TINY_GQA.n_layers * TINY_GQA.hidden_dim * TINY_GQA.dim;
-            ck_assert_ptr_eq(b.w.w3 + w3, end_b);
+            ck_assert_ptr_eq(a.w.wcls.data, a.w.token_embedding.data);
+            /* ak42 ends with w3; its last layer's matrix ends the file. */
+            size_t w3 = (size_t)TINY_GQA.hidden_dim * TINY_GQA.dim;
+            ck_assert_ptr_eq((const float *)b.w.layers[TINY_GQA.n_layers - 1].w3.data + w3, end_b);
         }
         free(legacy);
         free(ak42);
@@ -118,7 +121,7 @@ START_TEST(unshared_classifier_via_negative_vocab)
     Err err = {{0}};
     ck_assert_msg(model_open_image(&m, img, bytes, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(m.cfg.vocab_size, TINY_GQA.vocab_size);
-    ck_assert_ptr_ne(m.w.wcls, m.w.token_embedding);
+    ck_assert_ptr_ne(m.w.wcls.data, m.w.token_embedding.data);
     free(img);
 }
 END_TEST

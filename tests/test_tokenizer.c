@@ -33,6 +33,11 @@ static const char *const ROUND_TRIP[] = {
 };
 #define N_ROUND_TRIP (sizeof ROUND_TRIP / sizeof ROUND_TRIP[0])
 
+static int compare_by_str(const void *a, const void *b)
+{
+    return strcmp(((const TokenIndex *)a)->str, ((const TokenIndex *)b)->str);
+}
+
 static char *read_whole(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
@@ -358,11 +363,214 @@ START_TEST(missing_and_non_regular_files)
 }
 END_TEST
 
+/* ------------------------------------------------------------ O(n log n) merging */
+
+/* llama2.c's encoder as it was before the priority queue (and as run.c
+ * has it): code points (or their bytes), then the best-scoring merge,
+ * the first one on equal scores, found by scanning every pair, until none
+ * is left. O(n^2), kept here as the reference. */
+static int reference_lookup(const Tokenizer *t, const char *s)
+{
+    TokenIndex key = {.str = s, .id = 0};
+    const TokenIndex *hit = bsearch(&key, t->sorted, (size_t)t->vocab_size, sizeof(TokenIndex), compare_by_str);
+    return hit ? hit->id : -1;
+}
+
+static int reference_encode(const Tokenizer *t, const char *text, int *tokens)
+{
+    int n = 0;
+    tokens[n++] = TOKEN_BOS;
+    if (text[0])
+        tokens[n++] = reference_lookup(t, " ");
+    for (const char *c = text; *c;) {
+        size_t len = 1;
+        while (len < 4 && (c[len] & 0xC0) == 0x80)
+            len++;
+        char cp[5] = {0};
+        memcpy(cp, c, len);
+        int id = reference_lookup(t, cp);
+        if (id >= 0)
+            tokens[n++] = id;
+        else
+            for (size_t i = 0; i < len; i++)
+                tokens[n++] = (unsigned char)c[i] + 3;
+        c += len;
+    }
+    char *buf = malloc(2 * (size_t)t->max_token_length + 3);
+    for (;;) {
+        float best_score = -1e10f;
+        int best_id = -1, best_at = -1;
+        for (int i = 0; i + 1 < n; i++) {
+            snprintf(buf, 2 * (size_t)t->max_token_length + 3, "%s%s", t->vocab[tokens[i]], t->vocab[tokens[i + 1]]);
+            int id = reference_lookup(t, buf);
+            if (id != -1 && t->scores[id] > best_score) {
+                best_score = t->scores[id];
+                best_id = id;
+                best_at = i;
+            }
+        }
+        if (best_at < 0)
+            break;
+        tokens[best_at] = best_id;
+        memmove(&tokens[best_at + 1], &tokens[best_at + 2], (size_t)(n - best_at - 2) * sizeof(int));
+        n--;
+    }
+    free(buf);
+    return n;
+}
+
+/* Random text from pieces a story vocabulary knows (and some it does not). */
+static void random_text(char *out, size_t max, unsigned *seed)
+{
+    static const char *const UNITS[] = {"a", "e", "t", "h", "o", "n", " ", " ", "the", " was", "ing", "Lily", ".",
+                                        ",", "!", "\n", "  ", "'", "\xc3\xa9", "\xe6\x97\xa5", "\xf0\x9f\x98\x80",
+                                        "x", "q", "Z", "1", "0", "\t"};
+    size_t n = 0;
+    int count = (int)(rand_r(seed) % 60);
+    for (int i = 0; i < count; i++) {
+        const char *u = UNITS[rand_r(seed) % (sizeof UNITS / sizeof UNITS[0])];
+        if (n + strlen(u) + 1 > max)
+            break;
+        memcpy(out + n, u, strlen(u));
+        n += strlen(u);
+    }
+    out[n] = '\0';
+}
+
+static void check_against_reference(const Tokenizer *t, const char *name, int trials)
+{
+    unsigned seed = 2024;
+    char text[512];
+    int want[520];
+    for (int k = 0; k < trials; k++) {
+        random_text(text, sizeof text, &seed);
+        int n;
+        int *got = encode(t, text, 1, 0, &n);
+        int expect = reference_encode(t, text, want);
+        ck_assert_msg(n == expect, "%s: '%s' gave %d ids, the reference %d", name, text, n, expect);
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(got[i] == want[i], "%s: '%s': id %d is %d, the reference gives %d", name, text, i, got[i],
+                          want[i]);
+        free(got);
+    }
+}
+
+START_TEST(merging_matches_the_quadratic_reference)
+{
+    static const int vocabs[] = {512, 1000, 32000};
+    for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++) {
+        Tokenizer t;
+        load_synthetic(&t, vocabs[v]);
+        char name[32];
+        snprintf(name, sizeof name, "synthetic %d", vocabs[v]);
+        check_against_reference(&t, name, 300);
+        tokenizer_free(&t);
+    }
+    Tokenizer t;
+    if (load_tok512(&t)) {
+        test_skip("merging_matches_the_quadratic_reference (tok512 part)", "../shared/models/tok512.bin is absent");
+        return;
+    }
+    check_against_reference(&t, "tok512", 1000);
+    tokenizer_free(&t);
+}
+END_TEST
+
+/* Not a benchmark: a hang guard. 200 KB took the O(n^2) merge about 20
+ * minutes (10 KB took 3.3 s); the priority queue takes well under a second,
+ * far inside the suite's time limit even under the sanitizers. */
+START_TEST(long_prompts_finish)
+{
+    Tokenizer t;
+    if (load_tok512(&t))
+        load_synthetic(&t, 512);
+    size_t len = 200 * 1000;
+    char *text = malloc(len + 1);
+    static const char STORY[] = "Once upon a time there was a little girl named Lily. She liked to play. ";
+    for (int kind = 0; kind < 3; kind++) {
+        for (size_t i = 0; i < len; i++)
+            text[i] = kind == 0 ? STORY[i % (sizeof STORY - 1)] : kind == 1 ? 'a' : " !"[i % 2];
+        text[len] = '\0';
+        int n;
+        int *ids = encode(&t, text, 1, 0, &n);
+        /* Every byte is covered; the story merges into far fewer tokens. */
+        ck_assert_msg(n > 1 && n <= (int)len + 2, "kind %d: %d ids for %zu bytes", kind, n, len);
+        if (kind == 0)
+            ck_assert_msg(n < (int)len / 2, "the story gave %d ids for %zu bytes: merges did not happen", n, len);
+        free(ids);
+    }
+    free(text);
+    tokenizer_free(&t);
+}
+END_TEST
+
+START_TEST(longest_text_that_may_fit)
+{
+    Tokenizer t;
+    load_synthetic(&t, 1000);
+    int longest = 0;
+    for (int i = 0; i < t.vocab_size; i++)
+        longest = (int)strlen(t.vocab[i]) > longest ? (int)strlen(t.vocab[i]) : longest;
+    ck_assert_int_eq(tokenizer_max_piece_bytes(&t), longest);
+    ck_assert_uint_eq(tokenizer_max_text_bytes(&t, 512), 512 * (size_t)longest);
+    ck_assert_uint_eq(tokenizer_max_text_bytes(&t, 0), 0);
+    ck_assert_uint_eq(tokenizer_max_text_bytes(&t, -5), 0);
+    /* The bound holds: a text just past it never encodes to that few tokens. */
+    char *text = malloc(512 * (size_t)longest + 2);
+    memset(text, 'e', 512 * (size_t)longest + 1);
+    text[512 * (size_t)longest + 1] = '\0';
+    int n;
+    int *ids = encode(&t, text, 0, 0, &n);
+    ck_assert_msg(n > 512, "%zu bytes encoded to %d tokens", strlen(text), n);
+    free(ids);
+    free(text);
+    ck_assert(tokenizer_is_stop(&t, TOKEN_BOS) && tokenizer_is_stop(&t, TOKEN_EOS) && !tokenizer_is_stop(&t, 0));
+    tokenizer_free(&t);
+}
+END_TEST
+
+/* The stream prints what print_token() prints, byte for byte. */
+START_TEST(stream_prints_what_llama2c_prints)
+{
+    Tokenizer t;
+    if (load_tok512(&t)) {
+        test_skip("stream_prints_what_llama2c_prints", "../shared/models/tok512.bin is absent");
+        return;
+    }
+    for (size_t k = 0; k < N_ROUND_TRIP; k++) {
+        int n;
+        int *ids = encode(&t, ROUND_TRIP[k], 1, 1, &n);
+        char want[1024] = "", got[1024] = "";
+        for (int i = 1; i < n - 1; i++) {
+            const char *piece = tokenizer_decode(&t, ids[i - 1], ids[i]);
+            if (tokenizer_piece_is_printable(piece))
+                strcat(want, piece);
+        }
+        DecodeStream s;
+        Err err = {{0}};
+        ck_assert(decode_stream_init(&s, &t, ids[0], &err) == 0);
+        size_t len;
+        for (int i = 1; i < n; i++) { /* EOS included: the stream never prints it */
+            const char *text = decode_stream_push(&s, ids[i], &len);
+            strncat(got, text, len);
+        }
+        const char *rest = decode_stream_finish(&s, &len);
+        strncat(got, rest, len);
+        ck_assert_msg(strcmp(got, want) == 0, "'%s': the stream printed '%s', print_token '%s'", ROUND_TRIP[k], got,
+                      want);
+        decode_stream_free(&s);
+        free(ids);
+    }
+    tokenizer_free(&t);
+    ck_assert_int_eq(mem_live_buffers(), 0);
+}
+END_TEST
+
 Suite *suite_tokenizer(void)
 {
     Suite *s = suite_create("tokenizer");
     TCase *tc = tcase_create("tokenizer");
-    tcase_set_timeout(tc, 30);
+    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, tok512_once_upon_a_time);
     tcase_add_test(tc, tok512_round_trips);
     tcase_add_test(tc, tok512_merges_shorten_common_text);
@@ -372,6 +580,10 @@ Suite *suite_tokenizer(void)
     tcase_add_test(tc, truncated_file_is_refused);
     tcase_add_test(tc, absurd_lengths_are_refused);
     tcase_add_test(tc, missing_and_non_regular_files);
+    tcase_add_test(tc, merging_matches_the_quadratic_reference);
+    tcase_add_test(tc, long_prompts_finish);
+    tcase_add_test(tc, longest_text_that_may_fit);
+    tcase_add_test(tc, stream_prints_what_llama2c_prints);
     suite_add_tcase(s, tc);
     return s;
 }

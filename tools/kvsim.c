@@ -230,7 +230,8 @@ static uint64_t default_weights(const KvShape *s)
     static const struct {
         const char *name;
         double params;
-    } sizes[] = {{"llama-7b", 7e9}, {"llama-13b", 13e9}, {"opt-13b", 13e9}, {"llama-2-70b", 70e9}};
+    } sizes[] = {{"llama-7b", 7e9},    {"llama-13b", 13e9},   {"opt-13b", 13e9},
+                 {"llama-2-70b", 70e9}, {"smollm2-135m", 134515008.0}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (strcmp(s->name, sizes[i].name) == 0)
             return (uint64_t)(2.0 * sizes[i].params);

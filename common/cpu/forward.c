@@ -55,6 +55,7 @@ int forward_state_init(ForwardState *s, const ModelConfig *cfg, int max_tokens, 
             return err_set(err, "out of memory for activations of %d tokens", max_tokens);
         }
     }
+    s->rope_theta = MODEL_DEFAULT_ROPE_THETA;
     rope_tables(s->rope_cos, s->rope_sin, cfg->seq_len, model_head_dim(cfg));
     return 0;
 }
@@ -101,18 +102,27 @@ void forward(const Model *m, ForwardState *s, const KvSeam *kv, const BatchEntry
     const ModelConfig *c = &m->cfg;
     const ModelWeights *w = &m->w;
     const int dim = c->dim, kv_dim = model_kv_dim(c), hid = c->hidden_dim, hd = model_head_dim(c);
-    const long dd = (long)dim * dim, kd = (long)kv_dim * dim, hdim = (long)hid * dim;
+    const float eps = m->rms_eps;
 
+    if (s->rope_theta != m->rope_theta) {
+        /* Sized for the configuration at init; only the base was not known. */
+        rope_tables_theta(s->rope_cos, s->rope_sin, c->seq_len, hd, m->rope_theta);
+        s->rope_theta = m->rope_theta;
+    }
+
+    /* The embedding of a token is one row of the table, turned into f32
+     * (a copy for an f32 model). */
     for (int i = 0; i < n; i++)
-        memcpy(s->x + (long)i * dim, w->token_embedding + (long)e[i].token * dim, (size_t)dim * sizeof(float));
+        weight_dequantize_row(&w->token_embedding, e[i].token, s->x + (long)i * dim);
 
     for (int l = 0; l < c->n_layers; l++) {
+        const LayerWeights *lw = &w->layers[l];
         /* Attention block: x += Wo . attention(RoPE(Wq xn), RoPE(Wk xn), Wv xn) */
         for (int i = 0; i < n; i++)
-            rmsnorm(s->xb + (long)i * dim, s->x + (long)i * dim, w->rms_att + (long)l * dim, dim);
-        matmul(s->q, s->xb, w->wq + l * dd, n, dim, dim);
-        matmul(s->k, s->xb, w->wk + l * kd, n, dim, kv_dim);
-        matmul(s->v, s->xb, w->wv + l * kd, n, dim, kv_dim);
+            rmsnorm_eps(s->xb + (long)i * dim, s->x + (long)i * dim, lw->rms_att, dim, eps);
+        float *qkv_out[3] = {s->q, s->k, s->v};
+        const WeightMatrix *qkv[3] = {&lw->wq, &lw->wk, &lw->wv};
+        matmul_weights_group(qkv_out, s->xb, qkv, 3, n);
         for (int i = 0; i < n; i++) {
             const float *cos_row = s->rope_cos + (long)e[i].pos * (hd / 2);
             const float *sin_row = s->rope_sin + (long)e[i].pos * (hd / 2);
@@ -124,16 +134,17 @@ void forward(const Model *m, ForwardState *s, const KvSeam *kv, const BatchEntry
         for (int i = 0; i < n; i++)
             kv->store(kv->ctx, l, &e[i], s->k + (long)i * kv_dim, s->v + (long)i * kv_dim);
         attend_all(c, s, kv, l, e, n);
-        matmul(s->xb2, s->xb, w->wo + l * dd, n, dim, dim);
+        matmul_weights(s->xb2, s->xb, &lw->wo, n);
         add_inplace(s->x, s->xb2, n * dim);
 
         /* Feed-forward block: x += W2 . (silu(W1 xn) * W3 xn) */
         for (int i = 0; i < n; i++)
-            rmsnorm(s->xb + (long)i * dim, s->x + (long)i * dim, w->rms_ffn + (long)l * dim, dim);
-        matmul(s->hb, s->xb, w->w1 + l * hdim, n, dim, hid);
-        matmul(s->hb2, s->xb, w->w3 + l * hdim, n, dim, hid);
+            rmsnorm_eps(s->xb + (long)i * dim, s->x + (long)i * dim, lw->rms_ffn, dim, eps);
+        float *gate_up_out[2] = {s->hb, s->hb2};
+        const WeightMatrix *gate_up[2] = {&lw->w1, &lw->w3};
+        matmul_weights_group(gate_up_out, s->xb, gate_up, 2, n);
         swiglu(s->hb, s->hb2, n * hid);
-        matmul(s->xb, s->hb, w->w2 + l * hdim, n, hid, dim);
+        matmul_weights(s->xb, s->hb, &lw->w2, n);
         add_inplace(s->x, s->xb, n * dim);
     }
 
@@ -142,9 +153,9 @@ void forward(const Model *m, ForwardState *s, const KvSeam *kv, const BatchEntry
     for (int i = 0; i < n; i++) {
         if (e[i].logits_row < 0)
             continue;
-        rmsnorm(s->logit_x + (long)e[i].logits_row * dim, s->x + (long)i * dim, w->rms_final, dim);
+        rmsnorm_eps(s->logit_x + (long)e[i].logits_row * dim, s->x + (long)i * dim, w->rms_final, dim, eps);
         rows = e[i].logits_row + 1 > rows ? e[i].logits_row + 1 : rows;
     }
     if (rows > 0)
-        matmul(s->logits, s->logit_x, w->wcls, rows, dim, c->vocab_size);
+        matmul_weights(s->logits, s->logit_x, &w->wcls, rows);
 }

@@ -77,10 +77,13 @@ typedef struct {
     float *logits;  /**< [max_logits][vocab_size] */
     float *rope_cos; /**< [seq_len][head_dim/2] */
     float *rope_sin; /**< [seq_len][head_dim/2] */
+    float rope_theta; /**< the RoPE base rope_cos and rope_sin were computed for */
 } ForwardState;
 
 /**
- * Allocates the activation buffers (charged to activations).
+ * Allocates the activation buffers (charged to activations) and computes
+ * the RoPE tables for the llama2.c base, 10000; forward() recomputes them,
+ * once, for a model with another base (SmolLM2's is 100000).
  * @param s           receives the buffers
  * @param cfg         model shape
  * @param max_tokens  most entries one forward call will get
@@ -120,7 +123,9 @@ int forward_default_threads(const ModelConfig *cfg);
 
 /**
  * Runs the model on a batch of tokens. For every entry with logits_row >= 0,
- * fills s->logits[logits_row]. Allocates nothing.
+ * fills s->logits[logits_row]. Allocates nothing. The first call with a
+ * model whose RoPE base differs from the tables' recomputes the tables in
+ * place.
  * @param m        the model
  * @param s        activation buffers with capacity for the batch
  * @param kv       the chapter's K/V seam

@@ -14,6 +14,8 @@
 
 #include <math.h>
 
+#include "quant.h"
+
 /**
  * Dot product in kvlab's fixed order: eight interleaved partial sums over
  * the first n - n%8 elements, combined pairwise, then the tail in order.
@@ -41,6 +43,54 @@ float dot(const float *a, const float *b, int n);
 void matmul(float *out, const float *x, const float *w, int n_tokens, int in_dim, int out_dim);
 
 /**
+ * Matrix product with weights as stored: out[t][o] = W[o] . x[t].
+ *
+ * f32 weights go through matmul() (so a llama2.c checkpoint gives the same
+ * bits as ever). Every other type is turned into f32 one block of 32
+ * weights at a time, in registers, exactly as weight_dequantize_row()
+ * does, and multiplied with f32 activations (never quantized) in this
+ * fixed order: 32 partial sums, partial k collecting the products of
+ * weights k, k + 32, k + 64, ... in turn; then partial k + 16 is added to
+ * partial k, then k + 8 to k, then the eight are combined as in dot(), and
+ * the weights past the last whole block (f16/bf16 rows only) are added in
+ * order. A row is read once, start to end, for up to eight tokens at a
+ * time; the threads split the rows. So every output is the same bits
+ * whatever the number of tokens, their position in the batch and the
+ * number of threads, and equals the dot product in that order of the
+ * exactly dequantized row.
+ * @param out       [n_tokens][w->rows]
+ * @param x         [n_tokens][w->cols]
+ * @param w         the weights
+ * @param n_tokens  tokens in the batch
+ */
+void matmul_weights(float *out, const float *x, const WeightMatrix *w, int n_tokens);
+
+/**
+ * matmul_weights() of several matrices on the same input, out_i = W_i x
+ * (Q, K and V of a layer; its gate and up projections), with one fork and
+ * one join of the threads for all of them instead of one per matrix. Every
+ * output is the same bits as matmul_weights() gives it alone.
+ * @param outs      [n_mats] outputs, out_i [n_tokens][w[i]->rows]
+ * @param x         [n_tokens][cols] (every matrix has cols columns)
+ * @param w         [n_mats] the weights
+ * @param n_mats    how many matrices
+ * @param n_tokens  tokens in the batch
+ */
+void matmul_weights_group(float *const *outs, const float *x, const WeightMatrix *const *w, int n_mats,
+                          int n_tokens);
+
+/**
+ * RMSNorm with the model's epsilon: out = weight * x / sqrt(mean(x^2) + eps).
+ * out may alias x.
+ * @param out     [n]
+ * @param x       [n]
+ * @param weight  [n]
+ * @param n       width
+ * @param eps     added to the mean square (1e-5 for the llama2.c models)
+ */
+void rmsnorm_eps(float *out, const float *x, const float *weight, int n, float eps);
+
+/**
  * RMSNorm: out = weight * x / sqrt(mean(x^2) + 1e-5). out may alias x.
  * @param out     [n]
  * @param x       [n]
@@ -55,6 +105,17 @@ void rmsnorm(float *out, const float *x, const float *weight, int n);
  * @param n  length, at least 1
  */
 void softmax(float *x, int n);
+
+/**
+ * Rotary position embedding tables with base @p theta: for position p and
+ * pair i of a head, angle = p * (1 / theta^(2i/head_dim)), in float.
+ * @param cos_out   [seq_len][head_dim/2]
+ * @param sin_out   [seq_len][head_dim/2]
+ * @param seq_len   positions
+ * @param head_dim  head width (even)
+ * @param theta     the base (llama.rope.freq_base; 10000 for llama2.c)
+ */
+void rope_tables_theta(float *cos_out, float *sin_out, int seq_len, int head_dim, float theta);
 
 /**
  * Rotary position embedding tables: for position p and pair i of a head,

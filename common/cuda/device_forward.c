@@ -21,37 +21,61 @@
 
 /* ------------------------------------------------------------ weights */
 
-/* Host elements converted per chunk when uploading f16/bf16 weights. */
+/* Host elements converted per chunk when uploading weights. */
 #define UPLOAD_CHUNK ((size_t)1 << 20)
 
-/* Uploads count f32 values as type t into a new device buffer. Everything
- * goes through the device's stream, which is synchronised before the host
- * staging buffer is reused or freed. */
-static int upload(void **dst, const float *src, size_t count, Dtype t, const Device *dev, Err *err)
+/* Copies count elements of type t from a host staging buffer to dst + at
+ * (in elements), through the device's stream, synchronised before the
+ * staging buffer is reused. */
+static int copy_chunk(void *dst, size_t at, const void *stage, size_t count, Dtype t, const Device *dev, Err *err)
 {
-    if (device_alloc(dst, count * dtype_bytes(t), MEM_WEIGHTS, err))
+    cudaError_t e = cudaMemcpyAsync((char *)dst + at * dtype_bytes(t), stage, count * dtype_bytes(t),
+                                    cudaMemcpyHostToDevice, dev->stream);
+    if (e != cudaSuccess)
+        return err_set(err, "%s:%d: cudaMemcpyAsync (weights): %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    return device_sync(dev, err);
+}
+
+/* Uploads the matrices of the layers (or one matrix), back to back, as
+ * type t into a new device buffer [n][rows][cols]. A matrix in any stored
+ * type (quant.h) is dequantized exactly, row by row, on the host, then
+ * rounded to t (nearest even for f16/bf16). */
+static int upload_matrices(void **dst, const WeightMatrix *const *w, int n, Dtype t, const Device *dev,
+                           size_t *bytes, Err *err)
+{
+    size_t rows = (size_t)w[0]->rows, cols = (size_t)w[0]->cols;
+    if (device_alloc(dst, (size_t)n * rows * cols * dtype_bytes(t), MEM_WEIGHTS, err))
         return -1;
-    if (t == DTYPE_F32) {
-        CUDA_CHECK(err, cudaMemcpyAsync(*dst, src, count * sizeof(float), cudaMemcpyHostToDevice, dev->stream));
-        return device_sync(dev, err);
-    }
-    size_t chunk = count < UPLOAD_CHUNK ? count : UPLOAD_CHUNK;
-    void *stage = mem_alloc_array(MEM_ACTIVATIONS, chunk, dtype_bytes(t));
-    if (!stage)
-        return err_set(err, "out of host memory for the weight upload staging buffer");
-    int rc = 0;
-    for (size_t at = 0; at < count && rc == 0; at += chunk) {
-        size_t c = count - at < chunk ? count - at : chunk;
-        dtype_from_f32(stage, src + at, c, t);
-        cudaError_t e = cudaMemcpyAsync((char *)*dst + at * dtype_bytes(t), stage, c * dtype_bytes(t),
-                                        cudaMemcpyHostToDevice, dev->stream);
-        if (e != cudaSuccess)
-            rc = err_set(err, "%s:%d: cudaMemcpyAsync (weights): %s", __FILE__, __LINE__, cudaGetErrorString(e));
-        else
-            rc = device_sync(dev, err);
-    }
-    mem_free(stage);
+    size_t chunk_rows = UPLOAD_CHUNK / cols ? UPLOAD_CHUNK / cols : 1;
+    float *f32 = mem_alloc_array(MEM_ACTIVATIONS, chunk_rows * cols, sizeof(float));
+    void *typed = t == DTYPE_F32 ? NULL : mem_alloc_array(MEM_ACTIVATIONS, chunk_rows * cols, dtype_bytes(t));
+    int rc = !f32 || (t != DTYPE_F32 && !typed) ? err_set(err, "out of host memory for the weight upload") : 0;
+    for (int l = 0; l < n && rc == 0; l++)
+        for (size_t r0 = 0; r0 < rows && rc == 0; r0 += chunk_rows) {
+            size_t nr = rows - r0 < chunk_rows ? rows - r0 : chunk_rows;
+            for (size_t r = 0; r < nr; r++)
+                weight_dequantize_row(w[l], (int)(r0 + r), f32 + r * cols);
+            if (typed)
+                dtype_from_f32(typed, f32, nr * cols, t);
+            rc = copy_chunk(*dst, ((size_t)l * rows + r0) * cols, typed ? typed : f32, nr * cols, t, dev, err);
+        }
+    mem_free(f32);
+    mem_free(typed);
+    *bytes += (size_t)n * rows * cols * dtype_bytes(t);
     return rc;
+}
+
+/* The norm weights of the layers, [n][dim] f32. */
+static int upload_norms(float **dst, const float *const *src, int n, int dim, const Device *dev, size_t *bytes,
+                        Err *err)
+{
+    if (device_alloc((void **)dst, (size_t)n * dim * sizeof(float), MEM_WEIGHTS, err))
+        return -1;
+    for (int l = 0; l < n; l++)
+        if (copy_chunk(*dst, (size_t)l * dim, src[l], (size_t)dim, DTYPE_F32, dev, err))
+            return -1;
+    *bytes += (size_t)n * dim * sizeof(float);
+    return 0;
 }
 
 int device_model_upload(DeviceModel *dm, const Model *m, Dtype wtype, const Device *dev, Err *err)
@@ -61,36 +85,34 @@ int device_model_upload(DeviceModel *dm, const Model *m, Dtype wtype, const Devi
     const ModelWeights *w = &m->w;
     dm->cfg = *c;
     dm->wtype = wtype;
-    size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, kv = (size_t)model_kv_dim(c), hid = (size_t)c->hidden_dim;
-    size_t vocab = (size_t)c->vocab_size;
-    struct {
-        void **dst;
-        const float *src;
-        size_t count;
-        Dtype type;
-    } tensors[] = {
-        {&dm->token_embedding, w->token_embedding, vocab * dim, wtype},
-        {(void **)&dm->rms_att, w->rms_att, L * dim, DTYPE_F32},
-        {(void **)&dm->rms_ffn, w->rms_ffn, L * dim, DTYPE_F32},
-        {(void **)&dm->rms_final, w->rms_final, dim, DTYPE_F32},
-        {&dm->wq, w->wq, L * dim * dim, wtype},
-        {&dm->wk, w->wk, L * kv * dim, wtype},
-        {&dm->wv, w->wv, L * kv * dim, wtype},
-        {&dm->wo, w->wo, L * dim * dim, wtype},
-        {&dm->w1, w->w1, L * hid * dim, wtype},
-        {&dm->w2, w->w2, L * dim * hid, wtype},
-        {&dm->w3, w->w3, L * hid * dim, wtype},
-        {&dm->wcls, w->wcls, vocab * dim, wtype},
-    };
-    size_t n_tensors = sizeof tensors / sizeof tensors[0];
-    if (m->shared_classifier)
-        n_tensors--; /* the classifier is the embedding table: set below, not uploaded twice */
-    for (size_t i = 0; i < n_tensors; i++) {
-        if (upload(tensors[i].dst, tensors[i].src, tensors[i].count, tensors[i].type, dev, err)) {
-            device_model_free(dm);
-            return err_prefix(err, "uploading the weights");
-        }
-        dm->bytes += tensors[i].count * dtype_bytes(tensors[i].type);
+    dm->rope_theta = m->rope_theta;
+    if (m->rms_eps != 1e-5f)
+        return err_set(err, "the CUDA kernels use RMSNorm epsilon 1e-5; this model's is %g", (double)m->rms_eps);
+    int L = c->n_layers;
+    const WeightMatrix *mats[7][MODEL_MAX_LAYERS];
+    const float *norms[2][MODEL_MAX_LAYERS];
+    for (int l = 0; l < L; l++) {
+        const LayerWeights *lw = &w->layers[l];
+        const WeightMatrix *row[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+        for (int i = 0; i < 7; i++)
+            mats[i][l] = row[i];
+        norms[0][l] = lw->rms_att;
+        norms[1][l] = lw->rms_ffn;
+    }
+    void **mat_dst[7] = {&dm->wq, &dm->wk, &dm->wv, &dm->wo, &dm->w1, &dm->w2, &dm->w3};
+    const WeightMatrix *emb = &w->token_embedding, *cls = &w->wcls;
+    int rc = upload_matrices(&dm->token_embedding, &emb, 1, wtype, dev, &dm->bytes, err) ||
+             upload_norms(&dm->rms_att, norms[0], L, c->dim, dev, &dm->bytes, err) ||
+             upload_norms(&dm->rms_ffn, norms[1], L, c->dim, dev, &dm->bytes, err) ||
+             upload_norms(&dm->rms_final, &w->rms_final, 1, c->dim, dev, &dm->bytes, err);
+    for (int i = 0; i < 7 && rc == 0; i++)
+        rc = upload_matrices(mat_dst[i], mats[i], L, wtype, dev, &dm->bytes, err);
+    /* A shared classifier is the embedding table: not uploaded twice. */
+    if (rc == 0 && !m->shared_classifier)
+        rc = upload_matrices(&dm->wcls, &cls, 1, wtype, dev, &dm->bytes, err);
+    if (rc) {
+        device_model_free(dm);
+        return err_prefix(err, "uploading the weights");
     }
     if (m->shared_classifier)
         dm->wcls = dm->token_embedding;
@@ -171,7 +193,7 @@ int device_forward_state_init(DeviceForwardState *s, const DeviceModel *dm, int 
         rc = err_set(err, "out of host memory for the device forward state");
     } else {
         /* The CPU's own tables, so that RoPE is bitwise the same. */
-        rope_tables(cos_host, sin_host, c->seq_len, model_head_dim(c));
+        rope_tables_theta(cos_host, sin_host, c->seq_len, model_head_dim(c), dm->rope_theta);
         rc = upload_rope_tables(s, cos_host, sin_host, (size_t)c->seq_len * half * sizeof(float), err);
     }
     mem_free(cos_host);

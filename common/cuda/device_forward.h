@@ -59,6 +59,7 @@
 /** The model's weights on the device, uploaded once. */
 typedef struct {
     ModelConfig cfg;       /**< the model's shape */
+    float rope_theta;      /**< the model's RoPE base (for the tables) */
     Dtype wtype;           /**< type of the embedding table and every matrix */
     void *token_embedding; /**< [vocab_size][dim] of wtype */
     float *rms_att;        /**< [n_layers][dim] (norm weights stay f32: they are tiny) */
@@ -76,8 +77,11 @@ typedef struct {
 } DeviceModel;
 
 /**
- * Uploads a model's weights (charged to weights on the device). f16/bf16
- * are converted on the host in chunks, rounding to nearest even.
+ * Uploads a model's weights (charged to weights on the device). Matrices
+ * stored quantized (a GGUF model) are dequantized exactly on the host, row
+ * by row; f16/bf16 are converted on the host in chunks, rounding to
+ * nearest even. A model whose RMSNorm epsilon is not 1e-5 is refused (the
+ * kernels have it built in).
  * @param dm     receives the device weights
  * @param m      the model (host)
  * @param wtype  type to store the embedding table and matrices in

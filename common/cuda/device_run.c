@@ -7,7 +7,7 @@ int device_run_open(DeviceRun *r, const CliOptions *opts, Err *err)
     memset(r, 0, sizeof *r);
     if (dtype_parse(opts->kv_dtype, &r->kv_type, err))
         return err_prefix(err, "--kv-dtype");
-    if (dtype_parse(opts->weight_dtype, &r->weight_type, err))
+    if (dtype_parse(opts->weight_dtype ? opts->weight_dtype : "f32", &r->weight_type, err))
         return err_prefix(err, "--weight-dtype");
     return device_open(&r->dev, err);
 }
@@ -18,7 +18,8 @@ int device_run_open_if_asked(DeviceRun *r, const CliOptions *opts, const char *p
     memset(r, 0, sizeof *r);
     *on_device = strcmp(opts->device, "cuda") == 0;
     if (!*on_device) {
-        if (strcmp(opts->kv_dtype, "f32") != 0 || strcmp(opts->weight_dtype, "f32") != 0)
+        /* On the CPU, --weight-dtype f32 dequantizes at load (assets.c). */
+        if (strcmp(opts->kv_dtype, "f32") != 0 || (opts->weight_dtype && strcmp(opts->weight_dtype, "f32") != 0))
             return err_set(err, "--kv-dtype and --weight-dtype other than f32 need --device cuda "
                                 "(the CPU path computes and stores in f32)");
         return 0;

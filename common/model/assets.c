@@ -114,6 +114,32 @@ static int open_synthetic(Assets *a, Err *err)
     return rc;
 }
 
+/* The tokenizer of a GGUF model is in its metadata (tokenizer.ggml.*),
+ * read from the file the model already has open. */
+static int open_gguf_tokenizer(Assets *a, Err *err)
+{
+    snprintf(a->tokenizer_path, sizeof a->tokenizer_path, "(in %.*s)", PATH_MAX - 8, a->model_path);
+    if (tokenizer_open_gguf(&a->tokenizer, &a->model.gguf, err))
+        return err_prefix(err, "%s", a->model_path);
+    if (a->tokenizer.vocab_size != a->model.cfg.vocab_size) {
+        int tokens = a->tokenizer.vocab_size;
+        tokenizer_free(&a->tokenizer);
+        return err_set(err, "%s: the tokenizer has %d tokens but the embedding table %d rows", a->model_path, tokens,
+                       a->model.cfg.vocab_size);
+    }
+    return 0;
+}
+
+/* --weight-dtype f32 on the CPU: every matrix dequantized at load, to
+ * compare memory and speed with the weights as stored. */
+static int apply_weight_dtype(Assets *a, const CliOptions *opts, Err *err)
+{
+    int on_cpu = !opts->device || strcmp(opts->device, "cpu") == 0;
+    if (!on_cpu || !opts->weight_dtype || strcmp(opts->weight_dtype, "f32") != 0)
+        return 0;
+    return model_dequantize(&a->model, err);
+}
+
 int assets_open(Assets *a, const CliOptions *opts, Err *err)
 {
     memset(a, 0, sizeof *a);
@@ -130,6 +156,17 @@ int assets_open(Assets *a, const CliOptions *opts, Err *err)
     }
     if (model_load(&a->model, a->model_path, err))
         return -1;
+    if (apply_weight_dtype(a, opts, err)) {
+        assets_close(a);
+        return -1;
+    }
+    if (!opts->tokenizer_path && a->model.format == MODEL_FORMAT_GGUF) {
+        if (open_gguf_tokenizer(a, err)) {
+            assets_close(a);
+            return -1;
+        }
+        return 0;
+    }
     if (opts->tokenizer_path)
         snprintf(a->tokenizer_path, sizeof a->tokenizer_path, "%s", opts->tokenizer_path);
     else if (find_tokenizer(a, a->tokenizer_path, sizeof a->tokenizer_path, err)) {
@@ -154,8 +191,14 @@ void assets_close(Assets *a)
 const char *assets_describe(const Assets *a, char *buf, size_t n)
 {
     const ModelConfig *c = &a->model.cfg;
-    snprintf(buf, n, "model %s (dim %d, %d layers, %d heads, %d kv heads, vocab %d, seq_len %d)%s, tokenizer %s",
-             a->model_path, c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len,
+    char types[64], stored[32], f32[32], weights[160] = "";
+    if (a->model.format == MODEL_FORMAT_GGUF)
+        snprintf(weights, sizeof weights, ", weights %s: %s, %s in f32",
+                 model_weight_types(&a->model, types, sizeof types),
+                 cli_format_bytes(stored, sizeof stored, (double)a->model.weight_bytes),
+                 cli_format_bytes(f32, sizeof f32, (double)a->model.weight_f32_bytes));
+    snprintf(buf, n, "model %s (dim %d, %d layers, %d heads, %d kv heads, vocab %d, seq_len %d)%s%s, tokenizer %s",
+             a->model_path, c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len, weights,
              a->synthetic ? " [no model file found: random weights, the text will be gibberish]" : "",
              a->tokenizer_path);
     return buf;

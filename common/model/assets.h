@@ -8,7 +8,10 @@
  * the project root the executable was built in; if neither exists it makes a
  * synthetic model of the same shape, and says so. Without `--tokenizer` it
  * picks the file that fits the model's vocabulary (`tok512.bin` for 512
- * tokens, `tokenizer.bin` for 32,000) next to the model or in those folders.
+ * tokens, `tokenizer.bin` for 32,000) next to the model or in those folders;
+ * a GGUF model (`--model file.gguf`) brings its own tokenizer in its
+ * metadata. `--weight-dtype f32` on the CPU dequantizes a quantized model's
+ * matrices at load (model_dequantize()).
  */
 #ifndef KVLAB_ASSETS_H
 #define KVLAB_ASSETS_H
@@ -48,7 +51,7 @@ typedef struct {
 /**
  * Opens the model and tokenizer named by the options, or the defaults.
  * @param a     receives everything
- * @param opts  --model and --tokenizer (either may be NULL)
+ * @param opts  --model and --tokenizer (either may be NULL), --weight-dtype and --device
  * @param err   receives the reason on failure
  * @return 0 on success, -1 on failure (nothing to close then)
  */

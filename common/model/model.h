@@ -2,7 +2,12 @@
  * @file model.h
  * @brief Llama checkpoints: the configuration, the weights, and loading them.
  *
- * Two on-disk formats from llama2.c are understood:
+ * Three on-disk formats are understood. A GGUF file (llama.cpp's format,
+ * what SmolLM2-135M-Instruct ships in; recognised by its magic "GGUF") is
+ * read with gguf.h: the shape comes from its `llama.*` metadata keys and
+ * each tensor keeps the type it is stored in (see quant.h), so a Q4_1
+ * model takes 5 bits per weight in memory, not 32. Two formats from
+ * llama2.c, all f32:
  *
  * - **legacy** (what `stories260K.bin` uses): seven little-endian int32
  *   header values, then fp32 tensors in the order of ::ModelWeights, then the
@@ -21,8 +26,17 @@
 #include <stddef.h>
 
 #include "err.h"
+#include "gguf.h"
+#include "quant.h"
 
-/** The seven numbers of a checkpoint header. */
+/** RoPE base of the llama2.c models (their files do not store it). */
+#define MODEL_DEFAULT_ROPE_THETA 10000.0f
+/** RMSNorm epsilon of the llama2.c models. */
+#define MODEL_DEFAULT_RMS_EPS 1e-5f
+/** Most transformer blocks a model may have (Llama 3.1 405B has 126). */
+#define MODEL_MAX_LAYERS 256
+
+/** The seven numbers of a checkpoint header: the shape of a model. */
 typedef struct {
     int dim;        /**< width of the residual stream */
     int hidden_dim; /**< width of the SwiGLU feed-forward layer */
@@ -71,34 +85,45 @@ static inline int model_max_tokens(const ModelConfig *c) { return c->seq_len + 1
  */
 size_t model_kv_bytes_per_token(const ModelConfig *c, size_t elem_bytes);
 
-/** Read-only views of every tensor; shapes are [rows][cols], row-major. */
+/** The tensors of one transformer block, as stored. */
 typedef struct {
-    const float *token_embedding; /**< [vocab_size][dim] */
-    const float *rms_att;         /**< [n_layers][dim] */
-    const float *wq;              /**< [n_layers][dim][dim] (out x in) */
-    const float *wk;              /**< [n_layers][kv_dim][dim] */
-    const float *wv;              /**< [n_layers][kv_dim][dim] */
-    const float *wo;              /**< [n_layers][dim][dim] */
-    const float *rms_ffn;         /**< [n_layers][dim] */
-    const float *w1;              /**< [n_layers][hidden_dim][dim] */
-    const float *w2;              /**< [n_layers][dim][hidden_dim] */
-    const float *w3;              /**< [n_layers][hidden_dim][dim] */
-    const float *rms_final;       /**< [dim] */
-    const float *wcls;            /**< [vocab_size][dim]; may alias token_embedding */
+    const float *rms_att; /**< [dim] */
+    WeightMatrix wq;      /**< [dim][dim] (out x in) */
+    WeightMatrix wk;      /**< [kv_dim][dim] */
+    WeightMatrix wv;      /**< [kv_dim][dim] */
+    WeightMatrix wo;      /**< [dim][dim] */
+    const float *rms_ffn; /**< [dim] */
+    WeightMatrix w1;      /**< [hidden_dim][dim] (gate) */
+    WeightMatrix w2;      /**< [dim][hidden_dim] (down) */
+    WeightMatrix w3;      /**< [hidden_dim][dim] (up) */
+} LayerWeights;
+
+/** Read-only views of every tensor; matrices are [rows][cols], row-major. */
+typedef struct {
+    WeightMatrix token_embedding;          /**< [vocab_size][dim] */
+    LayerWeights layers[MODEL_MAX_LAYERS]; /**< [n_layers] used */
+    const float *rms_final;                /**< [dim] */
+    WeightMatrix wcls;                     /**< [vocab_size][dim]; may be token_embedding */
 } ModelWeights;
 
 /** Checkpoint format of a loaded file. */
-typedef enum { MODEL_FORMAT_LEGACY, MODEL_FORMAT_AK42_V1 } ModelFormat;
+typedef enum { MODEL_FORMAT_LEGACY, MODEL_FORMAT_AK42_V1, MODEL_FORMAT_GGUF } ModelFormat;
 
 /** A loaded model: its shape, its weights, and the mapping behind them. */
 typedef struct {
-    ModelConfig cfg;       /**< the shape from the header */
-    ModelWeights w;        /**< views of the tensors */
-    ModelFormat format;    /**< which file format it was read from */
-    int shared_classifier; /**< 1 when wcls is the embedding table */
-    size_t weight_bytes;   /**< bytes of the tensors the forward pass reads */
-    void *map;             /**< mmap of the file, or NULL for an in-memory image */
-    size_t map_bytes;      /**< length of the mapping (the whole file) */
+    ModelConfig cfg;         /**< the shape */
+    float rope_theta;        /**< RoPE base: llama.rope.freq_base, or 10000 for llama2.c files */
+    float rms_eps;           /**< RMSNorm epsilon: llama.attention.layer_norm_rms_epsilon, or 1e-5 */
+    ModelWeights w;          /**< views of the tensors */
+    ModelFormat format;      /**< which file format it was read from */
+    int shared_classifier;   /**< 1 when wcls is the embedding table */
+    size_t weight_bytes;     /**< bytes of the tensors the forward pass reads, as stored now */
+    size_t weight_f32_bytes; /**< the same tensors in f32 (= weight_bytes for an f32 model) */
+    unsigned stored_types;   /**< bit (1 << t) set for each WeightType the file stores matrices in */
+    void *map;               /**< mmap of a llama2.c file, or NULL */
+    size_t map_bytes;        /**< length of that mapping */
+    GgufFile gguf;           /**< a GGUF file, open (its metadata holds the tokenizer); zeroed otherwise */
+    float *dequantized;      /**< model_dequantize(): the f32 copy of the matrices, or NULL */
 } Model;
 
 /**
@@ -122,19 +147,21 @@ int model_config_validate(const ModelConfig *c, Err *err);
 int model_read_config(const char *path, ModelConfig *cfg, Err *err);
 
 /**
- * Memory-maps a checkpoint file and checks that its size is exactly what
- * the header implies.
+ * Memory-maps a checkpoint file and checks it: for llama2.c files, that
+ * its size is exactly what the header implies; for GGUF, the reader's
+ * checks (gguf_open()), then the architecture (llama), every required key,
+ * and every tensor's presence, shape and type.
  * @param m     receives the model
- * @param path  checkpoint file (legacy or ak42 v1)
+ * @param path  checkpoint file (GGUF, legacy or ak42 v1)
  * @param err   receives the reason on failure
  * @return 0 on success, -1 on failure (nothing to free then)
  */
 int model_load(Model *m, const char *path, Err *err);
 
 /**
- * Parses a checkpoint that is already in memory (a synthetic model). The
- * image must outlive the model; it is not copied and not charged to the
- * ledger (its creator charged it).
+ * Parses a checkpoint that is already in memory (a synthetic model), in
+ * any of the three formats. The image must outlive the model; it is not
+ * copied and not charged to the ledger (its creator charged it).
  * @param m      receives the model
  * @param image  the bytes of a checkpoint file, 4-byte aligned
  * @param bytes  size of the image
@@ -142,6 +169,27 @@ int model_load(Model *m, const char *path, Err *err);
  * @return 0 on success, -1 on failure
  */
 int model_open_image(Model *m, const void *image, size_t bytes, Err *err);
+
+/**
+ * Turns every matrix into f32 (what `--weight-dtype f32` asks for): one
+ * buffer, charged to weights, holds the exact dequantization (quant.h) of
+ * every matrix not already f32, and the views point into it. The forward
+ * pass then runs the f32 matmul(). Does nothing for an f32 model.
+ * @param m    a loaded model
+ * @param err  receives the reason on failure (out of memory)
+ * @return 0 on success, -1 on failure (the model is unchanged then)
+ */
+int model_dequantize(Model *m, Err *err);
+
+/**
+ * The storage types of a model's matrices, for people: "f32", or
+ * "Q4_1 + Q8_0 (dequantized to f32)" after model_dequantize().
+ * @param m    a loaded model
+ * @param buf  output buffer
+ * @param n    its size
+ * @return buf
+ */
+const char *model_weight_types(const Model *m, char *buf, size_t n);
 
 /**
  * Unmaps the file (if any) and clears the model.

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gguf_write.h"
 #include "mem.h"
 #include "outfile.h"
 #include "sampler.h"
@@ -116,6 +117,121 @@ int synth_model_image(const SynthSpec *spec, void **image, size_t *bytes, Err *e
     *image = buf;
     *bytes = header + 4 * floats;
     return 0;
+}
+
+/* One tensor of a synthetic GGUF model: random f32 rows stored as @p t. */
+static void *gguf_tensor(GgufWriter *w, const char *name, WeightType t, int rows, int cols, float center, float scale,
+                         unsigned long long *rng, Err *err)
+{
+    size_t rb = weight_row_bytes(t, cols);
+    unsigned char *data = mem_alloc(MEM_WEIGHTS, rb * (size_t)rows);
+    float *row = mem_alloc_array(MEM_ACTIVATIONS, (size_t)cols, sizeof(float));
+    if (!data || !row) {
+        mem_free(data);
+        mem_free(row);
+        err_set(err, "out of memory for synthetic tensor %s", name);
+        return NULL;
+    }
+    for (int r = 0; r < rows; r++) {
+        fill(row, (size_t)cols, center, scale, rng);
+        weight_quantize_row(t, row, cols, data + (size_t)r * rb);
+    }
+    mem_free(row);
+    static const uint32_t GGUF_TYPES[WEIGHT_TYPE_COUNT] = {GGUF_TENSOR_F32,  GGUF_TENSOR_F16,  GGUF_TENSOR_BF16,
+                                                           GGUF_TENSOR_Q8_0, GGUF_TENSOR_Q4_0, GGUF_TENSOR_Q4_1};
+    GgufWriterTensor wt = {.name = name, .type = GGUF_TYPES[t], .n_dims = rows > 1 ? 2 : 1,
+                           .dims = {(uint64_t)cols, (uint64_t)rows}, .data = data, .bytes = rb * (size_t)rows};
+    gguf_writer_tensor(w, &wt);
+    return data;
+}
+
+static void gguf_metadata(GgufWriter *w, const SynthGgufSpec *spec)
+{
+    const ModelConfig *c = &spec->cfg;
+    gguf_writer_string(w, "general.architecture", "llama");
+    gguf_writer_string(w, "general.name", "kvlab synthetic");
+    gguf_writer_u32(w, "llama.block_count", (uint32_t)c->n_layers);
+    gguf_writer_u32(w, "llama.context_length", (uint32_t)c->seq_len);
+    gguf_writer_u32(w, "llama.embedding_length", (uint32_t)c->dim);
+    gguf_writer_u32(w, "llama.feed_forward_length", (uint32_t)c->hidden_dim);
+    gguf_writer_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads);
+    gguf_writer_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
+    gguf_writer_f32(w, "llama.rope.freq_base", spec->rope_theta > 0 ? spec->rope_theta : MODEL_DEFAULT_ROPE_THETA);
+    gguf_writer_f32(w, "llama.attention.layer_norm_rms_epsilon", MODEL_DEFAULT_RMS_EPS);
+    gguf_writer_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size);
+    gguf_writer_u32(w, "llama.rope.dimension_count", (uint32_t)model_head_dim(c));
+}
+
+/* The tensors of block l, in llama.cpp's order. */
+static int gguf_layer(GgufWriter *w, const SynthGgufSpec *spec, int l, void **held, int *n_held,
+                      unsigned long long *rng, Err *err)
+{
+    const ModelConfig *c = &spec->cfg;
+    int dim = c->dim, kv = model_kv_dim(c), hid = c->hidden_dim;
+    float s_dim = 1.0f / sqrtf((float)dim), s_hid = 1.0f / sqrtf((float)hid);
+    WeightType mt = spec->matrix_type;
+    struct {
+        const char *suffix;
+        WeightType type;
+        int rows, cols;
+        float center, scale;
+    } parts[] = {
+        {"attn_norm", WEIGHT_F32, 1, dim, 1.0f, 0.1f}, {"attn_q", mt, dim, dim, 0.0f, s_dim},
+        {"attn_k", mt, kv, dim, 0.0f, s_dim},          {"attn_v", mt, kv, dim, 0.0f, s_dim},
+        {"attn_output", mt, dim, dim, 0.0f, s_dim},    {"ffn_norm", WEIGHT_F32, 1, dim, 1.0f, 0.1f},
+        {"ffn_gate", mt, hid, dim, 0.0f, s_dim},       {"ffn_up", mt, hid, dim, 0.0f, s_dim},
+        {"ffn_down", mt, dim, hid, 0.0f, s_hid},
+    };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[i].suffix);
+        held[*n_held] = gguf_tensor(w, name, parts[i].type, parts[i].rows, parts[i].cols, parts[i].center,
+                                    parts[i].scale, rng, err);
+        if (!held[(*n_held)++])
+            return -1;
+    }
+    return 0;
+}
+
+int synth_gguf_image(const SynthGgufSpec *spec, void **image, size_t *bytes, Err *err)
+{
+    const ModelConfig *c = &spec->cfg;
+    if (model_config_validate(c, err))
+        return -1;
+    int block = weight_type_block_elems(spec->matrix_type) > weight_type_block_elems(spec->embedding_type)
+                    ? weight_type_block_elems(spec->matrix_type)
+                    : weight_type_block_elems(spec->embedding_type);
+    if (c->dim % block != 0 || c->hidden_dim % block != 0)
+        return err_set(err, "dim %d and hidden_dim %d must be multiples of %d for %s/%s weights", c->dim,
+                       c->hidden_dim, block, weight_type_name(spec->matrix_type), weight_type_name(spec->embedding_type));
+    if (c->n_layers > 100)
+        return err_set(err, "a synthetic GGUF model has at most 100 layers");
+    GgufWriter w;
+    gguf_writer_init(&w);
+    gguf_metadata(&w, spec);
+    void *held[2 + 9 * 100 + 2];
+    int n_held = 0, rc = 0;
+    unsigned long long rng = spec->seed * 0x9E3779B97F4A7C15ull + 3;
+    held[n_held] = gguf_tensor(&w, "token_embd.weight", spec->embedding_type, c->vocab_size, c->dim, 0.0f, 1.0f,
+                               &rng, err);
+    rc = held[n_held++] ? 0 : -1;
+    for (int l = 0; l < c->n_layers && rc == 0; l++)
+        rc = gguf_layer(&w, spec, l, held, &n_held, &rng, err);
+    if (rc == 0) {
+        held[n_held] = gguf_tensor(&w, "output_norm.weight", WEIGHT_F32, 1, c->dim, 1.0f, 0.1f, &rng, err);
+        rc = held[n_held++] ? 0 : -1;
+    }
+    if (rc == 0 && !spec->shared_classifier) {
+        held[n_held] = gguf_tensor(&w, "output.weight", spec->embedding_type, c->vocab_size, c->dim, 0.0f,
+                                   1.0f / sqrtf((float)c->dim), &rng, err);
+        rc = held[n_held++] ? 0 : -1;
+    }
+    if (rc == 0)
+        rc = gguf_writer_finish(&w, image, bytes, err);
+    for (int i = 0; i < n_held; i++)
+        mem_free(held[i]);
+    gguf_writer_free(&w);
+    return rc;
 }
 
 /* Letters and space: the alphabet of the merged tokens. */

@@ -24,6 +24,16 @@ typedef struct {
     unsigned long long seed;  /**< weights are a function of the seed only */
 } SynthSpec;
 
+/** What a synthetic GGUF model holds (llama architecture, no tokenizer). */
+typedef struct {
+    ModelConfig cfg;          /**< the shape (dim and hidden_dim multiples of 32 for block types) */
+    int shared_classifier;    /**< 1: no output.weight (tied embeddings) */
+    unsigned long long seed;  /**< weights are a function of the seed, shape and types only */
+    WeightType matrix_type;   /**< type of the projection matrices */
+    WeightType embedding_type; /**< type of token_embd.weight (and output.weight) */
+    float rope_theta;         /**< llama.rope.freq_base written; 0: 10000 */
+} SynthGgufSpec;
+
 /**
  * Looks up a named shape: "tiny" (dim 32, 2 layers, GQA), "stories260K",
  * "stories15M", "stories42M", "stories110M".
@@ -48,6 +58,20 @@ const char *synth_preset_names(void);
  * @return 0 on success, -1 on failure
  */
 int synth_model_image(const SynthSpec *spec, void **image, size_t *bytes, Err *err);
+
+/**
+ * Builds a GGUF image of a llama model with random weights (the same
+ * distributions as synth_model_image()), quantized to the types asked for
+ * with weight_quantize_row(), and the metadata model_load() needs
+ * (llama.* keys, llama.attention.layer_norm_rms_epsilon 1e-5). Charged to
+ * weights.
+ * @param spec   what to generate
+ * @param image  receives the bytes (free with mem_free())
+ * @param bytes  receives the size
+ * @param err    receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int synth_gguf_image(const SynthGgufSpec *spec, void **image, size_t *bytes, Err *err);
 
 /**
  * Builds a tokenizer file image for @p vocab_size tokens: the three special

@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,10 @@ int tokenizer_open_image(Tokenizer *t, const void *image, size_t bytes, int voca
     qsort(t->sorted, (size_t)vocab_size, sizeof(TokenIndex), compare_token_index);
     for (int i = 0; i < 256; i++)
         t->byte_pieces[2 * i] = (unsigned char)i;
+    t->kind = TOKENIZER_LLAMA2C;
+    t->bos_id = TOKEN_BOS;
+    t->eos_id = TOKEN_EOS;
+    t->add_bos = 1;
     return 0;
 }
 
@@ -124,10 +129,17 @@ int tokenizer_load(Tokenizer *t, const char *path, int vocab_size, Err *err)
 
 void tokenizer_free(Tokenizer *t)
 {
-    if (t->vocab)
+    /* llama2.c's entries are one allocation each; GPT-2's share an arena. */
+    if (t->vocab && !t->piece_arena)
         for (int i = 0; i < t->vocab_size; i++)
             mem_free(t->vocab[i]);
     mem_free(t->vocab);
+    mem_free(t->piece_arena);
+    mem_free(t->piece_len);
+    mem_free(t->chat_template);
+    if (t->bpe)
+        bpe_close(t->bpe);
+    mem_free(t->bpe);
     mem_free(t->scores);
     mem_free(t->sorted);
     mem_free(t->merge_buf);
@@ -153,32 +165,33 @@ static int emit_code_point(const Tokenizer *t, const char *cp, size_t len, int *
     return 0;
 }
 
-/* Merges the neighbouring pair whose concatenation is the highest-scoring
- * vocabulary entry (the leftmost on ties). Returns 0 when nothing merges. */
-static int merge_best_pair(const Tokenizer *t, int *tokens, int *n)
+/* llama2.c's pair rule: a pair merges when the concatenation of the two
+ * strings is itself a vocabulary entry; the higher its score, the sooner
+ * (key = -score), and merge_tokens() takes the first pair on equal scores,
+ * as llama2.c's scan does. A score of -1e10 or less (or NaN) never merges,
+ * because llama2.c's scan starts from best = -1e10 and wants more. */
+typedef struct {
+    const Tokenizer *t;
+    char *concat; /* [2 * max_token_length + 1] */
+} Llama2cPairs;
+
+static int llama2c_pair_merge(const void *ctx, int left, int right, PairMerge *out)
 {
-    float best_score = -1e10f;
-    int best_id = -1, best_at = -1;
-    for (int i = 0; i + 1 < *n; i++) {
-        snprintf(t->merge_buf, 2 * (size_t)t->max_token_length + 3, "%s%s", t->vocab[tokens[i]],
-                 t->vocab[tokens[i + 1]]);
-        int id = lookup(t, t->merge_buf);
-        if (id != -1 && t->scores[id] > best_score) {
-            best_score = t->scores[id];
-            best_id = id;
-            best_at = i;
-        }
-    }
-    if (best_at < 0)
+    const Llama2cPairs *p = ctx;
+    const char *a = p->t->vocab[left], *b = p->t->vocab[right];
+    size_t la = strlen(a), lb = strlen(b);
+    memcpy(p->concat, a, la);
+    memcpy(p->concat + la, b, lb + 1);
+    int id = lookup(p->t, p->concat);
+    if (id < 0 || !(p->t->scores[id] > -1e10f))
         return 0;
-    tokens[best_at] = best_id;
-    memmove(&tokens[best_at + 1], &tokens[best_at + 2], (size_t)(*n - best_at - 2) * sizeof(int));
-    (*n)--;
+    out->key = -(double)p->t->scores[id];
+    out->merged_id = id;
     return 1;
 }
 
-int tokenizer_encode(const Tokenizer *t, const char *text, int bos, int eos, int *tokens, int *n_tokens,
-                     Err *err)
+static int llama2c_encode(const Tokenizer *t, const char *text, int bos, int eos, int *tokens, int *n_tokens,
+                          Err *err)
 {
     int n = 0;
     if (bos)
@@ -205,25 +218,69 @@ int tokenizer_encode(const Tokenizer *t, const char *text, int bos, int eos, int
             return -1;
         cp_len = 0;
     }
-    while (merge_best_pair(t, tokens, &n))
-        ;
+    /* BOS takes part in the merging, as in llama2.c (no entry starts with
+     * "<s>", so it never merges). */
+    MergeWork work = {0};
+    if (merge_work_reserve(&work, n, err))
+        return -1;
+    Llama2cPairs pairs = {.t = t, .concat = t->merge_buf};
+    n = merge_tokens(&work, tokens, n, llama2c_pair_merge, &pairs);
+    merge_work_free(&work);
     if (eos)
         tokens[n++] = TOKEN_EOS;
     *n_tokens = n;
     return 0;
 }
 
-const char *tokenizer_decode(const Tokenizer *t, int prev_token, int token)
+static int gpt2_encode(const Tokenizer *t, const char *text, int bos, int eos, int *tokens, int *n_tokens,
+                       Err *err)
 {
+    int n = 0, m;
+    if (bos && t->add_bos && t->bos_id >= 0)
+        tokens[n++] = t->bos_id;
+    if (bpe_encode(t->bpe, text, strlen(text), tokens + n, &m, err))
+        return -1;
+    n += m;
+    if (eos && t->eos_id >= 0)
+        tokens[n++] = t->eos_id;
+    *n_tokens = n;
+    return 0;
+}
+
+int tokenizer_encode(const Tokenizer *t, const char *text, int bos, int eos, int *tokens, int *n_tokens,
+                     Err *err)
+{
+    *n_tokens = 0;
+    if (t->kind == TOKENIZER_GPT2)
+        return gpt2_encode(t, text, bos, eos, tokens, n_tokens, err);
+    return llama2c_encode(t, text, bos, eos, tokens, n_tokens, err);
+}
+
+const char *tokenizer_piece(const Tokenizer *t, int prev_token, int token, size_t *len)
+{
+    *len = 0;
     if (token < 0 || token >= t->vocab_size)
         return "";
+    if (t->kind == TOKENIZER_GPT2) {
+        *len = (size_t)t->piece_len[token];
+        return t->vocab[token];
+    }
     const char *piece = t->vocab[token];
     if (prev_token == TOKEN_BOS && piece[0] == ' ')
         piece++;
     unsigned char byte;
-    if (sscanf(piece, "<0x%02hhX>", &byte) == 1 && strlen(piece) == 6)
+    if (sscanf(piece, "<0x%02hhX>", &byte) == 1 && strlen(piece) == 6) {
+        *len = 1;
         return (const char *)&t->byte_pieces[2 * byte];
+    }
+    *len = strlen(piece);
     return piece;
+}
+
+const char *tokenizer_decode(const Tokenizer *t, int prev_token, int token)
+{
+    size_t len;
+    return tokenizer_piece(t, prev_token, token, &len);
 }
 
 int tokenizer_piece_is_printable(const char *piece)
@@ -235,4 +292,195 @@ int tokenizer_piece_is_printable(const char *piece)
         return isprint(b) || isspace(b);
     }
     return 1;
+}
+
+/* ------------------------------------------------------------ GPT-2 byte-level BPE */
+
+/* Each token's bytes, in one arena: vocab[i] points at token i's bytes,
+ * NUL-terminated for the callers that print C strings. */
+static int build_pieces(Tokenizer *t, const BpeSpec *spec, Err *err)
+{
+    size_t total = 0;
+    for (int i = 0; i < spec->vocab_size; i++) {
+        if (spec->tokens[i].len > (size_t)INT32_MAX / 2 || total > SIZE_MAX / 2)
+            return err_set(err, "token %d is %zu bytes long", i, spec->tokens[i].len);
+        total += spec->tokens[i].len + 1;
+    }
+    t->vocab = mem_alloc_array(TOK_MEM, (size_t)spec->vocab_size, sizeof(char *));
+    t->piece_len = mem_alloc_array(TOK_MEM, (size_t)spec->vocab_size, sizeof(int));
+    t->piece_arena = mem_alloc(TOK_MEM, total);
+    if (!t->vocab || !t->piece_len || !t->piece_arena)
+        return err_set(err, "out of memory for a vocabulary of %d tokens", spec->vocab_size);
+    char *at = t->piece_arena;
+    for (int i = 0; i < spec->vocab_size; i++) {
+        int32_t type = spec->types ? spec->types[i] : BPE_TYPE_NORMAL;
+        size_t n = bpe_token_bytes(spec->tokens[i], type, (unsigned char *)at);
+        at[n] = '\0';
+        t->vocab[i] = at;
+        t->piece_len[i] = (int)n;
+        t->max_token_length = (int)n > t->max_token_length ? (int)n : t->max_token_length;
+        at += n + 1;
+    }
+    return 0;
+}
+
+static int copy_chat_template(Tokenizer *t, BpeString tpl, Err *err)
+{
+    if (!tpl.data)
+        return 0;
+    if (memchr(tpl.data, '\0', tpl.len))
+        return err_set(err, "the chat template holds a NUL byte");
+    t->chat_template = mem_alloc(TOK_MEM, tpl.len + 1);
+    if (!t->chat_template)
+        return err_set(err, "out of memory for a chat template of %zu bytes", tpl.len);
+    memcpy(t->chat_template, tpl.data, tpl.len);
+    t->chat_template[tpl.len] = '\0';
+    return 0;
+}
+
+static int check_special_id(const char *what, int id, int vocab_size, Err *err)
+{
+    if (id < -1 || id >= vocab_size)
+        return err_set(err, "%s token id %d is outside the vocabulary of %d", what, id, vocab_size);
+    return 0;
+}
+
+int tokenizer_open_bpe(Tokenizer *t, const TokenizerBpeSpec *spec, Err *err)
+{
+    memset(t, 0, sizeof *t);
+    const BpeSpec *b = &spec->bpe;
+    if (b->vocab_size <= 0)
+        return err_set(err, "the vocabulary is empty");
+    if (check_special_id("BOS", spec->bos_id, b->vocab_size, err) ||
+        check_special_id("EOS", spec->eos_id, b->vocab_size, err))
+        return -1;
+    if (spec->add_bos && spec->bos_id < 0)
+        return err_set(err, "add_bos_token is set but there is no BOS token id");
+    t->kind = TOKENIZER_GPT2;
+    t->vocab_size = b->vocab_size;
+    t->bos_id = spec->bos_id;
+    t->eos_id = spec->eos_id;
+    t->add_bos = spec->add_bos != 0;
+    t->bpe = mem_alloc(TOK_MEM, sizeof *t->bpe);
+    if (!t->bpe) {
+        tokenizer_free(t);
+        return err_set(err, "out of memory for the tokenizer");
+    }
+    memset(t->bpe, 0, sizeof *t->bpe);
+    if (build_pieces(t, b, err) || bpe_open(t->bpe, b, t->vocab, t->piece_len, err) ||
+        copy_chat_template(t, spec->chat_template, err)) {
+        tokenizer_free(t);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ both kinds */
+
+int tokenizer_is_stop(const Tokenizer *t, int token)
+{
+    if (t->kind == TOKENIZER_GPT2)
+        return token >= 0 && token == t->eos_id;
+    return token == TOKEN_BOS || token == TOKEN_EOS;
+}
+
+int tokenizer_max_piece_bytes(const Tokenizer *t)
+{
+    if (t->kind == TOKENIZER_GPT2)
+        return t->max_token_length > 0 ? t->max_token_length : 1;
+    /* A llama2.c entry of n characters stands for n bytes of text (or one,
+     * for <0xXX>), so the longest string bounds every token. */
+    size_t longest = 1;
+    for (int i = 0; i < t->vocab_size; i++) {
+        size_t n = strlen(t->vocab[i]);
+        longest = n > longest ? n : longest;
+    }
+    return (int)longest;
+}
+
+size_t tokenizer_max_text_bytes(const Tokenizer *t, int max_tokens)
+{
+    if (max_tokens <= 0)
+        return 0;
+    size_t per_token = (size_t)tokenizer_max_piece_bytes(t);
+    if ((size_t)max_tokens > SIZE_MAX / per_token)
+        return SIZE_MAX;
+    return (size_t)max_tokens * per_token;
+}
+
+/* ------------------------------------------------------------ streaming decode */
+
+int decode_stream_init(DecodeStream *s, const Tokenizer *t, int prev_token, Err *err)
+{
+    memset(s, 0, sizeof *s);
+    s->t = t;
+    s->prev_token = prev_token;
+    s->out = mem_alloc(TOK_MEM, (size_t)tokenizer_max_piece_bytes(t) + 8);
+    if (!s->out)
+        return err_set(err, "out of memory for a decode stream");
+    return 0;
+}
+
+/* Bytes of a UTF-8 character that starts with @p lead; 1 for a byte that
+ * starts none (ASCII, or invalid: it is passed on alone). */
+static size_t utf8_char_len(unsigned char lead)
+{
+    if (lead >= 0xC2 && lead <= 0xDF)
+        return 2;
+    if (lead >= 0xE0 && lead <= 0xEF)
+        return 3;
+    if (lead >= 0xF0 && lead <= 0xF4)
+        return 4;
+    return 1;
+}
+
+/* How many bytes at the end of buf[0..n) begin a character that is not
+ * complete yet (0 to 3). */
+static size_t incomplete_tail(const unsigned char *buf, size_t n)
+{
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        unsigned char c = buf[n - back];
+        if ((c & 0xC0) == 0x80)
+            continue; /* a continuation byte: its lead is further back */
+        return utf8_char_len(c) > back ? back : 0;
+    }
+    return 0;
+}
+
+const char *decode_stream_push(DecodeStream *s, int token, size_t *len)
+{
+    size_t n;
+    const char *piece = tokenizer_piece(s->t, s->prev_token, token, &n);
+    s->prev_token = token;
+    if (s->t->kind == TOKENIZER_LLAMA2C) {
+        /* What llama2.c prints: C strings, stray control bytes skipped,
+         * and never BOS or EOS (they mark sequences). */
+        int marker = token == TOKEN_BOS || token == TOKEN_EOS;
+        n = !marker && tokenizer_piece_is_printable(piece) ? strlen(piece) : 0;
+    }
+    unsigned char *out = (unsigned char *)s->out;
+    memcpy(out, s->held, (size_t)s->n_held);
+    memcpy(out + s->n_held, piece, n);
+    size_t total = (size_t)s->n_held + n;
+    size_t keep = incomplete_tail(out, total);
+    memcpy(s->held, out + total - keep, keep);
+    s->n_held = (int)keep;
+    out[total - keep] = '\0';
+    *len = total - keep;
+    return s->out;
+}
+
+const char *decode_stream_finish(DecodeStream *s, size_t *len)
+{
+    memcpy(s->out, s->held, (size_t)s->n_held);
+    *len = (size_t)s->n_held;
+    s->out[*len] = '\0';
+    s->n_held = 0;
+    return s->out;
+}
+
+void decode_stream_free(DecodeStream *s)
+{
+    mem_free(s->out);
+    memset(s, 0, sizeof *s);
 }

@@ -50,7 +50,7 @@ static const OptionSpec SPECS[] = {
     {"swap-space", OPT_SWAP_SPACE, CLI_PAGED, "SIZE", "host memory for swapped-out blocks with --preempt swap, e.g. 4MiB (default: as large as --kv-budget); when it is full, preemption recomputes"},
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
     {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the K/V cache on the device (default f32)"},
-    {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights on the device (default f32; f16/bf16 use cublasGemmEx)"},
+    {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights: on the CPU, f32 dequantizes a quantized (GGUF) model at load (default: as the file stores them); on the device, f32 (default), or f16/bf16 with cublasGemmEx"},
     {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads, 1 to 1024; 0 or none: 1 for models narrower than 256, else OMP_NUM_THREADS or all cores (results never depend on it)"},
     {"json", OPT_JSON, CLI_MODEL, "FILE", "write the run report (memory, timing) as one JSON object"},
     {"quiet", OPT_QUIET, CLI_MODEL, NULL, "do not print the memory table on stderr"},
@@ -75,7 +75,7 @@ void cli_defaults(CliOptions *o)
     o->watermark = 1;
     o->device = "cpu";
     o->kv_dtype = "f32";
-    o->weight_dtype = "f32";
+    o->weight_dtype = NULL; /* as stored on the CPU, f32 on the device */
     o->show_tables = -1;
 }
 

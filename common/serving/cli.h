@@ -56,7 +56,7 @@ typedef struct {
     size_t swap_space;          /**< --swap-space in bytes (0: not given) */
     const char *device;         /**< --device: cpu | cuda */
     const char *kv_dtype;       /**< --kv-dtype: f32 | f16 | bf16 */
-    const char *weight_dtype;   /**< --weight-dtype: f32 | f16 | bf16 (device weights) */
+    const char *weight_dtype;   /**< --weight-dtype: f32 | f16 | bf16; NULL: as stored (CPU), f32 (device) */
 } CliOptions;
 
 /** What the program is, for --help. */

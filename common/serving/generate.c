@@ -59,8 +59,11 @@ void generation_free(Generation *g)
 
 void print_token(FILE *out, const Tokenizer *t, const int *tokens, int i)
 {
-    const char *piece = tokenizer_decode(t, tokens[i - 1], tokens[i]);
-    if (tokenizer_piece_is_printable(piece))
+    size_t len;
+    const char *piece = tokenizer_piece(t, i > 0 ? tokens[i - 1] : -1, tokens[i], &len);
+    if (t->kind == TOKENIZER_GPT2)
+        fwrite(piece, 1, len, out); /* exact bytes: a piece may end inside a UTF-8 character */
+    else if (tokenizer_piece_is_printable(piece))
         fputs(piece, out);
 }
 
@@ -81,7 +84,10 @@ int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, Forw
 {
     int max_tokens = model_max_tokens(&m->cfg);
     if (out) {
-        for (int i = 1; i < g->n_prompt; i++)
+        /* The prompt as text: without its BOS (llama2.c), whole when the
+         * tokenizer adds none (SmolLM2). */
+        int first = g->n_prompt > 0 && t->add_bos && g->tokens[0] == t->bos_id ? 1 : 0;
+        for (int i = first; i < g->n_prompt; i++)
             print_token(out, t, g->tokens, i);
         fflush(out);
     }
@@ -120,7 +126,7 @@ int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, Forw
             kv->usage(kv->seam.ctx, &reserved, &used);
             kv_timeline_record(&g->kv, made, reserved, used);
         }
-        if (next == TOKEN_BOS || next == TOKEN_EOS) {
+        if (tokenizer_is_stop(t, next)) {
             g->finish = FINISH_STOP;
             break;
         }

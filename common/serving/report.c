@@ -101,6 +101,20 @@ static void print_ledger(FILE *f)
     fputc('\n', f);
 }
 
+/* A quantized model's weights as the file stores them, beside what the
+ * same weights take in f32 (an f32 model has one number: the ledger's). */
+static void print_weights(FILE *f, const RunReport *r)
+{
+    const Model *m = r->model;
+    if (!m || (m->stored_types == 1u << WEIGHT_F32 && !m->dequantized))
+        return;
+    char types[64], a[32], b[32];
+    fprintf(f, "weights\n  %-14s %s (%s)\n  %-14s %s (%zu B)\n", m->dequantized ? "stored as" : "as stored",
+            cli_format_bytes(a, sizeof a, (double)(m->dequantized ? m->weight_f32_bytes : m->weight_bytes)),
+            model_weight_types(m, types, sizeof types), "in f32",
+            cli_format_bytes(b, sizeof b, (double)m->weight_f32_bytes), m->weight_f32_bytes);
+}
+
 static void print_kv(FILE *f, const RunReport *r)
 {
     const ModelConfig *c = &r->cfg;
@@ -125,6 +139,7 @@ void report_print(FILE *f, const RunReport *r)
 {
     fprintf(f, "\n== memory: %s on %s ==\n", r->chapter, r->device);
     print_ledger(f);
+    print_weights(f, r);
     print_kv(f, r);
     if (r->extra_table)
         r->extra_table(f, r->extra);
@@ -206,6 +221,10 @@ int report_write_json(const char *path, const RunReport *r, Err *err)
     json_string(&j, "device", r->device);
     json_model(&j, r);
     json_int(&j, "weights_bytes", (long long)run_weights_bytes(r));
+    if (r->model) {
+        json_int(&j, "weights_tensor_bytes", (long long)r->model->weight_bytes);
+        json_int(&j, "weights_f32_bytes", (long long)r->model->weight_f32_bytes);
+    }
     json_int(&j, "activations_bytes", (long long)run_activation_bytes(r));
     json_kv(&j, r);
     json_int(&j, "tokens_generated", r->tokens_generated);

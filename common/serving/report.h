@@ -72,6 +72,7 @@ typedef struct {
     const char *device;           /**< "cpu" or "cuda" */
     const char *model_path;       /**< where the model came from */
     ModelConfig cfg;              /**< the model's shape */
+    const Model *model;           /**< the model, for its weights as stored and in f32 (may be NULL) */
     size_t kv_elem_bytes;         /**< bytes per stored K/V element */
     const KvTimeline *kv;         /**< KV over the run (may be NULL: no cache) */
     long tokens_generated;        /**< new tokens produced (all requests) */

@@ -159,7 +159,7 @@ int single_run_report(SingleRun *r, int keeps_kv, void (*table)(FILE *f, void *c
     ReportContext rc = {&r->gen, r->on_device ? &r->dev : NULL, table, json, chapter};
     RunReport report = {
         .chapter = r->program->name, .device = r->opts.device, .model_path = r->assets.model_path,
-        .cfg = r->assets.model.cfg, .kv_elem_bytes = single_run_kv_elem_bytes(r),
+        .cfg = r->assets.model.cfg, .model = &r->assets.model, .kv_elem_bytes = single_run_kv_elem_bytes(r),
         .kv = keeps_kv ? &r->gen.kv : NULL, .tokens_generated = r->gen.n_tokens - r->gen.n_prompt,
         .elapsed_s = r->gen.elapsed_s, .extra_table = table_hook, .extra_json = json_hook, .extra = &rc,
     };

@@ -46,6 +46,11 @@ static const KvShape PRESETS[] = {
     {"llama-13b", 40, 40, 40, 128, 2048},
     {"opt-13b", 40, 40, 40, 128, 2048},
     {"llama-2-70b", 80, 64, 8, 128, 4096},
+    /* The llama.* keys of SmolLM2-135M-Instruct.Q4_1.gguf (block_count,
+     * head_count, head_count_kv, embedding_length / head_count,
+     * context_length); tests/test_gguf_model.c reads them from the file
+     * and compares. 46,080 B per token in f32. */
+    {"smollm2-135m", 30, 9, 3, 64, 8192},
 };
 
 int kvmath_preset(const char *name, KvShape *shape)
@@ -60,7 +65,7 @@ int kvmath_preset(const char *name, KvShape *shape)
 
 const char *kvmath_preset_names(void)
 {
-    return "llama-7b, llama-13b, opt-13b, llama-2-70b";
+    return "llama-7b, llama-13b, opt-13b, llama-2-70b, smollm2-135m";
 }
 
 KvShape kvmath_shape_from_config(const ModelConfig *cfg, const char *name)

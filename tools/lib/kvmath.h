@@ -74,8 +74,9 @@ int kvmath_dtype_parse(const char *name, KvDtype *dtype, Err *err);
 /**
  * Looks up a named model shape: "llama-7b" (32 layers, 32 heads, head_dim
  * 128), "llama-13b" (40, 40, 128), "opt-13b" (40, 40, 128, no GQA),
- * "llama-2-70b" (80 layers, 64 query heads, 8 KV heads, head_dim 128).
- * Case does not matter.
+ * "llama-2-70b" (80 layers, 64 query heads, 8 KV heads, head_dim 128),
+ * "smollm2-135m" (30 layers, 9 query heads, 3 KV heads, head_dim 64,
+ * context 8192: SmolLM2-135M-Instruct's GGUF file). Case does not matter.
  * @param name   preset name
  * @param shape  receives the shape
  * @return 0 if known, -1 otherwise
