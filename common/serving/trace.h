@@ -34,7 +34,7 @@
  * | `["reject", r, "why"]` | serving_reject() | r can never run |
  * | `["fork", parent, child]` | chapter 4 | child's table points at parent's blocks |
  * | `["cow", r, logical, src, dst]` | chapter 4 | r copied shared block src into dst before writing |
- * | `["swap_out", r, copies, slots]` / `["swap_in", r, copies, blocks]` | chapter 4 | `--preempt swap` |
+ * | `["swap_out", r, slots]` / `["swap_in", r, blocks]` | chapter 4 | `--preempt swap`: r's blocks went to that many host slots, or came back into that many blocks |
  * | `["move", r, from, to]` | chapter 3 | `--reserve grow`: the region moved (positions) |
  *
  * A later chapter adds its own kinds with trace_event_values() (chapter 5
