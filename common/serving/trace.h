@@ -35,7 +35,7 @@
  * | `["fork", parent, child]` | chapter 4 | child's table points at parent's blocks |
  * | `["cow", r, logical, src, dst]` | chapter 4 | r copied shared block src into dst before writing |
  * | `["swap_out", r, slots]` / `["swap_in", r, blocks]` | chapter 4 | `--preempt swap`: r's blocks went to that many host slots, or came back into that many blocks |
- * | `["move", r, from, to]` | chapter 3 | `--reserve grow`: the region moved (positions) |
+ * | `["move", r, from, len, to, len2]` | chapter 3 | `--reserve grow`: the region [from, from + len) moved to [to, to + len2) (positions) |
  *
  * A later chapter adds its own kinds with trace_event_values() (chapter 5
  * might write `["prefix_hit", r, blocks]`); a reader ignores kinds it does
