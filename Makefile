@@ -16,6 +16,7 @@
 #   make handout      dist/kvlab-handout/ and .tar.gz: the project without the answers
 #   make check-handout  a handout, built and graded end to end in a scratch folder
 #   make docs         the book and API reference as one HTML site (html/)
+#   make check-book   run every command the book quotes in a checked ```sh block, check its figures
 #   make bench        benchmarks (not tests): writes build/bench/report.md
 #   make demo         every chapter on the same requests, side by side (and the page build/demo-out/index.html)
 #   make test-browser that page in headless chromium, checked against the programs' --show-tables
@@ -74,7 +75,8 @@ COMMON_SRCS := $(sort $(wildcard common/*/*.c))
 COMMON_OBJS := $(COMMON_SRCS:%.c=$(BUILD)/obj/%.o)
 # Code only the tools (kvcalc, kvsim) and their tests use.
 TOOL_LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tools/lib/*.c)))
-# CPU references of the K/V kernels, for the kernel checks and their tests.
+# The CPU reference of the K/V write kernel, for the kernel checks and their
+# tests (the paged kernels are checked against chapter 4's own code).
 KV_REF_OBJS := $(BUILD)/obj/kernels/check/kv_ref.o
 
 # ---------------------------------------------------------------- CUDA
@@ -189,7 +191,7 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
-.PHONY: all test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout docs bench demo test-browser models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
+.PHONY: all test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout check-book docs bench demo test-browser models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
 all: $(PROGRAMS) $(TOOLS)
 
 # Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
@@ -469,6 +471,15 @@ docs:
 	rm -rf html
 	doxygen Doxyfile
 	@echo "docs: open html/index.html"
+
+# The book's quoted commands (scripts/check-book.sh says how a block is
+# marked): each runs from the root against build/, the figures it quotes are
+# checked. The pages name build/ itself, so this target builds build/ whatever
+# BUILD says.
+check-book:
+	@$(MAKE) --no-print-directory BUILD=build all
+	scripts/check-book.sh --self-test
+	scripts/check-book.sh
 
 # Every chapter on the same requests (default model, data/requests-mixed.tsv):
 # one side-by-side table, and a plot of KV memory over the steps drawn with

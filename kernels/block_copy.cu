@@ -1,19 +1,22 @@
 /* Block copy for copy-on-write (chapter 4): when a sequence first writes
  * into a block it shares with another (after a fork), the block is copied
- * to a fresh one, in every layer, for K and V. With the device layout
- * [layer][rows][kv_dim], a block of one layer is a contiguous run of
- * block_size rows, so copying a block is 2 x n_layers contiguous copies.
- * CPU reference: kv_block_copy_reference() in kernels/check/kv_ref.c.
+ * to a fresh one, in every layer, for K and V. The device pool has the CPU
+ * pool's layout, [n_blocks][n_layers][2][block_size][kv_dim], so a block
+ * of every layer is one contiguous run of bytes and a copy is one run, as
+ * block_pool_copy() is one memcpy on the CPU.
+ * CPU reference: block_pool_copy() in chapters/ch04-paged/block_pool.c.
  *
- * v1 "memcpy-per-run": one cudaMemcpyAsync per (pair, layer, K/V).
- *    Teaches: simple and correct, but each call costs a few microseconds of
- *    CPU and a separate copy on the GPU; forking a batch of sequences with
- *    many layers makes thousands of them.
- * v2 "one-kernel": a single launch; block b of the grid copies run b with
- *    16-byte loads and stores (bytes one by one when a run is not a
- *    multiple of 16). Teaches: batching many small copies into one kernel
- *    (vLLM's copy_blocks) turns launch overhead into bandwidth, and that
- *    copies that run at the same time must not depend on each other.
+ * v1 "memcpy-per-block": one cudaMemcpyAsync per pair. Teaches: simple and
+ *    correct, but each call costs a few microseconds of CPU and a separate
+ *    copy on the GPU; forking a batch of sequences makes one per shared
+ *    block.
+ * v2 "one-kernel": a single launch; each block of the grid copies one
+ *    chunk of KVK_COPY_CHUNK bytes (or the block's last, shorter one) of
+ *    one pair, with 16-byte loads and stores (bytes one by one when a block
+ *    is not a multiple of 16 bytes). Teaches: batching many small copies
+ *    into one kernel (vLLM's copy_blocks) turns launch overhead into
+ *    bandwidth, and that copies that run at the same time must not depend
+ *    on each other.
  *
  * Chained pairs. The reference and v1 copy the pairs one after the other,
  * so in (a -> b, b -> c) block c receives a's bytes, and (a -> b, b -> a)
@@ -31,26 +34,29 @@
 #include "kernel_common.cuh"
 
 extern "C" const KvkVersion kvk_block_copy_versions[] = {
-    {"memcpy-per-run", "one cudaMemcpyAsync per block, layer and K/V"},
-    {"one-kernel", "one launch copies every run with 16-byte accesses"},
+    {"memcpy-per-block", "one cudaMemcpyAsync per block (every layer, K and V)"},
+    {"one-kernel", "one launch copies every block in chunks with 16-byte accesses"},
 };
 extern "C" const int kvk_block_copy_n_versions = 2;
 
-/* Run r of the copy: pair r / (2 n_layers), then layer, then K or V. */
-__global__ void block_copy_v2(char *k_cache, char *v_cache, const int *pairs, int n_layers, long long layer_bytes,
-                              long long run_bytes)
+/* Bytes one block of the grid copies (a multiple of 16). */
+#define KVK_COPY_CHUNK 16384
+
+/* Grid block b copies chunk b % chunks of pair b / chunks. */
+__global__ void block_copy_v2(char *pool, const int *pairs, long long block_bytes, int chunks)
 {
-    int run = blockIdx.x, pair = run / (2 * n_layers), layer = (run / 2) % n_layers, is_v = run % 2;
-    char *base = is_v ? v_cache : k_cache;
-    const char *src = base + layer * layer_bytes + (long long)pairs[2 * pair] * run_bytes;
-    char *dst = base + layer * layer_bytes + (long long)pairs[2 * pair + 1] * run_bytes;
-    if (run_bytes % 16 == 0) {
+    int pair = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
+    long long begin = (long long)chunk * KVK_COPY_CHUNK, left = block_bytes - begin;
+    long long bytes = left < KVK_COPY_CHUNK ? left : KVK_COPY_CHUNK;
+    const char *src = pool + (long long)pairs[2 * pair] * block_bytes + begin;
+    char *dst = pool + (long long)pairs[2 * pair + 1] * block_bytes + begin;
+    if (block_bytes % 16 == 0) {
         const int4 *s4 = reinterpret_cast<const int4 *>(src);
         int4 *d4 = reinterpret_cast<int4 *>(dst);
-        for (long long i = threadIdx.x; i < run_bytes / 16; i += blockDim.x)
+        for (long long i = threadIdx.x; i < bytes / 16; i += blockDim.x)
             d4[i] = s4[i];
     } else {
-        for (long long i = threadIdx.x; i < run_bytes; i += blockDim.x)
+        for (long long i = threadIdx.x; i < bytes; i += blockDim.x)
             dst[i] = src[i];
     }
 }
@@ -86,60 +92,51 @@ extern "C" int kvk_block_copy_waves(const int *pairs_host, int n_pairs)
     return waves;
 }
 
-static int copy_with_kernel(char *k_cache, char *v_cache, const int *pairs, int n_pairs, int n_layers,
-                            long long layer_bytes, long long run_bytes, cudaStream_t stream, Err *err)
+static int copy_with_kernel(char *pool, const int *pairs, int n_pairs, long long block_bytes, cudaStream_t stream,
+                            Err *err)
 {
-    long long runs = 2LL * n_pairs * n_layers;
-    if (runs > 0x7fffffffLL)
-        return err_set(err, "block copy v2: %lld runs is more than a grid holds", runs);
-    block_copy_v2<<<(unsigned)runs, 256, 0, stream>>>(k_cache, v_cache, pairs, n_layers, layer_bytes, run_bytes);
+    long long chunks = (block_bytes + KVK_COPY_CHUNK - 1) / KVK_COPY_CHUNK, grid = chunks * n_pairs;
+    if (grid > 0x7fffffffLL)
+        return err_set(err, "block copy v2: %lld chunks is more than a grid holds", grid);
+    block_copy_v2<<<(unsigned)grid, 256, 0, stream>>>(pool, pairs, block_bytes, (int)chunks);
     return KVK_CHECK_LAUNCH(err, "block copy v2");
 }
 
-static int copy_with_memcpy(char *k_cache, char *v_cache, const int *pairs_host, int n_pairs, int n_layers,
-                            long long layer_bytes, long long run_bytes, cudaStream_t stream, Err *err)
+static int copy_with_memcpy(char *pool, const int *pairs_host, int n_pairs, long long block_bytes,
+                            cudaStream_t stream, Err *err)
 {
-    for (int p = 0; p < n_pairs; p++)
-        for (int l = 0; l < n_layers; l++)
-            for (int is_v = 0; is_v < 2; is_v++) {
-                char *base = (is_v ? v_cache : k_cache) + l * layer_bytes;
-                cudaError_t rc = cudaMemcpyAsync(base + (long long)pairs_host[2 * p + 1] * run_bytes,
-                                                 base + (long long)pairs_host[2 * p] * run_bytes, (size_t)run_bytes,
-                                                 cudaMemcpyDeviceToDevice, stream);
-                if (rc != cudaSuccess)
-                    return err_set(err, "%s:%d: block copy v1: cudaMemcpyAsync: %s", __FILE__, __LINE__,
-                                   cudaGetErrorString(rc));
-            }
+    for (int p = 0; p < n_pairs; p++) {
+        cudaError_t rc = cudaMemcpyAsync(pool + (long long)pairs_host[2 * p + 1] * block_bytes,
+                                         pool + (long long)pairs_host[2 * p] * block_bytes, (size_t)block_bytes,
+                                         cudaMemcpyDeviceToDevice, stream);
+        if (rc != cudaSuccess)
+            return err_set(err, "%s:%d: block copy v1: cudaMemcpyAsync: %s", __FILE__, __LINE__,
+                           cudaGetErrorString(rc));
+    }
     return 0;
 }
 
-extern "C" int kvk_block_copy(int version, void *k_cache, void *v_cache, const int *pairs, const int *pairs_host,
-                              int n_pairs, int n_layers, long long layer_rows, int block_size, long long row_bytes,
-                              cudaStream_t stream, Err *err)
+extern "C" int kvk_block_copy(int version, void *pool, const int *pairs, const int *pairs_host, int n_pairs,
+                              long long block_bytes, cudaStream_t stream, Err *err)
 {
     if (kvk_check_version(version, kvk_block_copy_n_versions, "block copy", err))
         return -1;
     if (n_pairs == 0)
         return 0;
-    if (n_pairs < 0 || n_layers <= 0 || block_size <= 0 || row_bytes <= 0 || layer_rows < block_size)
-        return err_set(err, "block copy: bad shape (%d pairs, %d layers, %lld rows, block %d)", n_pairs, n_layers,
-                       layer_rows, block_size);
-    long long layer_bytes = layer_rows * row_bytes, run_bytes = (long long)block_size * row_bytes;
+    if (n_pairs < 0 || block_bytes <= 0)
+        return err_set(err, "block copy: bad shape (%d pairs of %lld bytes)", n_pairs, block_bytes);
     if (version == 1) {
         if (!pairs_host)
             return err_set(err, "block copy v1: needs the pairs on the host");
-        return copy_with_memcpy((char *)k_cache, (char *)v_cache, pairs_host, n_pairs, n_layers, layer_bytes,
-                                run_bytes, stream, err);
+        return copy_with_memcpy((char *)pool, pairs_host, n_pairs, block_bytes, stream, err);
     }
     if (!pairs)
         return err_set(err, "block copy v2: needs the pairs on the device");
     if (!pairs_host)
-        return copy_with_kernel((char *)k_cache, (char *)v_cache, pairs, n_pairs, n_layers, layer_bytes, run_bytes,
-                                stream, err);
+        return copy_with_kernel((char *)pool, pairs, n_pairs, block_bytes, stream, err);
     for (int first = 0, end; first < n_pairs; first = end) {
         end = wave_end(pairs_host, n_pairs, first);
-        if (copy_with_kernel((char *)k_cache, (char *)v_cache, pairs + 2 * first, end - first, n_layers, layer_bytes,
-                             run_bytes, stream, err))
+        if (copy_with_kernel((char *)pool, pairs + 2 * first, end - first, block_bytes, stream, err))
             return -1;
     }
     return 0;

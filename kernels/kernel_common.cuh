@@ -190,14 +190,18 @@ struct KvkContiguousRows {
     __device__ __forceinline__ long long operator()(int t) const { return base + t; }
 };
 
-/* Row that holds position t of a sequence stored in blocks. */
+/* Row that holds position t of a sequence stored in blocks, counted from
+ * the layer's K (or V) of block 0: row t % block_size of block
+ * table[t / block_size], blocks block_rows rows apart (2 x n_layers x
+ * block_size in chapter 4's pool, where a block holds every layer). */
 struct KvkPagedRows {
-    const int *table; /* [max_blocks] this sequence's block ids */
-    int shift;        /* log2(block_size) */
+    const int *table;     /* [max_blocks] this sequence's block ids */
+    int shift;            /* log2(block_size) */
+    long long block_rows; /* rows from one block to the next */
     __device__ __forceinline__ long long operator()(int t) const
     {
         int mask = (1 << shift) - 1;
-        return ((long long)table[t >> shift] << shift) + (t & mask);
+        return (long long)table[t >> shift] * block_rows + (t & mask);
     }
 };
 

@@ -5,9 +5,10 @@
  * One file per operation in kernels/, each with several versions that go
  * from the plain transcription of the CPU loop to the fast form; every file
  * opens with a comment on what each version teaches, in the manner of
- * llm.c's dev/cuda. Every kernel has its CPU reference in common/ (ops.h,
- * kv_ref.h), and `build/kernel-check` validates each version against it
- * before timing it.
+ * llm.c's dev/cuda. Every kernel has its CPU reference (ops.h; chapter 4's
+ * paged_attention() and block_pool_copy() for the paged kernels;
+ * kernels/check/kv_ref.h for kv_write), and `build/kernel-check` validates
+ * each version against it before timing it.
  *
  * Conventions for every launcher:
  * - Pointers are device pointers unless the name ends in _host.
@@ -20,12 +21,17 @@
  *   not supported or the launch itself fails. Errors inside a kernel show
  *   up at the next synchronising call, which the caller checks.
  *
- * The layout of a K/V cache on the device is the same for every chapter: a
- * layer of K (or V) is `[rows][kv_dim]`, one row per token slot, and the
- * kernels are given the layer's base pointer. Chapters differ only in which
- * row holds a token: chapter 2 uses row = position, chapter 3 row = start
- * of the request's region + position, chapter 4 row = block_table[position
- * / block_size] x block_size + position % block_size.
+ * Where K/V live on the device. Chapters 1 to 3 store a layer of K (or V)
+ * as `[rows][kv_dim]`, one row per token slot, and the kernels are given
+ * the layer's base pointer: chapter 2 uses row = position, chapter 3 row =
+ * start of the request's region + position. Chapter 4's pool has the CPU
+ * pool's layout (block_pool.h),
+ * `[n_blocks][n_layers][2 (K, V)][block_size][kv_dim]`, so that one block of every layer is one contiguous run (a
+ * copy-on-write is one copy, as on the CPU) and the CPU's paged_attention()
+ * reads the same bytes the kernels read. Inside a block, one layer's K is
+ * still `[block_size][kv_dim]` rows, so kv_write and PagedAttention read and
+ * write whole rows as in the other chapters; only the distance from one
+ * block to the next differs (2 x n_layers x block_size rows).
  */
 #ifndef KVLAB_KERNELS_H
 #define KVLAB_KERNELS_H
@@ -265,7 +271,9 @@ extern const int kvk_kv_write_n_versions;
 /**
  * Writes the K and V of n tokens into their cache slots, converting to the
  * cache's type: k_layer[slots[i]] = k[i]. A negative slot is skipped.
- * Reference: kv_write_reference() in kv_ref.h.
+ * Reference: kv_write_reference() in kv_ref.h. Chapter 4 passes one
+ * layer's K and V of block 0 of its pool, and rows that count 2 x n_layers
+ * x block_size to a block (chapters/ch04-paged/device.c).
  * @param version  1..kvk_kv_write_n_versions
  * @param t        element type of the cache
  * @param k_layer  [rows][kv_dim] of type t
@@ -353,26 +361,35 @@ extern const KvkVersion kvk_paged_attention_versions[];
 /** Number of versions of kvk_paged_attention(). */
 extern const int kvk_paged_attention_n_versions;
 
-/** Where the blocks of each entry's sequence are (chapter 4). */
+/**
+ * Where the blocks of each entry's sequence are, and what a block holds
+ * (chapter 4). A block is `[n_layers][2 (K, V)][block_size][kv_dim]`
+ * elements, the layout of the CPU's block pool (block_pool.h): K of layer
+ * l in block b starts ((b x n_layers + l) x 2) x block_size rows into the
+ * pool, its V block_size rows after that.
+ */
 typedef struct {
     const int *block_tables; /**< [n_tables][max_blocks] block ids, device */
     int max_blocks;          /**< row length of block_tables */
     const int *entry_table;  /**< [n] row of block_tables that entry i reads, device */
     int block_size;          /**< tokens per block, a power of two */
+    int n_layers;            /**< layers in every block */
 } KvkBlockTables;
 
 /**
- * PagedAttention: causal attention of n query tokens whose K/V rows are
- * found through block tables: position p of entry i is row
- * table[p / block_size] x block_size + p % block_size.
- * Reference: paged_attention_reference() in kv_ref.h.
+ * PagedAttention: causal attention of n query tokens of one layer whose
+ * K/V rows are found through block tables: position p of entry i is row
+ * p % block_size of block table[p / block_size], in that block's K (or V)
+ * of @p layer. Reference: paged_attention() of chapter 4 (the lab,
+ * solutions/ch04/paged_attention.c), which reads the same layout on the
+ * CPU.
  * @param version   1 (one pass) or 2 (split along the sequence into
  *                  KVK_PAGED_PARTITION-position partitions, then a reduction)
  * @param t         element type of the cache
  * @param out       [n][n_heads * head_dim] f32
  * @param q         [n][n_heads * head_dim] f32
- * @param k_layer   [n_blocks * block_size][kv_dim] of type t
- * @param v_layer   same
+ * @param pool      [n_blocks][n_layers][2][block_size][kv_dim] of type t
+ * @param layer     the layer attended, 0..tables.n_layers-1
  * @param tables    the block tables
  * @param pos       [n] position of each entry (device memory: the kernels
  *                  read it when they run, so a CUDA graph can replay a
@@ -388,7 +405,7 @@ typedef struct {
  * @param err       receives the reason on failure
  * @return 0 on success, -1 on failure
  */
-int kvk_paged_attention(int version, Dtype t, float *out, const float *q, const void *k_layer, const void *v_layer,
+int kvk_paged_attention(int version, Dtype t, float *out, const float *q, const void *pool, int layer,
                         KvkBlockTables tables, const int *pos, int n, int max_pos, KvkHeads h, float *scratch,
                         cudaStream_t stream, Err *err);
 
@@ -420,33 +437,30 @@ extern const KvkVersion kvk_block_copy_versions[];
 extern const int kvk_block_copy_n_versions;
 
 /**
- * Copies whole blocks (all layers, K and V) for copy-on-write: for each
- * pair (src, dst), rows [src x bs, src x bs + bs) of every layer go to
- * rows [dst x bs, ...), pair after pair: in (a, b), (b, c) block c gets a's
- * bytes. Reference: kv_block_copy_reference() in kv_ref.h. Version 2 runs
- * the pairs of one launch at the same time, so it launches once per wave
- * of independent pairs (kvk_block_copy_waves()); given no @p pairs_host it
+ * Copies whole blocks for copy-on-write: for each pair (src, dst), the
+ * @p block_bytes bytes of block src (every layer, K and V: one contiguous
+ * run in chapter 4's layout) go to block dst, pair after pair: in (a, b),
+ * (b, c) block c gets a's bytes. Reference: block_pool_copy() of chapter 4
+ * (block_pool.h), the same copy on the CPU's pool. Version 2 runs the
+ * pairs of one launch at the same time, so it launches once per wave of
+ * independent pairs (kvk_block_copy_waves()); given no @p pairs_host it
  * launches once, and then no pair may read or write a block that another
  * pair writes.
- * @param version     1 (one cudaMemcpyAsync per block, layer and K/V) or
- *                    2 (one kernel for everything)
- * @param k_cache     [n_layers][layer_rows][row_bytes] bytes
- * @param v_cache     same
- * @param pairs       [n_pairs][2] (src, dst) on the device (version 2)
- * @param pairs_host  [n_pairs][2] the same on the host (version 1; for
- *                    version 2, to find the waves), or NULL (version 2)
- * @param n_pairs     blocks to copy
- * @param n_layers    layers
- * @param layer_rows  rows per layer (n_blocks x block_size)
- * @param block_size  rows per block
- * @param row_bytes   bytes per row (kv_dim x element size)
- * @param stream      CUDA stream
- * @param err         receives the reason on failure
+ * @param version      1 (one cudaMemcpyAsync per block) or 2 (one kernel
+ *                     for every block of a wave)
+ * @param pool         [n_blocks][block_bytes] bytes
+ * @param pairs        [n_pairs][2] (src, dst) on the device (version 2)
+ * @param pairs_host   [n_pairs][2] the same on the host (version 1; for
+ *                     version 2, to find the waves), or NULL (version 2)
+ * @param n_pairs      blocks to copy
+ * @param block_bytes  bytes of one block (n_layers x 2 x block_size x
+ *                     kv_dim x element size)
+ * @param stream       CUDA stream
+ * @param err          receives the reason on failure
  * @return 0 on success, -1 on failure
  */
-int kvk_block_copy(int version, void *k_cache, void *v_cache, const int *pairs, const int *pairs_host, int n_pairs,
-                   int n_layers, long long layer_rows, int block_size, long long row_bytes, cudaStream_t stream,
-                   Err *err);
+int kvk_block_copy(int version, void *pool, const int *pairs, const int *pairs_host, int n_pairs,
+                   long long block_bytes, cudaStream_t stream, Err *err);
 
 /**
  * Launches kvk_block_copy() version 2 makes for these pairs: one per wave

@@ -1,10 +1,14 @@
 /* PagedAttention (chapter 4): causal attention whose keys and values are
  * read through a block table, never gathered into a contiguous copy.
- * Position p of entry i lives in row
- *   block_tables[entry_table[i]][p / block_size] x block_size + p % block_size
- * of the layer's pool ([n_blocks x block_size][kv_dim]); block_size is a
- * power of two, so the division is a shift and the remainder a mask.
- * CPU reference: paged_attention_reference() in kernels/check/kv_ref.c.
+ * The pool has the CPU pool's layout (block_pool.h),
+ *   [n_blocks][n_layers][2 (K, V)][block_size][kv_dim],
+ * so position p of entry i is row p % block_size of the layer's K (and,
+ * block_size rows further, V) in block
+ *   block_tables[entry_table[i]][p / block_size];
+ * block_size is a power of two, so the division is a shift and the
+ * remainder a mask, and blocks are 2 x n_layers x block_size rows apart.
+ * CPU reference: paged_attention() of chapter 4 (the lab,
+ * solutions/ch04/paged_attention.c), on the same pool.
  *
  * v1 "one-pass": attention.cu's v3 with the row lookup swapped: one block
  *    per (entry, head), thread groups reading whole rows with 16-byte loads,
@@ -40,7 +44,8 @@ template <typename T> struct PagedArgs {
     const int *block_tables;
     int max_blocks;
     const int *entry_table;
-    int shift; /* log2(block_size) */
+    int shift;            /* log2(block_size) */
+    long long block_rows; /* rows from one block to the next: 2 x n_layers x block_size */
     const int *pos;
     int n, n_heads, kv_mul, head_dim, kv_dim;
     float *part_m;   /* [pairs][max_parts] */
@@ -52,7 +57,7 @@ template <typename T> struct PagedArgs {
 template <typename T>
 __device__ __forceinline__ KvkPagedRows paged_rows(const PagedArgs<T> &a, int i)
 {
-    KvkPagedRows rows = {a.block_tables + (long long)a.entry_table[i] * a.max_blocks, a.shift};
+    KvkPagedRows rows = {a.block_tables + (long long)a.entry_table[i] * a.max_blocks, a.shift, a.block_rows};
     return rows;
 }
 
@@ -191,15 +196,19 @@ template <typename T> static int paged_launch(int version, const PagedArgs<T> &a
 }
 
 template <typename T>
-static int paged_typed(int version, float *out, const float *q, const void *k_layer, const void *v_layer,
-                       KvkBlockTables tables, int shift, const int *pos, int n, int max_pos, KvkHeads h,
-                       float *scratch, cudaStream_t stream, Err *err)
+static int paged_typed(int version, float *out, const float *q, const void *pool, int layer, KvkBlockTables tables,
+                       int shift, const int *pos, int n, int max_pos, KvkHeads h, float *scratch, cudaStream_t stream,
+                       Err *err)
 {
     PagedArgs<T> a;
     a.out = out;
     a.q = q;
-    a.k = (const T *)k_layer;
-    a.v = (const T *)v_layer;
+    a.kv_dim = h.n_kv_heads * h.head_dim;
+    /* The layer's K in block 0, and its V block_size rows later (block_pool_keys(), block_pool_values()). */
+    long long block_elems = (long long)tables.block_size * a.kv_dim;
+    a.k = (const T *)pool + 2LL * layer * block_elems;
+    a.v = a.k + block_elems;
+    a.block_rows = 2LL * tables.n_layers * tables.block_size;
     a.block_tables = tables.block_tables;
     a.max_blocks = tables.max_blocks;
     a.entry_table = tables.entry_table;
@@ -209,7 +218,6 @@ static int paged_typed(int version, float *out, const float *q, const void *k_la
     a.n_heads = h.n_heads;
     a.kv_mul = h.n_heads / h.n_kv_heads;
     a.head_dim = h.head_dim;
-    a.kv_dim = h.n_kv_heads * h.head_dim;
     a.max_parts = max_partitions(max_pos);
     long long pairs = (long long)n * h.n_heads;
     a.part_m = scratch;
@@ -218,9 +226,9 @@ static int paged_typed(int version, float *out, const float *q, const void *k_la
     return paged_launch<T>(version, a, stream, err);
 }
 
-extern "C" int kvk_paged_attention(int version, Dtype t, float *out, const float *q, const void *k_layer,
-                                   const void *v_layer, KvkBlockTables tables, const int *pos, int n, int max_pos,
-                                   KvkHeads h, float *scratch, cudaStream_t stream, Err *err)
+extern "C" int kvk_paged_attention(int version, Dtype t, float *out, const float *q, const void *pool, int layer,
+                                   KvkBlockTables tables, const int *pos, int n, int max_pos, KvkHeads h,
+                                   float *scratch, cudaStream_t stream, Err *err)
 {
     if (kvk_check_version(version, kvk_paged_attention_n_versions, "paged attention", err))
         return -1;
@@ -229,11 +237,12 @@ extern "C" int kvk_paged_attention(int version, Dtype t, float *out, const float
     int bs = tables.block_size, shift = 0;
     while (shift < 30 && (1 << shift) < bs)
         shift++;
-    if (n < 0 || max_pos <= 0 || bs <= 0 || (1 << shift) != bs || tables.max_blocks <= 0 ||
-        !kvk_paged_attention_supports(t, h))
+    if (n < 0 || max_pos <= 0 || bs <= 0 || (1 << shift) != bs || tables.max_blocks <= 0 || tables.n_layers <= 0 ||
+        layer < 0 || layer >= tables.n_layers || !kvk_paged_attention_supports(t, h))
         return err_set(err,
-                       "paged attention v%d: unsupported shape (n %d, heads %d/%d, head_dim %d, block size %d, %s)",
-                       version, n, h.n_heads, h.n_kv_heads, h.head_dim, bs, dtype_name(t));
+                       "paged attention v%d: unsupported shape (n %d, heads %d/%d, head_dim %d, block size %d, "
+                       "layer %d of %d, %s)",
+                       version, n, h.n_heads, h.n_kv_heads, h.head_dim, bs, layer, tables.n_layers, dtype_name(t));
     if (version == 2 && !scratch)
         return err_set(err, "paged attention v2: needs scratch of %zu floats",
                        kvk_paged_attention_scratch_floats(2, n, max_pos, h));
@@ -241,13 +250,13 @@ extern "C" int kvk_paged_attention(int version, Dtype t, float *out, const float
         return err_set(err, "paged attention: %d positions is more partitions than a grid holds", max_pos);
     switch (t) {
     case DTYPE_F32:
-        return paged_typed<float>(version, out, q, k_layer, v_layer, tables, shift, pos, n, max_pos, h, scratch,
-                                  stream, err);
+        return paged_typed<float>(version, out, q, pool, layer, tables, shift, pos, n, max_pos, h, scratch, stream,
+                                  err);
     case DTYPE_F16:
-        return paged_typed<__half>(version, out, q, k_layer, v_layer, tables, shift, pos, n, max_pos, h, scratch,
-                                   stream, err);
+        return paged_typed<__half>(version, out, q, pool, layer, tables, shift, pos, n, max_pos, h, scratch, stream,
+                                   err);
     default:
-        return paged_typed<__nv_bfloat16>(version, out, q, k_layer, v_layer, tables, shift, pos, n, max_pos, h,
-                                          scratch, stream, err);
+        return paged_typed<__nv_bfloat16>(version, out, q, pool, layer, tables, shift, pos, n, max_pos, h, scratch,
+                                          stream, err);
     }
 }

@@ -14,7 +14,10 @@
 # and the graded tests (common/, kernels/, chapters/, tools/, tests/ but
 # tests/lab/): a solution that calls softmax(scores, n_pos) as
 # attention_reference() does, or serving_admit(run, r) as chapter 4 does,
-# gives nothing away. The second kind is listed, for a reader to judge.
+# gives nothing away; and lines that a region's stub has (the stub is in
+# the handout by design: an answer that zeroes its output before it
+# accumulates, as the stub zeroes it, gives nothing away either). The
+# second kind is listed, for a reader to judge.
 #
 # The end-to-end check: in a copy of the handout, `make` builds; `make
 # test` passes (the suites that need the answers say SKIP); `make lab
@@ -35,6 +38,18 @@ function norm(s) {
     return s
 }'
 
+# One normalized line per stub line (between LAB STUB and LAB END, with the
+# comment marker taken off): what the exercises hand out anyway.
+stub_lines() {
+    for f in solutions/ch[0-9][0-9]/*.c; do
+        awk "$NORMALIZE"'
+            /^[ \t]*\/\/ LAB STUB:/ { stub = 1; next }
+            /^[ \t]*\/\/ LAB END/ { stub = 0; next }
+            stub { line = $0; sub(/^[ \t]*\/\/ ?/, "", line); print norm(line) }
+        ' "$f"
+    done
+}
+
 answer_lines() {
     for f in solutions/ch[0-9][0-9]/*.c; do
         awk "$NORMALIZE"'
@@ -53,7 +68,8 @@ leaks() {
     # Lines of the project's own code, outside the answers and the graded tests.
     find common kernels chapters tools tests -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) \
         ! -path 'tests/lab/*' ! -path 'tests/mutants/*' -print |
-        xargs awk "$NORMALIZE"'{ print norm($0) }' | sort -u >"$tmp/given"
+        xargs awk "$NORMALIZE"'{ print norm($0) }' >"$tmp/given.code"
+    stub_lines | cat "$tmp/given.code" - | sort -u >"$tmp/given"
     # Every text file of the handout, line by line.
     find "$dir" -type f -print | while IFS= read -r f; do
         case $(file -b --mime-encoding "$f" 2>/dev/null || echo us-ascii) in
@@ -79,7 +95,7 @@ leaks() {
     n=$(cut -f1 "$tmp/answers" | sort -u | wc -l)
     echo "check-handout: none of the $n answer lines of solutions/ is in $dir"
     if [ -s "$tmp/shared" ]; then
-        echo "check-handout: left out, since the project's own code has them too:"
+        echo "check-handout: left out, since the project's own code or the stubs have them too:"
         sort -u "$tmp/shared"
     fi
     rm -rf "$tmp"

@@ -9,7 +9,9 @@
  * forked samples (copy-on-write), and with f16 K/V (the books count device
  * bytes). Without a CUDA device each test prints a SKIP line and passes;
  * nothing here touches CUDA outside a test (the programs run as child
- * processes).
+ * processes). The programs run the chapters' lab code, so in the handout,
+ * where that code is the untouched exercises, the suite is skipped
+ * (REGISTER_LAB_SUITE).
  *
  * Tolerance: LOGIT_TOL_F32 of test_cuda_forward.c, for the same reason.
  * With f32 weights and K/V the device differs from the CPU only in the
@@ -534,4 +536,4 @@ Suite *suite_cuda_chapters(void)
     return s;
 }
 
-REGISTER_SUITE(cuda_chapters)
+REGISTER_LAB_SUITE(cuda_chapters)

@@ -355,6 +355,11 @@ START_TEST(smollm2_every_chapter_gives_the_reference_tokens)
         test_skip("smollm2_every_chapter_gives_the_reference_tokens", "../shared/models/" SMOLLM2 " is absent");
         return;
     }
+    if (!test_lab_answers()) {
+        test_skip("smollm2_every_chapter_gives_the_reference_tokens",
+                  "it runs chapters 1 to 4, whose lab code here is the untouched exercises (the handout)");
+        return;
+    }
     Golden g;
     read_golden("raw-once", &g);
     enum { STEPS = 12 };

@@ -119,4 +119,19 @@ SingleStreamKv naive_strategy(NaiveKv *kv);
 int naive_device_open(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype kv_type,
                       const CliOptions *opts, int n_prompt, int *max_step, Err *err);
 
+/**
+ * This chapter's device store (chapters/ch01-naive/device.c): a
+ * transient [seq_len][kv_dim] K and V, reused by every layer of every step
+ * (charged to activations). prepare() always answers 0 cached positions.
+ * @param kv          receives the store
+ * @param dev         the device
+ * @param cfg         model shape
+ * @param t           element type of K/V
+ * @param max_tokens  most entries of a step
+ * @param err         receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int device_kv_open_recompute(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype t, int max_tokens,
+                             Err *err);
+
 #endif

@@ -241,4 +241,42 @@ const char *kv_alloc_policy_name(KvAllocPolicy policy);
  */
 int kv_alloc_policy_parse(const char *name, KvAllocPolicy *policy, Err *err);
 
+/**
+ * This chapter's device store (chapters/ch02-kvcache/device.c): one
+ * request's contiguous cache [layer][capacity][kv_dim].
+ * With @p grow = 0 the capacity is seq_len from the start (--kv-alloc max);
+ * with grow = 1 it starts at the prompt length rounded up to a power of two
+ * (at least 16) and doubles when full, copying the stored rows, up to
+ * seq_len (--kv-alloc grow). prepare() answers how many positions are
+ * stored.
+ * @param kv          receives the store
+ * @param dev         the device
+ * @param cfg         model shape
+ * @param t           element type of K/V
+ * @param grow        0: reserve seq_len; 1: grow by doubling
+ * @param n_prompt    prompt length (sizes the first reservation of grow)
+ * @param max_tokens  most entries of a step
+ * @param err         receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int device_kv_open_contiguous(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype t, int grow,
+                              int n_prompt, int max_tokens, Err *err);
+
+/** What growing a contiguous cache cost (chapter 2's table). */
+typedef struct {
+    int capacity;           /**< positions reserved now */
+    int initial_capacity;   /**< positions reserved when the store was opened */
+    int length;             /**< positions 0..length-1 hold K/V */
+    int reallocations;      /**< times the cache moved to a larger one */
+    size_t bytes_copied;    /**< K/V bytes copied by those moves */
+    size_t peak_held_bytes; /**< most K/V bytes allocated at one moment (old + new during a move) */
+} DeviceContiguousStats;
+
+/**
+ * Reports the growth of a contiguous store.
+ * @param kv     a store from device_kv_open_contiguous()
+ * @param stats  receives the numbers
+ */
+void device_kv_contiguous_stats(const DeviceKv *kv, DeviceContiguousStats *stats);
+
 #endif

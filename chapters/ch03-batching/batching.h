@@ -461,6 +461,47 @@ int batching_device_sync(const BatchingState *b, ServingRun *run, Err *err);
  */
 float *batching_plane(const BatchingState *b, const KvRegion *reg, int layer, int which);
 
+/**
+ * This chapter's device store (chapters/ch03-batching/device.c): one
+ * arena [layer][arena_rows][kv_dim] in which each sequence owns a
+ * contiguous region of rows (placed by the chapter's allocator).
+ * @param kv          receives the store
+ * @param dev         the device
+ * @param cfg         model shape
+ * @param t           element type of K/V
+ * @param arena_rows  token slots in the arena
+ * @param max_seqs    sequence ids are 0..max_seqs-1
+ * @param max_tokens  most entries of a step
+ * @param err         receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int device_kv_open_arena(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype t, long long arena_rows,
+                         int max_seqs, int max_tokens, Err *err);
+
+/**
+ * Tells an arena store where a sequence's region is (before the steps
+ * that use it). A region can move (grow): the chapter copies the rows.
+ * @param kv         an arena store
+ * @param seq        sequence id
+ * @param first_row  first row of the region
+ * @param rows       rows in the region (0: the sequence has none)
+ * @param err        receives the reason on failure
+ * @return 0 on success, -1 if the region leaves the arena
+ */
+int device_kv_arena_place(DeviceKv *kv, int seq, long long first_row, long long rows, Err *err);
+
+/**
+ * Copies rows of every layer (K and V) inside an arena: what chapter 3's
+ * grow policy does when a region moves to a larger hole.
+ * @param kv       an arena store
+ * @param src_row  first row to copy
+ * @param dst_row  first row of the destination (ranges must not overlap)
+ * @param rows     rows to copy
+ * @param err      receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int device_kv_arena_copy_rows(DeviceKv *kv, long long src_row, long long dst_row, long long rows, Err *err);
+
 /* ------------------------------------------------------------ watching the steps (trace.c) */
 
 /**

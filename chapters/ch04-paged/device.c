@@ -1,7 +1,7 @@
 /* Chapter 4 on the device (--device cuda): the K/V bytes of the block pool
- * live in device memory, block for block; the pool, the block tables, the
- * reference counts and every scheduling decision stay on the host. See
- * "On the device" in paged.h. */
+ * live in device memory, block for block and in the host pool's layout;
+ * the pool's books, the block tables, the reference counts and every
+ * scheduling decision stay on the host. See "On the device" in paged.h. */
 #include "paged.h"
 
 #include <string.h>
@@ -14,15 +14,27 @@
 
 #include "cuda_check.h"
 
-/* The pool's blocks on the device, and the block tables the host uploads. */
+/* The pool's blocks on the device, and the block tables the host uploads.
+ * The blocks have the host pool's layout (block_pool.h), in the device's
+ * element type:
+ *
+ *     blocks: [n_blocks][n_layers][2 (K, V)][block_size][kv_dim]
+ *
+ * so one layer's K in one block is block_size rows of kv_dim, as on the
+ * CPU, and a block of every layer is one contiguous run (one copy for
+ * copy-on-write). The kernels see a layer's K (or V) of block 0 as the
+ * first of rows that count 2 x n_layers x block_size to a block. */
 typedef struct {
     const Device *dev;
     ModelConfig cfg;
-    DeviceKvLayers cache;       /* rows = n_blocks x block_size */
+    Dtype type;                 /* element type of K/V */
+    int kv_dim, n_layers;
     int block_size, n_blocks, max_seqs, max_blocks, max_tokens;
+    size_t block_bytes;         /* n_layers x 2 x block_size x kv_dim x element bytes: BlockPool.bytes_per_block */
+    void *blocks;               /* [n_blocks][n_layers][2][block_size][kv_dim] of type (kv) */
     int *tables_host;           /* [max_seqs][max_blocks] block ids, -1 = none */
     int *tables;                /* the same on the device */
-    long long *slots_host;      /* [max_tokens] */
+    long long *slots_host;      /* [max_tokens] row of each entry, in rows of block_rows() to a block */
     long long *slots;           /* device */
     int *entry_host;            /* [max_tokens] table row (sequence) of each entry */
     int *entry;                 /* device */
@@ -30,6 +42,17 @@ typedef struct {
     int split_max_entries;      /* steps of at most this many entries may use the split kernel */
     int *pairs;                 /* [max_seqs][2] block copies (device) */
 } DevicePool;
+
+/* Rows of kv_dim elements from a block's first row to the next block's. */
+static long long block_rows(const DevicePool *s) { return 2LL * s->n_layers * s->block_size; }
+
+/* K (which 0) or V (which 1) of one layer in block 0: what the kernels
+ * count rows from (block_pool_keys(), block_pool_values() of block 0). */
+static void *layer_rows(const DevicePool *s, int layer, int which)
+{
+    size_t row_bytes = (size_t)s->kv_dim * dtype_bytes(s->type);
+    return (char *)s->blocks + (size_t)(2 * layer + which) * (size_t)s->block_size * row_bytes;
+}
 
 static int pool_begin_step(void *ctx, const DeviceStep *st, Err *err)
 {
@@ -42,7 +65,8 @@ static int pool_begin_step(void *ctx, const DeviceStep *st, Err *err)
         if (e->seq < 0 || e->seq >= s->max_seqs || block >= s->max_blocks ||
             s->tables_host[(size_t)e->seq * s->max_blocks + block] < 0)
             return err_set(err, "sequence %d position %d has no block", e->seq, e->pos);
-        s->slots_host[i] = (long long)s->tables_host[(size_t)e->seq * s->max_blocks + block] * s->block_size +
+        /* Row pos % block_size of the block the table names. */
+        s->slots_host[i] = (long long)s->tables_host[(size_t)e->seq * s->max_blocks + block] * block_rows(s) +
                            e->pos % s->block_size;
         s->entry_host[i] = e->seq;
     }
@@ -60,28 +84,25 @@ static int pool_begin_step(void *ctx, const DeviceStep *st, Err *err)
 static int pool_store(void *ctx, int layer, const DeviceStep *st, const float *k, const float *v, Err *err)
 {
     DevicePool *s = ctx;
-    return kvk_kv_write(device_kv_write_version(s->cache.kv_dim), s->cache.type, device_kv_layer(&s->cache, s->cache.k, layer),
-                        device_kv_layer(&s->cache, s->cache.v, layer), k, v, s->slots, st->n, s->cache.kv_dim,
-                        s->dev->stream, err);
+    return kvk_kv_write(device_kv_write_version(s->kv_dim), s->type, layer_rows(s, layer, 0), layer_rows(s, layer, 1),
+                        k, v, s->slots, st->n, s->kv_dim, s->dev->stream, err);
 }
 
 static int pool_attend(void *ctx, int layer, const DeviceStep *st, const float *q, float *out, Err *err)
 {
     DevicePool *s = ctx;
-    KvkBlockTables tables = {s->tables, s->max_blocks, s->entry, s->block_size};
+    KvkBlockTables tables = {s->tables, s->max_blocks, s->entry, s->block_size, s->n_layers};
     /* Few entries: one block per (entry, head) leaves most multiprocessors
      * idle, so split the sequence. The choice depends on n only. */
     int version = st->n <= s->split_max_entries ? 2 : 1;
-    return kvk_paged_attention(version, s->cache.type, out, q, device_kv_layer(&s->cache, s->cache.k, layer),
-                               device_kv_layer(&s->cache, s->cache.v, layer), tables, st->pos, st->n, s->cfg.seq_len,
+    return kvk_paged_attention(version, s->type, out, q, s->blocks, layer, tables, st->pos, st->n, s->cfg.seq_len,
                                device_kv_heads(&s->cfg), s->scratch, s->dev->stream, err);
 }
 
 static void pool_free(void *ctx)
 {
     DevicePool *s = ctx;
-    device_kv_layers_free(&s->cache);
-    void *dev_bufs[] = {s->tables, s->slots, s->entry, s->scratch, s->pairs};
+    void *dev_bufs[] = {s->blocks, s->tables, s->slots, s->entry, s->scratch, s->pairs};
     for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
         device_free(dev_bufs[i], NULL);
     mem_free(s->tables_host);
@@ -110,7 +131,7 @@ static int pool_alloc(DevicePool *s, Err *err)
         device_alloc(&s->scratch, scratch * sizeof(float), MEM_ACTIVATIONS, err) ||
         device_alloc(&s->pairs, 2 * (size_t)s->max_seqs * sizeof(int), MEM_KV_METADATA, err))
         return -1;
-    return device_kv_layers_alloc(&s->cache, err);
+    return device_alloc(&s->blocks, (size_t)s->n_blocks * s->block_bytes, MEM_KV, err);
 }
 
 int device_kv_open_paged(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype t, int n_blocks,
@@ -128,13 +149,16 @@ int device_kv_open_paged(DeviceKv *kv, const Device *dev, const ModelConfig *cfg
         return err_set(err, "out of memory");
     s->dev = dev;
     s->cfg = *cfg;
+    s->type = t;
+    s->kv_dim = model_kv_dim(cfg);
+    s->n_layers = cfg->n_layers;
     s->block_size = block_size;
     s->n_blocks = n_blocks;
     s->max_seqs = max_seqs;
     s->max_blocks = (cfg->seq_len + block_size - 1) / block_size;
     s->max_tokens = max_tokens;
-    s->cache = (DeviceKvLayers){.type = t, .kv_dim = model_kv_dim(cfg), .layers = cfg->n_layers,
-                             .rows = (long long)n_blocks * block_size, .cat = MEM_KV};
+    /* The host pool's block_shape_bytes(), at the device's element size. */
+    s->block_bytes = (size_t)block_rows(s) * (size_t)s->kv_dim * dtype_bytes(t);
     if (pool_alloc(s, err)) {
         pool_free(s);
         return -1;
@@ -176,26 +200,27 @@ int device_kv_paged_copy_blocks(DeviceKv *kv, const int *pairs, int n, Err *err)
         return 0;
     CUDA_CHECK(err, cudaMemcpyAsync(s->pairs, pairs, 2 * (size_t)n * sizeof(int), cudaMemcpyHostToDevice,
                                     s->dev->stream));
-    return kvk_block_copy(2, s->cache.k, s->cache.v, s->pairs, pairs, n, s->cache.layers, s->cache.rows,
-                          s->block_size, (long long)device_kv_row_bytes(&s->cache), s->dev->stream, err);
+    return kvk_block_copy(2, s->blocks, s->pairs, pairs, n, (long long)s->block_bytes, s->dev->stream, err);
+}
+
+void *device_kv_paged_blocks(const DeviceKv *kv, size_t *block_bytes)
+{
+    if (kv->close != pool_free)
+        return NULL;
+    const DevicePool *s = kv->seam.ctx;
+    if (block_bytes)
+        *block_bytes = s->block_bytes;
+    return s->blocks;
 }
 
 /* One block of the pool between the device and a host buffer laid out as
- * the host pool's block, [n_layers][2 (K, V)][block_size][kv_dim]: while
- * the device keeps K and V per layer ([layer][rows][kv_dim]), a block is
- * 2 x n_layers pieces of block_size rows, one copy each. */
+ * the host pool's block, [n_layers][2 (K, V)][block_size][kv_dim]: the
+ * device block has that layout too, so it is one copy of block_bytes. */
 static int pool_copy_block_host(DevicePool *s, int block, void *host, int to_device, Err *err)
 {
-    size_t piece = (size_t)s->block_size * device_kv_row_bytes(&s->cache);
-    size_t first_row = (size_t)block * (size_t)s->block_size * device_kv_row_bytes(&s->cache);
-    for (int l = 0; l < s->cache.layers; l++)
-        for (int kv = 0; kv < 2; kv++) {
-            char *dev = (char *)device_kv_layer(&s->cache, kv ? s->cache.v : s->cache.k, l) + first_row;
-            char *h = (char *)host + ((size_t)l * 2u + (size_t)kv) * piece;
-            CUDA_CHECK(err, cudaMemcpyAsync(to_device ? (void *)dev : (void *)h, to_device ? (void *)h : (void *)dev,
-                                            piece, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
-                                            s->dev->stream));
-        }
+    char *dev = (char *)s->blocks + (size_t)block * s->block_bytes;
+    CUDA_CHECK(err, cudaMemcpyAsync(to_device ? (void *)dev : host, to_device ? host : (void *)dev, s->block_bytes,
+                                    to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s->dev->stream));
     return 0;
 }
 
@@ -237,6 +262,12 @@ int device_kv_paged_copy_blocks(DeviceKv *kv, const int *pairs, int n, Err *err)
 {
     (void)kv, (void)pairs, (void)n;
     return err_set(err, NO_CUDA);
+}
+
+void *device_kv_paged_blocks(const DeviceKv *kv, size_t *block_bytes)
+{
+    (void)kv, (void)block_bytes;
+    return NULL;
 }
 
 int paged_device_swap_block(ServingRun *run, int block, void *host, int to_device, Err *err)

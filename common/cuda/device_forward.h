@@ -35,7 +35,8 @@
  * work in a layer is the same too: every K/V of the batch is stored before
  * any entry attends, so a prompt fed as one batch sees its own tokens.
  *
- * How each chapter plugs in (common/device_kv.h implements them):
+ * How each chapter plugs in (each chapter's device.c implements its store,
+ * on what common/cuda/device_kv.h shares; its table lists them):
  * - chapter 1: a transient [seq_len][kv_dim] buffer reused by every layer;
  *   slot = position; attention over rows 0..pos.
  * - chapter 2: one request's cache [layer][capacity][kv_dim] (max or grow);
@@ -43,9 +44,11 @@
  * - chapter 3: one arena [layer][arena_rows][kv_dim]; a request owns the
  *   rows of its region; slot = region start + position; attention base row
  *   = region start.
- * - chapter 4: one pool [layer][n_blocks x block_size][kv_dim]; slot =
- *   table[pos / bs] x bs + pos % bs; attention reads through the block
- *   tables (PagedAttention), copy-on-write copies blocks (kvk_block_copy).
+ * - chapter 4: one pool [n_blocks][n_layers][2][block_size][kv_dim], the
+ *   CPU pool's layout; a token's row in layer l is row pos % bs of block
+ *   table[pos / bs], in that layer's K (or V); attention reads through the
+ *   block tables (PagedAttention), copy-on-write copies whole blocks
+ *   (kvk_block_copy).
  */
 #ifndef KVLAB_DEVICE_FORWARD_H
 #define KVLAB_DEVICE_FORWARD_H

@@ -3,7 +3,11 @@
  * Each case fills its inputs with seeded random numbers, computes the CPU
  * reference, and runs every version of the kernel on the device with its
  * outputs first poisoned (all bits set: NaN), so that an output a kernel
- * forgets to write fails. All outputs are compared.
+ * forgets to write fails. All outputs are compared. The kernels of
+ * chapter 4 run on a chapter 4 block pool ([n_blocks][n_layers][2]
+ * [block_size][kv_dim], the device's layout too) and are compared with
+ * chapter 4's own CPU code on the same pool: PagedAttention with the lab's
+ * paged_attention(), block copy with block_pool_copy().
  *
  * How errors are measured, and the tolerances (why each is what it is):
  *
@@ -49,6 +53,7 @@
 #include "kv_ref.h"
 #include "mem.h"
 #include "ops.h"
+#include "paged.h"
 #include "sampler.h"
 
 #define TOL_EXACT 0.0
@@ -664,28 +669,39 @@ done:
 
 /* ------------------------------------------------------------ attention */
 
+/* The paged kernels read a pool of PAGED_LAYERS layers, chapter 4's
+ * layout, and attend its last layer: a kernel that finds the wrong layer,
+ * or K where V is, reads rows of another layer (NaN here). */
+#define PAGED_LAYERS 2
+
 /* A batch of attention queries over K/V held both contiguously (each
- * sequence from a base row) and in shuffled blocks (a block table per
- * sequence), with the same values: the contiguous and the paged kernels
- * read the same numbers. */
+ * sequence from a base row) and in shuffled blocks of a chapter 4 block
+ * pool (a block table per sequence), with the same values: the contiguous
+ * and the paged kernels read the same numbers. The contiguous kernel is
+ * checked against attention_reference(), the paged one against chapter
+ * 4's paged_attention() (the lab's answer, solutions/ch04/) over the
+ * pool, which must itself give attention_reference()'s bits. */
 typedef struct {
     int n, heads, kv_heads, hd, max_pos;
     Dtype t;
     int block_size;
     int max_blocks;          /* per sequence */
     long long rows;          /* contiguous rows */
-    long long pool_rows;     /* paged rows */
     float *q;                /* [n][dim] */
     float *k, *v;            /* [rows][kv_dim] values as stored (rounded) */
     long long *base;         /* [n] */
     int *pos;                /* [n] */
     int *entry_table;        /* [n] table row of each entry */
-    int *tables;             /* [n_tables][max_blocks] */
+    int *tables;             /* [n_tables][max_blocks] block ids, -1 past a sequence's blocks */
+    int *table_blocks;       /* [n_tables] blocks each table holds */
     int n_tables;
-    float *want, *mag;       /* [n][dim] reference output and magnitude */
+    int n_blocks;            /* blocks in the pool */
+    BlockPool pool;          /* PAGED_LAYERS layers; storage [n_blocks][PAGED_LAYERS][2][block_size][kv_dim] */
+    float *want, *mag;       /* [n][dim] reference output (attention_reference()) and magnitude */
+    float *want_paged;       /* [n][dim] paged_attention() over the pool */
     /* device */
     float *d_q, *d_out, *d_scratch;
-    void *d_k, *d_v, *d_pk, *d_pv;
+    void *d_k, *d_v, *d_pool;
     long long *d_base;
     int *d_pos, *d_entry, *d_tables;
 } AttnCase;
@@ -705,9 +721,9 @@ static int attn_launch(void *p, int v, Err *err)
     if (!a->paged)
         return kvk_attention(v, c->t, c->d_out, c->d_q, c->d_k, c->d_v, c->d_base, c->d_pos, c->n, c->max_pos,
                              case_heads(c), c->d_scratch, a->dev->stream, err);
-    KvkBlockTables tables = {c->d_tables, c->max_blocks, c->d_entry, c->block_size};
-    return kvk_paged_attention(v, c->t, c->d_out, c->d_q, c->d_pk, c->d_pv, tables, c->d_pos, c->n, c->max_pos,
-                               case_heads(c), c->d_scratch, a->dev->stream, err);
+    KvkBlockTables tables = {c->d_tables, c->max_blocks, c->d_entry, c->block_size, PAGED_LAYERS};
+    return kvk_paged_attention(v, c->t, c->d_out, c->d_q, c->d_pool, PAGED_LAYERS - 1, tables, c->d_pos, c->n,
+                               c->max_pos, case_heads(c), c->d_scratch, a->dev->stream, err);
 }
 
 /* Reference output and magnitude of every (entry, head), reading the
@@ -734,24 +750,27 @@ static void attention_expected(AttnCase *c, float *scores)
         }
 }
 
-/* The paged reference must agree with the contiguous one on the same
- * values: a check of paged_attention_reference() and of the tables. */
-static double paged_reference_gap(AttnCase *c, const float *pk, const float *pv, float *scores, float *out)
+/* The paged kernels' reference: chapter 4's paged_attention() for every
+ * (entry, head), reading the pool through the entry's block table. It
+ * reads the same values as attention_reference() did in the same order,
+ * so it must give its bits (the lab checks the same); if it does not, the
+ * reference is wrong and no kernel is judged by it. */
+static int paged_expected(AttnCase *c, float *scores, Err *err)
 {
-    int dim = c->heads * c->hd, kv_dim = c->kv_heads * c->hd, mul = c->heads / c->kv_heads;
-    double worst = 0.0;
-    for (int i = 0; i < c->n; i++)
+    int dim = c->heads * c->hd, mul = c->heads / c->kv_heads;
+    for (int i = 0; i < c->n; i++) {
+        int seq = c->entry_table[i];
+        BlockTable table = {c->tables + (size_t)seq * c->max_blocks, c->table_blocks[seq], c->max_blocks};
         for (int h = 0; h < c->heads; h++) {
-            const int *table = c->tables + (size_t)c->entry_table[i] * c->max_blocks;
-            paged_attention_reference(out, c->q + (size_t)i * dim + h * c->hd, pk + (h / mul) * c->hd,
-                                      pv + (h / mul) * c->hd, table, c->block_size, c->pos[i] + 1, kv_dim, c->hd,
-                                      scores);
-            for (int d = 0; d < c->hd; d++) {
-                double e = fabs((double)out[d] - (double)c->want[(size_t)i * dim + h * c->hd + d]);
-                worst = e > worst ? e : worst;
-            }
+            size_t at = (size_t)i * dim + (size_t)h * c->hd;
+            paged_attention(&c->pool, &table, PAGED_LAYERS - 1, h / mul, c->hd, c->q + at, c->pos[i] + 1,
+                            c->want_paged + at, scores);
         }
-    return worst;
+    }
+    if (memcmp(c->want_paged, c->want, (size_t)c->n * dim * sizeof(float)) != 0)
+        return err_set(err, "paged_attention() (chapter 4, the lab) does not give attention_reference()'s bits on "
+                            "the same K/V; fix it (make lab CH=4) before checking the paged kernels against it");
+    return 0;
 }
 
 /* Where sequence s's positions go: contiguous rows from base (its region),
@@ -761,12 +780,13 @@ static int attention_layout(AttnCase *c, int n_seqs, const int *seq_len, unsigne
     c->max_blocks = (c->max_pos + c->block_size - 1) / c->block_size;
     c->n_tables = n_seqs;
     c->tables = mem_alloc_array(MEM_ACTIVATIONS, (size_t)n_seqs * c->max_blocks, sizeof(int));
+    c->table_blocks = mem_alloc_array(MEM_ACTIVATIONS, (size_t)n_seqs, sizeof(int));
     int total_blocks = 0;
     for (int s = 0; s < n_seqs; s++)
         total_blocks += (seq_len[s] + c->block_size - 1) / c->block_size;
     total_blocks += 3; /* a few blocks nobody uses */
     int *perm = mem_alloc_array(MEM_ACTIVATIONS, (size_t)total_blocks, sizeof(int));
-    if (!c->tables || !perm) {
+    if (!c->tables || !c->table_blocks || !perm) {
         mem_free(perm);
         return -1;
     }
@@ -779,31 +799,49 @@ static int attention_layout(AttnCase *c, int n_seqs, const int *seq_len, unsigne
         perm[j] = tmp;
     }
     int next = 0;
-    for (int s = 0; s < n_seqs; s++)
-        for (int b = 0; b < c->max_blocks; b++)
-            c->tables[(size_t)s * c->max_blocks + b] = b * c->block_size < seq_len[s] ? perm[next++] : -1;
-    c->pool_rows = (long long)total_blocks * c->block_size;
+    for (int s = 0; s < n_seqs; s++) {
+        c->table_blocks[s] = 0;
+        for (int b = 0; b < c->max_blocks; b++) {
+            int used = b * c->block_size < seq_len[s];
+            c->tables[(size_t)s * c->max_blocks + b] = used ? perm[next++] : -1;
+            c->table_blocks[s] += used;
+        }
+    }
+    c->n_blocks = total_blocks;
     mem_free(perm);
     return 0;
 }
 
-/* Scatters the contiguous K/V of each sequence into its blocks. */
-static void attention_scatter(const AttnCase *c, int n_seqs, const long long *seq_base, const int *seq_len,
-                              const float *src, float *pool)
+/* The pool: every element NaN (rows no sequence holds, the other layer),
+ * then the K/V of each sequence copied from its contiguous rows into its
+ * blocks, in the last layer. */
+static int attention_pool(AttnCase *c, int n_seqs, const long long *seq_base, const int *seq_len, Err *err)
 {
     int kv_dim = c->kv_heads * c->hd;
+    BlockShape shape = {.block_size = c->block_size, .n_layers = PAGED_LAYERS, .kv_dim = kv_dim,
+                        .elem_bytes = sizeof(float)};
+    if (block_pool_init(&c->pool, &shape, c->n_blocks, 1, err))
+        return -1;
+    memset(c->pool.storage, 0xff, (size_t)c->n_blocks * c->pool.floats_per_block * sizeof(float));
+    size_t row_bytes = (size_t)kv_dim * sizeof(float);
     for (int s = 0; s < n_seqs; s++)
-        for (int t = 0; t < seq_len[s]; t++)
-            memcpy(pool + (size_t)paged_row(c->tables + (size_t)s * c->max_blocks, c->block_size, t) * kv_dim,
-                   src + (size_t)(seq_base[s] + t) * kv_dim, (size_t)kv_dim * sizeof(float));
+        for (int t = 0; t < seq_len[s]; t++) {
+            int block = c->tables[(size_t)s * c->max_blocks + t / c->block_size];
+            size_t row = (size_t)(t % c->block_size) * kv_dim, from = (size_t)(seq_base[s] + t) * kv_dim;
+            memcpy(block_pool_keys(&c->pool, block, PAGED_LAYERS - 1) + row, c->k + from, row_bytes);
+            memcpy(block_pool_values(&c->pool, block, PAGED_LAYERS - 1) + row, c->v + from, row_bytes);
+        }
+    return 0;
 }
 
 static void attention_case_free(AttnCase *c)
 {
-    void *devs[] = {c->d_q, c->d_out, c->d_scratch, c->d_k, c->d_v, c->d_pk, c->d_pv, c->d_base, c->d_pos,
-                    c->d_entry, c->d_tables};
-    void *host[] = {c->q, c->k, c->v, c->base, c->pos, c->entry_table, c->tables, c->want, c->mag};
+    void *devs[] = {c->d_q, c->d_out, c->d_scratch, c->d_k, c->d_v, c->d_pool, c->d_base, c->d_pos, c->d_entry,
+                    c->d_tables};
+    void *host[] = {c->q, c->k, c->v, c->base, c->pos, c->entry_table, c->tables, c->table_blocks, c->want,
+                    c->mag, c->want_paged};
     RELEASE(devs, host);
+    block_pool_free(&c->pool);
 }
 
 /* Typed copy of f32 values, uploaded to a new device buffer. */
@@ -819,9 +857,11 @@ static int upload_typed(void **dst, const float *src, size_t n, Dtype t, const D
 }
 
 /* Builds a case: entries (seq_of[i], pos[i]) over n_seqs sequences of
- * lengths seq_len[], each stored from row seq_base[] in the contiguous copy. */
+ * lengths seq_len[], each stored from row seq_base[] in the contiguous copy
+ * and, when paged, in its blocks of the pool. (Only the paged kernels need
+ * the lab's paged_attention(): in the handout it may be unwritten.) */
 static int attention_build(AttnCase *c, const Device *dev, int n_seqs, const int *seq_len, const long long *seq_base,
-                           const int *seq_of, unsigned long long *rng, Err *err)
+                           const int *seq_of, int paged, unsigned long long *rng, Err *err)
 {
     int dim = c->heads * c->hd, kv_dim = c->kv_heads * c->hd;
     size_t cells = (size_t)c->rows * kv_dim;
@@ -831,11 +871,11 @@ static int attention_build(AttnCase *c, const Device *dev, int n_seqs, const int
     c->base = mem_alloc_array(MEM_ACTIVATIONS, (size_t)c->n, sizeof(long long));
     c->entry_table = mem_alloc_array(MEM_ACTIVATIONS, (size_t)c->n, sizeof(int));
     c->want = host_floats((size_t)c->n * dim);
+    c->want_paged = host_floats((size_t)c->n * dim);
     c->mag = host_floats((size_t)c->n * dim);
-    float *scores = host_floats((size_t)c->max_pos), *out = host_floats((size_t)c->hd);
-    float *pk = NULL, *pv = NULL;
+    float *scores = host_floats((size_t)c->max_pos);
     int rc = -1;
-    if (!c->q || !c->k || !c->v || !c->base || !c->entry_table || !c->want || !c->mag || !scores || !out ||
+    if (!c->q || !c->k || !c->v || !c->base || !c->entry_table || !c->want || !c->want_paged || !c->mag || !scores ||
         attention_layout(c, n_seqs, seq_len, rng)) {
         err_set(err, "out of memory for an attention case");
         goto done;
@@ -843,6 +883,7 @@ static int attention_build(AttnCase *c, const Device *dev, int n_seqs, const int
     fill(c->q, (size_t)c->n * dim, -1.0f, 1.0f, rng);
     fill(c->k, cells, -1.0f, 1.0f, rng);
     fill(c->v, cells, -1.0f, 1.0f, rng);
+    /* The device stores K/V in type t: both references read the rounded values. */
     dtype_round(c->k, cells, c->t);
     dtype_round(c->v, cells, c->t);
     for (int i = 0; i < c->n; i++) {
@@ -850,19 +891,10 @@ static int attention_build(AttnCase *c, const Device *dev, int n_seqs, const int
         c->entry_table[i] = seq_of[i];
     }
     attention_expected(c, scores);
-    pk = host_floats((size_t)c->pool_rows * kv_dim);
-    pv = host_floats((size_t)c->pool_rows * kv_dim);
-    if (!pk || !pv) {
-        err_set(err, "out of memory for an attention case");
+    if (paged && (attention_pool(c, n_seqs, seq_base, seq_len, err) || paged_expected(c, scores, err) ||
+                  upload_typed(&c->d_pool, c->pool.storage, (size_t)c->n_blocks * c->pool.floats_per_block, c->t,
+                               dev, err)))
         goto done;
-    }
-    attention_scatter(c, n_seqs, seq_base, seq_len, c->k, pk);
-    attention_scatter(c, n_seqs, seq_base, seq_len, c->v, pv);
-    /* Both references read the same values; they must agree to rounding. */
-    if (paged_reference_gap(c, pk, pv, scores, out) > 1e-5) {
-        err_set(err, "paged_attention_reference disagrees with attention_reference");
-        goto done;
-    }
     size_t scratch = kvk_attention_scratch_floats(1, c->n, c->max_pos, case_heads(c));
     size_t paged_scratch = kvk_paged_attention_scratch_floats(2, c->n, c->max_pos, case_heads(c));
     scratch = scratch > paged_scratch ? scratch : paged_scratch;
@@ -870,8 +902,6 @@ static int attention_build(AttnCase *c, const Device *dev, int n_seqs, const int
         device_copy((void **)&c->d_out, NULL, (size_t)c->n * dim * 4, dev, err) ||
         device_copy((void **)&c->d_scratch, NULL, scratch * 4, dev, err) ||
         upload_typed(&c->d_k, c->k, cells, c->t, dev, err) || upload_typed(&c->d_v, c->v, cells, c->t, dev, err) ||
-        upload_typed(&c->d_pk, pk, (size_t)c->pool_rows * kv_dim, c->t, dev, err) ||
-        upload_typed(&c->d_pv, pv, (size_t)c->pool_rows * kv_dim, c->t, dev, err) ||
         device_copy((void **)&c->d_base, c->base, (size_t)c->n * sizeof(long long), dev, err) ||
         device_copy((void **)&c->d_pos, c->pos, (size_t)c->n * sizeof(int), dev, err) ||
         device_copy((void **)&c->d_entry, c->entry_table, (size_t)c->n * sizeof(int), dev, err) ||
@@ -880,9 +910,6 @@ static int attention_build(AttnCase *c, const Device *dev, int n_seqs, const int
     rc = 0;
 done:
     mem_free(scores);
-    mem_free(out);
-    mem_free(pk);
-    mem_free(pv);
     return rc;
 }
 
@@ -927,7 +954,7 @@ static int attention_versions(Run *run, AttnCase *c, int paged, const char *what
                 rc = download(got, c->d_out, no * 4, run->dev, err);
             if (rc)
                 break;
-            r.max_error = scaled_error(got, c->want, c->mag, no);
+            r.max_error = scaled_error(got, paged ? c->want_paged : c->want, c->mag, no);
             r.outputs = (long long)no;
         }
         rc = finish(run, &r, attn_launch, &a, err);
@@ -971,7 +998,7 @@ static int case_attention(Run *run, int kind, int n_seqs, int len, int heads, in
     }
     c.max_pos = len;
     c.rows = (long long)n_seqs * len;
-    if (attention_build(&c, run->dev, n_seqs, seq_len, seq_base, seq_of, &rng, err))
+    if (attention_build(&c, run->dev, n_seqs, seq_len, seq_base, seq_of, compare_paged, &rng, err))
         goto done;
     static const char *const what[] = {"", "whole sequence", "decode", "batched decode"};
     char label[64];
@@ -1002,96 +1029,112 @@ done:
 
 typedef struct {
     const Device *dev;
-    void *k, *v;
+    void *pool;
     int *pairs;
     const int *pairs_host;
-    int n_pairs, layers, block_size;
-    long long layer_rows, row_bytes;
+    int n_pairs;
+    long long block_bytes;
 } CopyArgs;
 
 static int copy_launch(void *p, int v, Err *err)
 {
     CopyArgs *a = p;
-    return kvk_block_copy(v, a->k, a->v, a->pairs, a->pairs_host, a->n_pairs, a->layers, a->layer_rows,
-                          a->block_size, a->row_bytes, a->dev->stream, err);
+    return kvk_block_copy(v, a->pool, a->pairs, a->pairs_host, a->n_pairs, a->block_bytes, a->dev->stream, err);
 }
 
-/* chained = 0: 2 n_pairs distinct blocks, no copy reads what another
- * writes (copy-on-write). chained = 1: a cycle, pair p copies block b_p to
- * b_(p+1) and the last one back to b_0, so each copy reads what the one
- * before wrote: the pairs must behave as if copied one after the other. */
+/* n_pairs (src, dst) pairs over a pool of n_blocks shuffled block ids.
+ * chained = 0: 2 n_pairs distinct blocks, the first n_pairs sources, the
+ * rest destinations, so no copy reads what another writes (copy-on-write).
+ * chained = 1: a cycle, pair p copies block b_p to b_(p+1) and the last
+ * one back to b_0, so each copy reads what the one before wrote. */
+static int copy_pairs(int *pairs, int n_blocks, int n_pairs, int chained, unsigned long long *rng, Err *err)
+{
+    int *ids = mem_alloc_array(MEM_ACTIVATIONS, (size_t)n_blocks, sizeof(int));
+    if (!ids)
+        return err_set(err, "out of memory");
+    for (int b = 0; b < n_blocks; b++)
+        ids[b] = b;
+    for (int b = n_blocks - 1; b > 0; b--) {
+        int j = (int)(sampler_random_f32(rng) * (float)(b + 1)) % (b + 1);
+        int tmp = ids[b];
+        ids[b] = ids[j];
+        ids[j] = tmp;
+    }
+    for (int p = 0; p < n_pairs; p++) {
+        pairs[2 * p] = ids[p];
+        pairs[2 * p + 1] = chained ? ids[(p + 1) % n_pairs] : ids[n_pairs + p];
+    }
+    mem_free(ids);
+    return 0;
+}
+
+/* The copies on a chapter 4 pool of n_blocks blocks (layers x 2 x
+ * block_size x kv_dim each), against block_pool_copy() on the CPU's pool
+ * holding the same (rounded) values: the pairs must behave as if copied
+ * one after the other, as block_pool_copy() copies them. */
 static int case_block_copy(Run *run, int layers, int n_blocks, int block_size, int kv_dim, int n_pairs, Dtype t,
                            int chained, Err *err)
 {
     unsigned long long rng = 20;
-    long long layer_rows = (long long)n_blocks * block_size, row_bytes = (long long)kv_dim * (long long)dtype_bytes(t);
-    size_t cells = (size_t)layers * (size_t)layer_rows * kv_dim, bytes = cells * dtype_bytes(t);
-    float *init = host_floats(cells);
-    void *k0 = mem_alloc(MEM_ACTIVATIONS, bytes), *v0 = mem_alloc(MEM_ACTIVATIONS, bytes);
-    void *want_k = mem_alloc(MEM_ACTIVATIONS, bytes), *want_v = mem_alloc(MEM_ACTIVATIONS, bytes);
-    void *got = mem_alloc(MEM_ACTIVATIONS, bytes);
-    int *pairs = mem_alloc_array(MEM_ACTIVATIONS, (size_t)n_blocks, sizeof(int));
-    void *host[] = {init, k0, v0, want_k, want_v, got, pairs};
-    CopyArgs a = {.dev = run->dev, .pairs_host = pairs, .n_pairs = n_pairs, .layers = layers,
-                  .block_size = block_size, .layer_rows = layer_rows, .row_bytes = row_bytes};
-    void *devs[3] = {0};
+    BlockShape shape = {.block_size = block_size, .n_layers = layers, .kv_dim = kv_dim, .elem_bytes = sizeof(float)};
+    BlockPool pool;
+    memset(&pool, 0, sizeof pool);
+    size_t cells = 0, bytes = 0;
+    void *start = NULL, *want = NULL, *got = NULL;
+    int *pairs = mem_alloc_array(MEM_ACTIVATIONS, 2 * (size_t)(n_pairs > 0 ? n_pairs : 1), sizeof(int));
+    CopyArgs a = {.dev = run->dev, .pairs_host = pairs, .n_pairs = n_pairs};
     int rc = -1;
-    if (!init || !k0 || !v0 || !want_k || !want_v || !got || !pairs || 2 * n_pairs > n_blocks) {
-        err_set(err, 2 * n_pairs > n_blocks ? "block copy case: too many pairs" : "out of memory");
+    if (2 * n_pairs > n_blocks) {
+        err_set(err, "block copy case: too many pairs");
         goto done;
     }
-    fill(init, cells, -1.0f, 1.0f, &rng);
-    dtype_from_f32(k0, init, cells, t);
-    fill(init, cells, -1.0f, 1.0f, &rng);
-    dtype_from_f32(v0, init, cells, t);
-    /* 2 n_pairs distinct blocks: the first n_pairs are sources, the rest
-     * destinations, so no copy reads what another writes. */
-    for (int b = 0; b < n_blocks; b++)
-        pairs[b] = b;
-    for (int b = n_blocks - 1; b > 0; b--) {
-        int j = (int)(sampler_random_f32(&rng) * (float)(b + 1)) % (b + 1);
-        int tmp = pairs[b];
-        pairs[b] = pairs[j];
-        pairs[j] = tmp;
-    }
-    int *pair_list = mem_alloc_array(MEM_ACTIVATIONS, 2 * (size_t)n_pairs, sizeof(int));
-    if (!pair_list) {
+    if (block_pool_init(&pool, &shape, n_blocks, 1, err))
+        goto done;
+    cells = (size_t)n_blocks * pool.floats_per_block;
+    bytes = cells * dtype_bytes(t);
+    a.block_bytes = (long long)(pool.floats_per_block * dtype_bytes(t));
+    start = mem_alloc(MEM_ACTIVATIONS, bytes);
+    want = mem_alloc(MEM_ACTIVATIONS, bytes);
+    got = mem_alloc(MEM_ACTIVATIONS, bytes);
+    if (!pairs || !start || !want || !got) {
         err_set(err, "out of memory");
         goto done;
     }
-    for (int p = 0; p < n_pairs; p++) {
-        pair_list[2 * p] = pairs[p];
-        pair_list[2 * p + 1] = chained ? pairs[(p + 1) % n_pairs] : pairs[n_pairs + p];
-    }
-    memcpy(pairs, pair_list, 2 * (size_t)n_pairs * sizeof(int));
-    mem_free(pair_list);
-    memcpy(want_k, k0, bytes);
-    memcpy(want_v, v0, bytes);
-    kv_block_copy_reference(want_k, want_v, pairs, n_pairs, layers, layer_rows, block_size, (size_t)row_bytes);
-    if (device_copy(&a.k, NULL, bytes, run->dev, err) || device_copy(&a.v, NULL, bytes, run->dev, err) ||
+    /* Values the device type holds exactly: the CPU pool and the device
+     * pool start from the same numbers. */
+    fill(pool.storage, cells, -1.0f, 1.0f, &rng);
+    dtype_round(pool.storage, cells, t);
+    dtype_from_f32(start, pool.storage, cells, t);
+    if (copy_pairs(pairs, n_blocks, n_pairs, chained, &rng, err))
+        goto done;
+    for (int p = 0; p < n_pairs; p++)
+        block_pool_copy(&pool, pairs[2 * p + 1], pairs[2 * p]);
+    dtype_from_f32(want, pool.storage, cells, t);
+    if (device_copy(&a.pool, NULL, bytes, run->dev, err) ||
         device_copy((void **)&a.pairs, pairs, 2 * (size_t)n_pairs * sizeof(int), run->dev, err))
         goto done;
     for (int ver = 1; ver <= kvk_block_copy_n_versions; ver++) {
         KcaseResult r = result_for("block_copy", kvk_block_copy_versions, ver, dtype_name(t), TOL_EXACT,
-                                   4.0 * n_pairs * layers * (double)block_size * (double)row_bytes);
-        snprintf(r.shape, sizeof r.shape, "%d blocks of %d x %lld B, %d layers%s", n_pairs, block_size, row_bytes,
-                 layers, chained ? ", chained" : "");
-        if (upload(a.k, k0, bytes, run->dev, err) || upload(a.v, v0, bytes, run->dev, err) ||
-            copy_launch(&a, ver, err) || download(got, a.k, bytes, run->dev, err))
+                                   2.0 * n_pairs * (double)a.block_bytes);
+        snprintf(r.shape, sizeof r.shape, "%d blocks of [%d][2][%d][%d] (%lld B)%s", n_pairs, layers, block_size,
+                 kv_dim, a.block_bytes, chained ? ", chained" : "");
+        if (upload(a.pool, start, bytes, run->dev, err) || copy_launch(&a, ver, err) ||
+            download(got, a.pool, bytes, run->dev, err))
             goto done;
-        r.max_error = byte_error(got, want_k, bytes);
-        if (download(got, a.v, bytes, run->dev, err))
-            goto done;
-        double ev = byte_error(got, want_v, bytes);
-        r.max_error = ev > r.max_error ? ev : r.max_error;
-        r.outputs = 2LL * (long long)bytes;
+        r.max_error = byte_error(got, want, bytes);
+        r.outputs = (long long)bytes;
         if (finish(run, &r, copy_launch, &a, err))
             goto done;
     }
     rc = 0;
 done:
-    devs[0] = a.k, devs[1] = a.v, devs[2] = a.pairs;
-    RELEASE(devs, host);
+    device_free(a.pool, NULL);
+    device_free(a.pairs, NULL);
+    mem_free(start);
+    mem_free(want);
+    mem_free(got);
+    mem_free(pairs);
+    block_pool_free(&pool);
     return rc;
 }
 
@@ -1198,8 +1241,8 @@ static int run_attention_paged(Run *r, Err *err) { return run_attention(r, 1, er
 static int run_block_copy(Run *r, Err *err)
 {
     for (int t = 0; t < DTYPE_COUNT; t++) {
-        TRY(case_block_copy(r, 5, 40, 16, 32, 7, (Dtype)t, 0, err)); /* runs of 16 x 32 elements */
-        TRY(case_block_copy(r, 2, 12, 1, 6, 3, DTYPE_F16, 0, err));  /* 12-byte runs: the byte loop */
+        TRY(case_block_copy(r, 5, 40, 16, 32, 7, (Dtype)t, 0, err)); /* stories260K, blocks of 16: f32 1.25 chunks */
+        TRY(case_block_copy(r, 1, 12, 1, 6, 3, DTYPE_F16, 0, err));  /* 24-byte blocks: the byte loop */
         TRY(case_block_copy(r, 3, 20, 4, 16, 5, (Dtype)t, 1, err));  /* a cycle of 5: one wave per pair */
         if (!r->o->quick)
             TRY(case_block_copy(r, 12, 512, 16, 768, 128, (Dtype)t, 0, err)); /* stories110M, 8,192 slots */
