@@ -18,7 +18,8 @@
 #   make docs         the book and API reference as one HTML site (html/)
 #   make check-book   run every command the book quotes in a checked ```sh block, check its figures
 #   make bench        benchmarks (not tests): writes build/bench/report.md
-#   make demo         every chapter on the same requests, side by side
+#   make demo         every chapter on the same requests, side by side (and the page build/demo-out/index.html)
+#   make test-browser that page in headless chromium, checked against the programs' --show-tables
 #   make models       fetch the larger real models: TinyStories checkpoints, SmolLM2 GGUF (needs internet or ../shared)
 #   make cuda-check   compile every CUDA file for sm_80 and sm_90 (no GPU needed)
 #   make fuzz         every libFuzzer target (tests/fuzz/) under ASan+UBSan, FUZZ_SECONDS each
@@ -209,7 +210,7 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
-.PHONY: all test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout check-book docs bench demo models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
+.PHONY: all test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout check-book docs bench demo test-browser models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
 all: $(PROGRAMS) $(TOOLS)
 
 # Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
@@ -515,6 +516,13 @@ ifneq ($(CUDA_NO_GPU),)
 endif
 	@scripts/deps.sh gnuplot-nox
 	@BUILD=$(BUILD) scripts/demo.sh $(DEMO_ARGS)
+
+# The demo's page (build/demo-out/index.html) in headless chromium: no script
+# error, the cells drawn match --show-tables, the first preemption is named
+# (scripts/test-browser.sh says how). Makes the demo first when it is missing.
+test-browser: all
+	@command -v chromium > /dev/null || scripts/deps.sh chromium
+	@BUILD=$(BUILD) scripts/test-browser.sh
 
 # Benchmarks are not tests: sections of scripts/bench.sh write build/bench/.
 # LLAMA2C_RUN=/path/to/run adds the comparison with llama2.c's run.c;

@@ -7,11 +7,14 @@
 # data/requests-mixed.tsv unless told otherwise), prints its table (also
 # kept in build/demo-out/table.md), and draws KV memory reserved vs used over
 # the steps, one panel per chapter, into build/demo-out/kv-timeline.png and
-# .svg with gnuplot (scripts/demo-plot.gp). Progress goes to stderr.
+# .svg with gnuplot (scripts/demo-plot.gp), and writes the interactive page
+# build/demo-out/index.html (build/demo-page). Progress goes to stderr.
 set -eu
 BUILD=${BUILD:-build}
 OUT=$BUILD/demo-out
-[ -x "$BUILD/demo" ] || { echo "demo: $BUILD/demo is missing; run make first" >&2; exit 1; }
+for tool in demo demo-page; do
+    [ -x "$BUILD/$tool" ] || { echo "demo: $BUILD/$tool is missing; run make first" >&2; exit 1; }
+done
 command -v gnuplot > /dev/null || { echo "demo: gnuplot is missing (Debian: apt-get install gnuplot-nox)" >&2; exit 1; }
 mkdir -p "$OUT"
 # Every file is written under a temporary name in $OUT and renamed into
@@ -32,5 +35,13 @@ for fmt in png svg; do
     sync "$tmp"
     mv -f "$tmp" "$OUT/kv-timeline.$fmt"
 done
+# The page: the traces of chapters 3 and 4 that build/demo wrote (the
+# table's budget, and the tight one where chapter 4 preempts when it ran),
+# in one self-contained file (tools/demo-page.html, build/demo-page).
+traces="$OUT/trace-ch03.jsonl $OUT/trace-ch04.jsonl"
+[ -f "$OUT/trace-tight-ch03.jsonl" ] && traces="$traces $OUT/trace-tight-ch03.jsonl $OUT/trace-tight-ch04.jsonl"
+# shellcheck disable=SC2086
+"$BUILD/demo-page" --out "$OUT/index.html" $traces
 echo
 echo "plot: $OUT/kv-timeline.png and $OUT/kv-timeline.svg (KV reserved vs used over the steps, per chapter)"
+echo "page: $OUT/index.html (chapters 3 and 4 step by step; open it from disk in a browser)"

@@ -54,6 +54,7 @@ START_TEST(demo_runs_every_chapter_side_by_side)
     ck_assert_msg(strstr(r.out, "same tokens in every chapter: yes (0 of 3 requests differ"), "%s", r.out);
     /* No prompt of these fills a block of 16: nothing to share. */
     ck_assert_msg(strstr(r.out, "chapter 5 found 0 of the "), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "\nterms: KV reserved = "), "no legend line under the table:\n%s", r.out);
     ck_assert_msg(strstr(r.err, "demo: chapter 1 (recompute): 3 of 3 requests"), "no progress on stderr: %s", r.err);
     test_result_free(&r);
     char path[PATH_MAX + 32];
@@ -69,6 +70,14 @@ START_TEST(demo_runs_every_chapter_side_by_side)
     ck_assert_int_eq(count_of(json, "\"max_concurrent\": 3"), 3);
     ck_assert_msg(strstr(json, "\"prefix_cache_hit_tokens\": 0"), "%s", json);
     ck_assert_int_eq(count_of(json, "\"max_concurrent\": 1"), 2);
+    /* The page's traces: chapters 3 and 4, each a setup line, its steps
+     * and an end line (tests/test_trace.c checks what they say). */
+    static const char *const traces[] = {"trace-ch03.jsonl", "trace-ch04.jsonl"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, traces[i]);
+        const char *trace = read_all(path);
+        ck_assert_msg(strncmp(trace, "{\"trace\":\"kvlab\"", 16) == 0 && strstr(trace, "\n{\"end\":true,"), "%s", path);
+    }
 }
 END_TEST
 

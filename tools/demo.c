@@ -9,8 +9,14 @@
  * reserved and used, utilization, where the reserved memory went, how many
  * requests ran at once, preemptions), checks that every chapter produced
  * the same tokens for every request, and writes DIR/kv-timeline.tsv (KV
- * reserved and used after every step, one block per chapter) for
- * scripts/demo.sh to plot, and DIR/demo.json. Progress goes to stderr. */
+ * reserved and used after every step, one block per chapter; chapter 1's
+ * block has the K/V it recomputed at each step) for scripts/demo.sh to
+ * plot, DIR/demo.json, and the traces of chapters 3 and 4 (trace.h) that
+ * the page of `make demo` draws: DIR/trace-ch03.jsonl and
+ * DIR/trace-ch04.jsonl of the table's runs, and DIR/trace-tight-ch03.jsonl
+ * and DIR/trace-tight-ch04.jsonl of the same requests at a budget where
+ * chapter 4 has to preempt (--tight-budget; not in the table). Progress
+ * goes to stderr. */
 #define _GNU_SOURCE /* getopt_long */
 #include <errno.h>
 #include <getopt.h>
@@ -35,6 +41,7 @@
 #include "report.h"
 #include "serve.h"
 #include "serving.h"
+#include "trace.h"
 
 #define PROGRAM "demo"
 
@@ -55,11 +62,15 @@ typedef struct {
     int *n_tokens_of;        /* [n_reqs] how many */
     long prompt_positions;   /* chapter 5: positions its admissions needed K/V for */
     long prompt_hits;        /* chapter 5: of which found cached */
+    int *n_prompt_of;        /* [n_reqs] prompt ids (chapter 1: what its first step recomputes) */
+    long *steps_of;          /* [n_reqs] steps each request ran alone (chapters 1 and 2) */
 } ChapterRun;
 
 typedef struct {
     CliOptions o;            /* model, tokenizer, threads, kv_budget, requests */
     const char *out_dir;
+    size_t tight_budget;     /* chapters 3 and 4 again at this budget, for the page (0: not) */
+    int tight_given;         /* 1: --tight-budget was given (else an eighth of the budget) */
 } DemoOptions;
 
 /* ------------------------------------------------------------ options */
@@ -74,18 +85,21 @@ static void usage(void)
            "  --tokenizer FILE  its tokenizer (default: found next to the model)\n"
            "  --kv-budget SIZE  KV memory of chapters 3, 4 and 5 (default: 8 requests of the model's full length)\n"
            "  --threads N       CPU threads, 1 to 1024 (default: the programs' default)\n"
-           "  --out DIR         where kv-timeline.tsv and demo.json go (default .)\n"
+           "  --tight-budget SIZE  chapters 3 and 4 once more at SIZE, for the page's traces only (default: an\n"
+           "                    eighth of the budget, where chapter 4 preempts; 0: not)\n"
+           "  --out DIR         where kv-timeline.tsv, demo.json and the traces go (default .)\n"
            "  --help            show this help\n", PROGRAM);
 }
 
 /* 0: run, 1: help printed, -1: error. */
 static int parse_options(int argc, char **argv, DemoOptions *d, Err *err)
 {
-    enum { O_REQ = 1000, O_MODEL, O_TOK, O_BUDGET, O_THREADS, O_OUT, O_HELP };
+    enum { O_REQ = 1000, O_MODEL, O_TOK, O_BUDGET, O_THREADS, O_OUT, O_TIGHT, O_HELP };
     static const struct option longopts[] = {
         {"requests", required_argument, NULL, O_REQ}, {"model", required_argument, NULL, O_MODEL},
         {"tokenizer", required_argument, NULL, O_TOK}, {"kv-budget", required_argument, NULL, O_BUDGET},
         {"threads", required_argument, NULL, O_THREADS}, {"out", required_argument, NULL, O_OUT},
+        {"tight-budget", required_argument, NULL, O_TIGHT},
         {"help", no_argument, NULL, O_HELP}, {NULL, 0, NULL, 0}};
     cli_defaults(&d->o);
     d->out_dir = ".";
@@ -108,6 +122,11 @@ static int parse_options(int argc, char **argv, DemoOptions *d, Err *err)
             if (d->o.kv_budget == 0)
                 return err_set(err, "--kv-budget: the budget must be more than 0 bytes");
             break;
+        case O_TIGHT:
+            if (cli_parse_size(optarg, &d->tight_budget, err))
+                return err_prefix(err, "--tight-budget");
+            d->tight_given = 1;
+            break;
         case O_THREADS: {
             long n;
             if (parse_long(optarg, 1, 1024, &n, NULL))
@@ -124,7 +143,8 @@ static int parse_options(int argc, char **argv, DemoOptions *d, Err *err)
         return err_set(err, "--out %s: not a folder", d->out_dir);
     /* The files it will write, refused now if they cannot be (a FIFO
      * there would block the end of the run forever). */
-    static const char *const outputs[] = {"kv-timeline.tsv", "demo.json"};
+    static const char *const outputs[] = {"kv-timeline.tsv", "demo.json", "trace-ch03.jsonl", "trace-ch04.jsonl",
+                                          "trace-tight-ch03.jsonl", "trace-tight-ch04.jsonl"};
     for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", d->out_dir, outputs[i]);
@@ -201,7 +221,9 @@ static int single_request(ChapterRun *cr, int which, const Assets *a, const Requ
         cr->tokens += n;
         if (which == CH_KVCACHE)
             add_request_kv(cr, &g);
-        cr->steps += g.kv.steps ? g.kv.steps : n + (g.finish == FINISH_STOP);
+        cr->n_prompt_of[index] = g.n_prompt;
+        cr->steps_of[index] = g.kv.steps ? g.kv.steps : n + (g.finish == FINISH_STOP);
+        cr->steps += cr->steps_of[index];
     }
     if (which == CH_NAIVE)
         naive_kv_free(&naive);
@@ -247,20 +269,40 @@ static int serve_prefix(ChapterRun *cr, ServingRun *run, Err *err)
     return rc;
 }
 
+/* The trace a serving chapter's run writes for the page: DIR/trace-chNN.jsonl,
+ * or DIR/trace-tight-chNN.jsonl for the run at the tight budget. */
+static void trace_path(char *path, size_t n, const char *dir, int which, int tight)
+{
+    snprintf(path, n, "%s/trace-%sch0%d.jsonl", dir, tight ? "tight-" : "", which == CH_BATCHING ? 3 : which == CH_PAGED ? 4 : 5);
+}
+
+/* Runs chapter 3 or 4 on every request, as its program does, with a trace
+ * (the same steps: a trace only watches). @p cr (NULL for the tight run,
+ * which only the page shows) receives the numbers of the table. */
 static int run_serving_chapter(ChapterRun *cr, int which, const Assets *a, const CliOptions *o, const RequestFile *rf,
-                               Err *err)
+                               const char *trace_file, Err *err)
 {
     const char *label = which == CH_BATCHING ? "3 (batching)" : which == CH_PAGED ? "4 (paged)" : "5 (prefix cache)";
+    const char *program = which == CH_BATCHING ? "ch03-batching" : which == CH_PAGED ? "ch04-paged" : "ch05-prefix";
     ServingRun run;
+    ServingTrace trace;
+    memset(&trace, 0, sizeof trace);
     int rc = serving_run_init(&run, &a->model, &a->tokenizer, o, rf, err);
     if (rc == 0 && which != CH_PREFIX)
         rc = serve_check(which == CH_BATCHING ? SERVE_BATCHING : SERVE_PAGED, &run, err);
+    if (rc == 0 && (rc = trace_open(&trace, trace_file, program, 4 * run.n_reqs + 64, err)) == 0)
+        run.trace = &trace;
     if (rc == 0) {
-        fprintf(stderr, "demo: chapter %s: %d requests\n", label, rf->count);
+        char b[32];
+        fprintf(stderr, "demo: chapter %s: %d requests%s%s\n", label, rf->count, cr ? "" : ", for the page at ",
+                cr ? "" : cli_format_bytes(b, sizeof b, (double)o->kv_budget));
         rc = which == CH_PREFIX ? serve_prefix(cr, &run, err)
                                 : serve_run(which == CH_BATCHING ? SERVE_BATCHING : SERVE_PAGED, &run, NULL, err);
     }
-    if (rc == 0) {
+    if (rc == 0)
+        rc = trace_commit(&trace, &run, err);
+    trace_abort(&trace);
+    if (rc == 0 && cr) {
         int seq_len = a->model.cfg.seq_len;
         for (int i = 0; i < run.n_reqs; i++) {
             const Request *r = &run.reqs[i];
@@ -287,6 +329,13 @@ static const char *mib(char *buf, size_t n, size_t bytes)
     snprintf(buf, n, "%.2f MiB", (double)bytes / 1048576.0);
     return buf;
 }
+
+/* The table's terms, in one line under it (the book's chapter 3 has them at length). */
+#define LEGEND "terms: KV reserved = held for requests (regions, blocks); KV used = holding K/V of tokens; " \
+               "KV util. = used / reserved, averaged over steps; of the reserved byte-steps, token states = " \
+               "holding K/V, reserved = held for tokens still to come, internal frag. = held but never filled, " \
+               "external frag. = free but in holes too small for the request waiting; max concurrent = most " \
+               "requests running at once"
 
 static void print_table(const ChapterRun *cr, FILE *f)
 {
@@ -327,8 +376,20 @@ static int count_differences(const ChapterRun *cr, int n_reqs, int seq_len)
     return differ;
 }
 
+/* Chapter 1 keeps no K/V, but every step computes those of the whole
+ * sequence again (one layer at a time, in its activations) and throws them
+ * away: a request's step j runs its n_prompt + j positions. The fourth
+ * column is those bytes, all layers, K and V. */
+static void write_recomputed(FILE *f, const ChapterRun *cr, int n_reqs, size_t bytes_per_token)
+{
+    long step = 0;
+    for (int i = 0; i < n_reqs; i++)
+        for (long j = 0; j < cr->steps_of[i]; j++)
+            fprintf(f, "%ld\t0\t0\t%zu\n", step++, (size_t)(cr->n_prompt_of[i] + j) * bytes_per_token);
+}
+
 /* One block per chapter (gnuplot's `index`): step, reserved, used bytes. */
-static int write_timeline(const ChapterRun *cr, const char *dir, Err *err)
+static int write_timeline(const ChapterRun *cr, int n_reqs, size_t bytes_per_token, const char *dir, Err *err)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/kv-timeline.tsv", dir);
@@ -337,9 +398,10 @@ static int write_timeline(const ChapterRun *cr, const char *dir, Err *err)
         return -1;
     FILE *f = out.f;
     for (int c = 0; c < N_CHAPTERS; c++) {
-        fprintf(f, "# chapter %s: step\treserved_bytes\tused_bytes\n", cr[c].name);
-        if (!cr[c].keeps_kv) /* nothing kept: a flat line over its steps */
-            fprintf(f, "0\t0\t0\n%ld\t0\t0\n", cr[c].steps);
+        fprintf(f, "# chapter %s: step\treserved_bytes\tused_bytes%s\n", cr[c].name,
+                cr[c].keeps_kv ? "" : "\trecomputed_bytes (K/V computed in the step and thrown away: activations)");
+        if (!cr[c].keeps_kv) /* nothing kept: what it computes again at every step */
+            write_recomputed(f, &cr[c], n_reqs, bytes_per_token);
         for (int i = 0; i < cr[c].kv.n_samples; i++) {
             const KvSample *s = &cr[c].kv.samples[i];
             fprintf(f, "%ld\t%zu\t%zu\n", s->step, s->reserved, s->used);
@@ -446,18 +508,45 @@ static int check_serving_chapters(const Assets *a, const CliOptions *o, const Re
     return 0;
 }
 
-static int run_all(ChapterRun *cr, const Assets *a, const CliOptions *o, const RequestFile *rf, Err *err)
+/* Chapters 3 and 4 once more, at the tight budget, for the page only. */
+static int run_tight(const Assets *a, const DemoOptions *d, const RequestFile *rf, size_t budget, Err *err)
 {
-    CliOptions serving = serving_options(o);
+    CliOptions tight = serving_options(&d->o);
+    tight.kv_budget = budget;
+    char path[PATH_MAX];
+    static const int chapters[] = {CH_BATCHING, CH_PAGED};
+    for (int i = 0; i < 2; i++) {
+        trace_path(path, sizeof path, d->out_dir, chapters[i], 1);
+        if (run_serving_chapter(NULL, chapters[i], a, &tight, rf, path, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* The tight run is refused before anything runs, as the table's are. */
+static int check_tight(const Assets *a, const DemoOptions *d, const RequestFile *rf, size_t budget, Err *err)
+{
+    CliOptions tight = d->o;
+    tight.kv_budget = budget;
+    return check_serving_chapters(a, &tight, rf, err);
+}
+
+static int run_all(ChapterRun *cr, const Assets *a, const DemoOptions *d, const RequestFile *rf, Err *err)
+{
+    CliOptions serving = serving_options(&d->o);
+    char path[PATH_MAX];
     int rc = run_single_chapter(&cr[CH_NAIVE], CH_NAIVE, a, rf, err);
     if (rc == 0)
         rc = run_single_chapter(&cr[CH_KVCACHE], CH_KVCACHE, a, rf, err);
+    trace_path(path, sizeof path, d->out_dir, CH_BATCHING, 0);
     if (rc == 0)
-        rc = run_serving_chapter(&cr[CH_BATCHING], CH_BATCHING, a, &serving, rf, err);
+        rc = run_serving_chapter(&cr[CH_BATCHING], CH_BATCHING, a, &serving, rf, path, err);
+    trace_path(path, sizeof path, d->out_dir, CH_PAGED, 0);
     if (rc == 0)
-        rc = run_serving_chapter(&cr[CH_PAGED], CH_PAGED, a, &serving, rf, err);
+        rc = run_serving_chapter(&cr[CH_PAGED], CH_PAGED, a, &serving, rf, path, err);
+    trace_path(path, sizeof path, d->out_dir, CH_PREFIX, 0);
     if (rc == 0)
-        rc = run_serving_chapter(&cr[CH_PREFIX], CH_PREFIX, a, &serving, rf, err);
+        rc = run_serving_chapter(&cr[CH_PREFIX], CH_PREFIX, a, &serving, rf, path, err);
     return rc;
 }
 
@@ -491,20 +580,34 @@ int main(int argc, char **argv)
         cr[c].keeps_kv = c != CH_NAIVE;
         cr[c].tokens_of = mem_alloc_array(MEM_ACTIVATIONS, (size_t)rf.count * (size_t)seq_len, sizeof(int));
         cr[c].n_tokens_of = mem_alloc_array(MEM_ACTIVATIONS, (size_t)rf.count, sizeof(int));
-        if (!cr[c].tokens_of || !cr[c].n_tokens_of)
+        cr[c].n_prompt_of = mem_alloc_array(MEM_ACTIVATIONS, (size_t)rf.count, sizeof(int));
+        cr[c].steps_of = mem_alloc_array(MEM_ACTIVATIONS, (size_t)rf.count, sizeof(long));
+        if (!cr[c].tokens_of || !cr[c].n_tokens_of || !cr[c].n_prompt_of || !cr[c].steps_of)
             status = err_set(&err, "out of memory for the tokens of %d requests", rf.count);
     }
     char line[PATH_MAX * 2 + 256];
     size_t budget = d.o.kv_budget ? d.o.kv_budget
                                   : 8u * (size_t)seq_len * model_kv_bytes_per_token(&a.model.cfg, sizeof(float));
+    size_t tight = d.tight_given ? d.tight_budget : budget / 8;
     if (status == 0)
         status = check_serving_chapters(&a, &d.o, &rf, &err);
+    if (status == 0 && tight > 0 && check_tight(&a, &d, &rf, tight, &err)) {
+        if (d.tight_given)
+            status = err_prefix(&err, "--tight-budget");
+        else {
+            fprintf(stderr, "demo: no run at an eighth of the budget for the page (%s)\n", err.msg);
+            tight = 0;
+        }
+    }
     if (status == 0) {
         fprintf(stderr, "demo: %s\n", assets_describe(&a, line, sizeof line));
-        status = run_all(cr, &a, &d.o, &rf, &err);
+        status = run_all(cr, &a, &d, &rf, &err);
     }
+    if (status == 0 && tight > 0)
+        status = run_tight(&a, &d, &rf, tight, &err);
     int differ = status == 0 ? count_differences(cr, rf.count, seq_len) : 0;
-    if (status == 0 && (write_timeline(cr, d.out_dir, &err) ||
+    if (status == 0 && (write_timeline(cr, rf.count, model_kv_bytes_per_token(&a.model.cfg, sizeof(float)),
+                                       d.out_dir, &err) ||
                         write_json(cr, d.out_dir, a.model_path, requests, budget, differ, &err)))
         status = -1;
     if (status == 0) {
@@ -515,6 +618,7 @@ int main(int argc, char **argv)
                cli_format_bytes(b, sizeof b, (double)budget));
         print_table(cr, stdout);
         const ChapterRun *c5 = &cr[CH_PREFIX];
+        printf("\n%s\n", LEGEND);
         printf("\nchapter 5 found %ld of the %ld prompt positions it needed cached (%.1f%%) and computed %ld; only "
                "full blocks of 16 tokens that another request shares can hit\n",
                c5->prompt_hits, c5->prompt_positions,
@@ -526,6 +630,8 @@ int main(int argc, char **argv)
     for (int c = 0; c < N_CHAPTERS; c++) {
         mem_free(cr[c].tokens_of);
         mem_free(cr[c].n_tokens_of);
+        mem_free(cr[c].n_prompt_of);
+        mem_free(cr[c].steps_of);
     }
     assets_close(&a);
     request_file_free(&rf);

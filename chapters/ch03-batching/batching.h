@@ -157,6 +157,7 @@
  * | the K/V seam: a request's rows in its region | chapters/ch03-batching/batching.c | batching_store(), batching_attend() |
  * | the breakdown, fragmentation, the memory table | chapters/ch03-batching/server.c | batching_account(), batching_report_table() |
  * | the same arena on the device | chapters/ch03-batching/device.c | batching_device_open(), batching_device_sync() |
+ * | `--trace`: each step's changes to the regions; `--show-tables` | chapters/ch03-batching/trace.c | batching_trace_open(), batching_print_regions() |
  */
 #ifndef KVLAB_CH03_BATCHING_H
 #define KVLAB_CH03_BATCHING_H
@@ -565,5 +566,53 @@ int device_kv_arena_place(DeviceKv *kv, int seq, long long first_row, long long 
  * @return 0 on success, -1 on failure
  */
 int device_kv_arena_copy_rows(DeviceKv *kv, long long src_row, long long dst_row, long long rows, Err *err);
+
+/* ------------------------------------------------------------ watching the steps (trace.c) */
+
+/**
+ * What watches the steps for `--trace` and `--show-tables`: the run's
+ * observer (ServingRun.observe), called after each step's accounting and
+ * before finished requests let go of their regions, and owned by the run
+ * (ServingRun.observe_free), so that the chapter's own state is not one
+ * byte larger for it. For the trace it keeps a copy of what the last line
+ * said (every request's region and cached positions) and writes only what
+ * changed.
+ */
+typedef struct BatchingTrace {
+    const BatchingState *state; /**< the chapter watched (not used after batching_close()) */
+    long show_step;           /**< --show-tables: the step whose regions are printed, or -1 */
+    FILE *show;               /**< where they go */
+    int shown;                /**< 1 once they were printed */
+    KvRegion *regions;        /**< [n_reqs] every region as the last line said */
+    int *cached;              /**< [n_reqs] positions with K/V, as the last line said */
+    int *map_index;           /**< [n_reqs] scratch for a delta's indexes */
+    long *map_value;          /**< [n_reqs] and values */
+    void (*prev_observe)(void *ctx, const ServingRun *run); /**< the observer that was there, called after */
+    void *prev_observe_ctx;   /**< its context */
+    void (*prev_observe_free)(void *ctx); /**< and what freed it */
+} BatchingTrace;
+
+/**
+ * With `--trace` (run->trace) or `--show-tables`: makes the watcher, writes
+ * the trace's setup line (the arena, the policy, the requests) and becomes
+ * the run's observer (the run frees it). Without either it does nothing.
+ * batching_open() calls it last.
+ * @param b    the chapter (open)
+ * @param run  the run
+ * @param log  where `--show-tables` prints (NULL: stderr)
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int batching_trace_open(BatchingState *b, ServingRun *run, FILE *log, Err *err);
+
+/**
+ * `--show-tables`: every request that holds a region (`request 0: prompt
+ * 5, tokens 53, cached 52, region [0, 512) of 512 positions, 52 filled`),
+ * and the arena's totals.
+ * @param f    the stream
+ * @param b    the chapter
+ * @param run  the run, after a step's accounting
+ */
+void batching_print_regions(FILE *f, const BatchingState *b, const ServingRun *run);
 
 #endif

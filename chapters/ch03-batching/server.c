@@ -271,7 +271,9 @@ int batching_open(ServingRun *run, BatchingState **state, FILE *log, Err *err)
     int max_step_tokens = step_capacity(b, run, err);
     if (max_step_tokens < 0 || serving_open_steps(run, max_step_tokens, b->max_batch, err))
         return -1;
-    return run->device ? batching_device_open(b, run, err) : 0;
+    if (run->device && batching_device_open(b, run, err))
+        return -1;
+    return batching_trace_open(b, run, log, err); /* --trace, --show-tables: the steps watched (trace.c) */
 }
 
 KvSeam batching_seam(BatchingState *b)

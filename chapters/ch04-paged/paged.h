@@ -79,6 +79,7 @@
  * | the chapter's lines of the memory table | chapters/ch04-paged/report.c | paged_report_table() |
  * | the same blocks on the device | chapters/ch04-paged/device.c | paged_device_open(), paged_device_sync() |
  * | a block between the device and the host swap space | chapters/ch04-paged/device.c | paged_device_swap_block() |
+ * | `--trace`: each step's changes to the tables and blocks; `--show-tables` | chapters/ch04-paged/trace.c | paged_trace_open(), paged_print_tables() |
  */
 #ifndef KVLAB_CH04_PAGED_H
 #define KVLAB_CH04_PAGED_H
@@ -819,5 +820,85 @@ void swap_forget_block(SwapSpace *sw, int block);
  * @return 0 on success, -1 on failure
  */
 int paged_device_swap_block(ServingRun *run, int block, void *host, int to_device, Err *err);
+
+/* ------------------------------------------------------------ watching the steps (trace.c) */
+
+/**
+ * What watches the steps for `--trace` and `--show-tables`: the run's
+ * observer (ServingRun.observe), called after each step's accounting and
+ * before finished requests let go of their blocks, and owned by the run
+ * (ServingRun.observe_free), so that the server itself is not one byte
+ * larger for it. For the trace it keeps a copy of what the last line said
+ * (every block table, every request's cached positions, every block's
+ * holders and filled rows) and writes only what changed. It listens to the
+ * pool's copies (BlockPool.on_copy, passed on to the listener that was
+ * there) to name copy-on-write in the events.
+ *
+ * A chapter built on this server can add members to every step's line
+ * with @p extra (its own cache's view, say): paged_trace_of() finds the
+ * watcher of a run.
+ */
+typedef struct PagedTrace {
+    const PagedServer *server; /**< the server watched (not used after paged_close()) */
+    long show_step;           /**< --show-tables: the step whose tables are printed, or -1 */
+    FILE *show;               /**< where they go */
+    int shown;                /**< 1 once they were printed */
+    int *tables;              /**< [n_reqs][capacity] every block table as the last line left it */
+    int *table_len;           /**< [n_reqs] entries of each */
+    int *cached;              /**< [n_reqs] positions with K/V, as the last line said */
+    int *slots;               /**< [n_reqs] host slots held in the swap space (swapped out), as the last line said */
+    int *refs;                /**< [n_blocks] holders of each block, as the last line said */
+    int *rows;                /**< [n_blocks] rows filled in each block, as the last line said */
+    int *copy_dst;            /**< [n_blocks] this step's block copies: destination */
+    int *copy_src;            /**< [n_blocks] and source */
+    int n_copies;             /**< copies this step */
+    int *map_index;           /**< [max(n_reqs, n_blocks)] scratch for a delta's indexes */
+    long *map_value;          /**< [max(n_reqs, n_blocks)] and values */
+    void (*prev_observe)(void *ctx, const ServingRun *run); /**< the observer that was there, called after */
+    void *prev_observe_ctx;   /**< its context */
+    void (*prev_observe_free)(void *ctx); /**< and what freed it */
+    void (*prev_on_copy)(void *ctx, int dst, int src); /**< the pool's copy listener that was there (the device) */
+    void *prev_on_copy_ctx;   /**< its context */
+    /**
+     * Optional (NULL: none): adds members to every step's line, after the
+     * chapter's own.
+     * @param ctx  extra_ctx
+     * @param j    the writer, inside the step's object
+     * @param run  the run
+     */
+    void (*extra)(void *ctx, JsonWriter *j, const ServingRun *run);
+    void *extra_ctx;          /**< passed to extra */
+} PagedTrace;
+
+/**
+ * With `--trace` (run->trace) or `--show-tables`: makes the watcher,
+ * writes the trace's setup line (the pool, the block size, the requests)
+ * and becomes the run's observer (the run frees it). Without either it
+ * does nothing. paged_open() calls it last.
+ * @param s    the server (open)
+ * @param run  the run
+ * @param log  where `--show-tables` prints (NULL: stderr)
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_trace_open(PagedServer *s, ServingRun *run, FILE *log, Err *err);
+
+/**
+ * The watcher paged_trace_open() made for a run.
+ * @param run  the run
+ * @return it, or NULL without `--trace` and `--show-tables`
+ */
+PagedTrace *paged_trace_of(const ServingRun *run);
+
+/**
+ * `--show-tables`: every request that holds blocks, with its block table
+ * (`request 0: prompt 5, tokens 53, cached 52, table [0, 44, 52, 19]`;
+ * a block that several tables hold is marked with its holders, `7(x2)`),
+ * those swapped out, and the pool's totals.
+ * @param f    the stream
+ * @param s    the server
+ * @param run  the run, after a step's accounting
+ */
+void paged_print_tables(FILE *f, const PagedServer *s, const ServingRun *run);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "beam.h"
 #include "paged.h"
+#include "trace.h"
 
 /* ------------------------------------------------------------ blocks in and out */
 
@@ -211,6 +212,7 @@ static int release_followers(PagedServer *s, ServingRun *run, const Request *r, 
             continue;
         s->sched->follows[f->index] = -1;
         block_table_fork(&s->kv.pool, &s->kv.tables.tables[r->index], &s->kv.tables.tables[f->index]);
+        trace_event_values(run->trace, "fork", r->index, 1, &(long){f->index});
         f->n_cached = f->n_tokens;
         if (serving_share_logits(run, r, f, err))
             return -1;
@@ -387,6 +389,7 @@ static int admit_group(PagedServer *s, ServingRun *run, int i, int group, int en
             continue;
         }
         block_table_fork(&s->kv.pool, &s->kv.tables.tables[i], &s->kv.tables.tables[i + k]);
+        trace_event_values(run->trace, "fork", i, 1, &(long){i + k});
         sibling->n_cached = sibling->n_tokens;
     }
     if (serving_feed_upto(run, r, end, err))

@@ -216,7 +216,9 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err)
         return -1;
     if (serving_open_steps(run, max_step_tokens, run->n_reqs, err))
         return -1;
-    return run->device ? paged_device_open(s, run, err) : 0;
+    if (run->device && paged_device_open(s, run, err))
+        return -1;
+    return paged_trace_open(s, run, log, err); /* --trace, --show-tables: the steps watched (trace.c) */
 }
 
 void paged_close(PagedServer *s)

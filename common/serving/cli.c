@@ -14,7 +14,7 @@ enum {
     OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
     OPT_BATCHING, OPT_ARENA, OPT_BLOCK_SIZE, OPT_N, OPT_BEAM, OPT_WATERMARK, OPT_MAX_NUM_BATCHED_TOKENS,
     OPT_MAX_NUM_SEQS, OPT_PREEMPT, OPT_SWAP_SPACE, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_PREFIX_CACHE,
-    OPT_HELP
+    OPT_TRACE, OPT_SHOW_TABLES, OPT_HELP
 };
 
 typedef struct {
@@ -37,6 +37,8 @@ static const OptionSpec SPECS[] = {
     {"requests", OPT_REQUESTS, CLI_SERVING, "FILE", "request file: one 'max_new_tokens<TAB>prompt' per line, at most 16 MiB, 65536 bytes a line, 1048576 requests (default data/requests-mixed.tsv)"},
     {"out", OPT_OUT, CLI_SERVING, "FILE", "write one JSON object per request (JSON Lines)"},
     {"kv-budget", OPT_KV_BUDGET, CLI_SERVING, "SIZE", "memory for K/V, e.g. 512KiB, 4MiB, 2GiB (default: 8 full-length requests)"},
+    {"trace", OPT_TRACE, CLI_SERVING, "FILE", "write one JSON line per step: admissions, finishes, preemptions, what each request holds (changes only) and the step's KV memory (make demo's page draws it)"},
+    {"show-tables", OPT_SHOW_TABLES, CLI_SERVING, "STEP", "print on stderr what every request holds after step STEP's forward pass: its region (chapter 3) or block table (chapter 4)"},
     {"max-batch", OPT_MAX_BATCH, CLI_BATCHING, "N", "most requests in one batch (default 64)"},
     {"reserve", OPT_RESERVE, CLI_BATCHING, "max|request|pow2|grow", "how much K/V to reserve per request (default max)"},
     {"batching", OPT_BATCHING, CLI_BATCHING, "static|continuous", "static: a batch runs until its last request ends (FasterTransformer); continuous: a finished request frees its region at once, waiting ones join at every step (Orca) (default static)"},
@@ -80,6 +82,7 @@ void cli_defaults(CliOptions *o)
     o->kv_dtype = "f32";
     o->weight_dtype = NULL; /* as stored on the CPU, f32 on the device */
     o->prefix_cache = "hash";
+    o->show_tables = -1;
 }
 
 static int accepted(const CliProgram *p, const OptionSpec *s)
@@ -152,6 +155,10 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_JSON: o->json_path = arg; return 0;
     case OPT_REQUESTS: o->requests_path = arg; return 0;
     case OPT_OUT: o->out_path = arg; return 0;
+    case OPT_TRACE: o->trace_path = arg; return 0;
+    case OPT_SHOW_TABLES:
+        if (cli_parse_long(name, arg, 0, 1L << 40, &v, err)) return -1;
+        o->show_tables = v; return 0;
     case OPT_QUIET: o->quiet = 1; return 0;
     case OPT_STEPS:
         if (cli_parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;

@@ -20,7 +20,7 @@ typedef enum {
     CLI_PROMPT = 1 << 1,    /**< --prompt --steps */
     CLI_SAMPLING = 1 << 2,  /**< --temperature --top-p --seed */
     CLI_KV_ALLOC = 1 << 3,  /**< --kv-alloc (chapter 2) */
-    CLI_SERVING = 1 << 4,   /**< --requests --out --kv-budget (chapters 3, 4) */
+    CLI_SERVING = 1 << 4,   /**< --requests --out --kv-budget --trace --show-tables (chapters 3, 4) */
     CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve --batching --arena (chapter 3) */
     CLI_PAGED = 1 << 6,     /**< --block-size --n --beam --watermark --max-num-batched-tokens --max-num-seqs --preempt --swap-space (chapter 4 and the chapters built on its scheduler) */
     CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype --weight-dtype */
@@ -43,6 +43,8 @@ typedef struct {
     const char *requests_path;  /**< --requests */
     const char *out_path;       /**< --out: JSON Lines of the requests */
     size_t kv_budget;           /**< --kv-budget in bytes; 0 = not given */
+    const char *trace_path;     /**< --trace: one JSON line per step (trace.h); NULL: none */
+    long show_tables;           /**< --show-tables: the step whose regions or block tables go to stderr; -1: none */
     int max_batch;              /**< --max-batch */
     const char *reserve;        /**< --reserve: max | request | pow2 | grow */
     const char *batching;       /**< --batching: static | continuous (NULL: static) */

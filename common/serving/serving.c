@@ -14,6 +14,7 @@
 #include "ops.h"
 #include "outfile.h"
 #include "serving_device.h"
+#include "trace.h"
 
 /* ------------------------------------------------------------ breakdown */
 
@@ -110,10 +111,12 @@ void serving_admit(ServingRun *run, Request *r)
     set_phase(run, r, REQ_RUNNING);
     if (r->admitted_step < 0)
         r->admitted_step = run->step;
+    trace_event(run->trace, "admit", r->index, NULL);
 }
 
 void serving_preempt(ServingRun *run, Request *r)
 {
+    trace_event(run->trace, "preempt", r->index, NULL);
     set_phase(run, r, REQ_WAITING);
     r->n_cached = 0;
     r->preemptions++;
@@ -129,6 +132,7 @@ void serving_reject(ServingRun *run, Request *r, const char *fmt, ...)
     r->finish = REQ_FINISH_REJECTED;
     r->finished_step = run->step;
     run->n_done++;
+    trace_event(run->trace, "reject", r->index, r->note);
 }
 
 size_t serving_kv_budget(const ServingRun *run)
@@ -259,6 +263,8 @@ int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const 
 
 void serving_run_free(ServingRun *run)
 {
+    if (run->observe_free)
+        run->observe_free(run->observe_ctx);
     if (run->reqs)
         for (int i = 0; i < run->n_reqs; i++) {
             mem_free(run->reqs[i].tokens);
@@ -283,6 +289,7 @@ static void finish(ServingRun *run, Request *r, RequestFinish why)
     r->finish = why;
     r->finished_step = run->step;
     run->n_done++;
+    trace_event(run->trace, "finish", r->index, why == REQ_FINISH_STOP ? "stop" : "length");
 }
 
 /* Appends `next` to r, or ends r: BOS/EOS stops it, its last allowed token

@@ -217,6 +217,14 @@ typedef struct ServingRun {
      */
     void (*out_extra)(void *ctx, JsonWriter *j, const Request *r);
     void *out_ctx;             /**< passed to out_keep and out_extra */
+    /**
+     * Optional (NULL: the run does not own observe_ctx): frees observe_ctx
+     * when the run is freed (serving_run_free()). A chapter's watcher of
+     * the steps (`--trace`, `--show-tables`) lives as long as the run.
+     * @param ctx  observe_ctx
+     */
+    void (*observe_free)(void *ctx);
+    struct ServingTrace *trace; /**< `--trace`: where the step's events go (trace.h); NULL: no trace */
 } ServingRun;
 
 /**

@@ -96,6 +96,7 @@ int serving_program_open(ServingProgram *p, const CliProgram *program, int argc,
     if (serving_device_open(&p->device, program->name, o, &p->on_device, &p->err) ||
         (o->out_path && report_check_writable("--out", o->out_path, &p->err)) ||
         (o->json_path && report_check_writable("--json", o->json_path, &p->err)) ||
+        (o->trace_path && report_check_writable("--trace", o->trace_path, &p->err)) ||
         open_requests(o, &p->requests, &p->err) || assets_open(&p->assets, o, &p->err))
         return -1;
     if (o->threads == 0)
@@ -107,10 +108,28 @@ int serving_program_open(ServingProgram *p, const CliProgram *program, int argc,
     return 0;
 }
 
+/* Room for the events of one step: a few per request (admitted, finished,
+ * preempted, forked, copied), within reason for files of a million lines. */
+static int trace_events_per_step(const ServingRun *run)
+{
+    long n = 4L * run->n_reqs + 64;
+    return n > (1L << 20) ? 1 << 20 : (int)n;
+}
+
 int serving_program_start(ServingProgram *p)
 {
     char line[PATH_MAX * 2 + 256];
     fprintf(stderr, "%s: %s\n", p->program->name, assets_describe(&p->assets, line, sizeof line));
+    if (!p->opts.trace_path)
+        return 0;
+    ServingRun *run = &p->run;
+    if (trace_open(&p->trace, p->opts.trace_path, p->program->name, trace_events_per_step(run), &p->err))
+        return -1;
+    run->trace = &p->trace;
+    /* Requests refused while they were read: the first step's line says so. */
+    for (int i = 0; i < run->n_reqs; i++)
+        if (run->reqs[i].finish == REQ_FINISH_REJECTED)
+            trace_event(run->trace, "reject", i, run->reqs[i].note);
     return 0;
 }
 
@@ -131,6 +150,8 @@ int serving_program_report(ServingProgram *p, void (*table)(FILE *f, void *chapt
     if (run->device)
         serving_device_finish(run->device);
     end_progress_line(p);
+    if (run->trace && trace_commit(run->trace, run, &p->err))
+        return -1;
     if (o->out_path && serving_write_jsonl(run, o->out_path, &p->err))
         return -1;
     ServingReport sr = {run, table, json, chapter};
@@ -158,6 +179,7 @@ int serving_program_close(ServingProgram *p)
         fprintf(stderr, "%s: error: %s\n", p->program->name, p->err.msg);
         status = 1;
     }
+    trace_abort(&p->trace); /* a trace the report did not finish is not left half written */
     serving_run_free(&p->run);
     request_file_free(&p->requests);
     assets_close(&p->assets);

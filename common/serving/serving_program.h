@@ -8,7 +8,7 @@
  *     serving_program_open()    options, output files, request file, model, device:
  *                               bad input is refused here, in one line, before any output
  *     chapter_check()           the chapter refuses what can never run (a budget no request fits)
- *     serving_program_start()   one line: which model runs
+ *     serving_program_start()   one line: which model runs; `--trace` starts
  *     chapter_open()            the chapter's books and step buffers
  *     while (serving_unfinished(&p.run)) chapter_step(...);
  *     serving_program_report()  --out, the memory table (with the chapter's lines), --json
@@ -31,6 +31,7 @@
 #include "requests.h"
 #include "serving.h"
 #include "serving_device.h"
+#include "trace.h"
 
 /** Everything a serving program holds outside its chapter. */
 typedef struct {
@@ -41,6 +42,7 @@ typedef struct {
     RequestFile requests;      /**< the request file */
     Assets assets;             /**< model and tokenizer */
     ServingRun run;            /**< the run the chapter serves */
+    ServingTrace trace;        /**< `--trace`: the step by step trace (run.trace points here); zeroed without */
     FILE *log;                 /**< where setup and progress lines go: stderr, or NULL with --quiet */
     int help_shown;            /**< 1 after --help: exit 0 */
     Err err;                   /**< why the program stops (empty: it does not) */
@@ -62,16 +64,17 @@ int serving_program_open(ServingProgram *p, const CliProgram *program, int argc,
 
 /**
  * Says which model runs (one line on stderr), once nothing can be refused
- * any more.
+ * any more, and with `--trace` starts the trace (run.trace), which the
+ * chapter's open() then describes in its setup line.
  * @param p  an open program
- * @return 0
+ * @return 0, or -1 when the trace cannot be started (the reason in p->err)
  */
 int serving_program_start(ServingProgram *p);
 
 /**
- * After the loop: writes --out (one JSON line per request), prints the
- * memory table on stderr (the shared lines, then @p table's) and writes
- * --json (the shared keys, then @p json's).
+ * After the loop: finishes --trace, writes --out (one JSON line per
+ * request), prints the memory table on stderr (the shared lines, then
+ * @p table's) and writes --json (the shared keys, then @p json's).
  * @param p        the program, its run finished
  * @param table    the chapter's lines of the table
  * @param json     the chapter's keys of the JSON report
