@@ -459,6 +459,7 @@ START_TEST(json_report_agrees_with_allocations)
         size_t before = mem_current(MEM_ACTIVATIONS, MEM_HOST);
         ck_assert_msg(tokenizer_load(&t, tok, cfg.vocab_size, &err) == 0, "%s", err.msg);
         size_t tokenizer_bytes = mem_current(MEM_ACTIVATIONS, MEM_HOST) - before;
+        size_t stream_bytes = (size_t)tokenizer_max_piece_bytes(&t) + 8; /* the DecodeStream's text */
         tokenizer_free(&t);
         size_t seq = (size_t)cfg.seq_len;
         size_t expected = forward_state_bytes(&cfg, cfg.seq_len, 1, threads) /* a step of up to seq_len tokens */
@@ -467,6 +468,7 @@ START_TEST(json_report_agrees_with_allocations)
                           + (seq + 1) * sizeof(int)                           /* generation: ids, one past seq_len */
                           + seq * sizeof(BatchEntry)                          /* generation: the step's batch */
                           + (seq + 2) * sizeof(double)                        /* generation: step times */
+                          + stream_bytes                                      /* generation: printing */
                           + tokenizer_bytes;
         ck_assert_msg(json_number(json, "activations_bytes") == (double)expected,
                       "threads %d: activations_bytes %.0f, the allocation plans add up to %zu", threads,
