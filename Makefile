@@ -509,13 +509,17 @@ check-book:
 
 # Every chapter on the same requests (default model, data/requests-mixed.tsv):
 # one side-by-side table, and a plot of KV memory over the steps drawn with
-# gnuplot into $(BUILD)/demo-out/. DEMO_ARGS="--requests FILE ..." passes options.
-demo: all
+# gnuplot into $(BUILD)/demo-out/. DEMO_ARGS="--requests FILE ..." passes options;
+# MODEL=FILE (and TOKENIZER=FILE for a llama2.c checkpoint) runs another model,
+# e.g. make demo MODEL=../shared/models/SmolLM2-135M-Instruct.Q4_1.gguf
+# DEMO_ARGS="--requests data/requests-short.tsv --kv-budget 1GiB".
+DEMO_MODEL_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(TOKENIZER),--tokenizer $(TOKENIZER))
+demo: deps all
 ifneq ($(CUDA_NO_GPU),)
 	@echo 'demo: CPU only (nvcc is here but no GPU: no /dev/nvidia0, nvidia-smi -L lists none); make CUDA=1 builds --device cuda anyway'
 endif
 	@scripts/deps.sh gnuplot-nox
-	@BUILD=$(BUILD) scripts/demo.sh $(DEMO_ARGS)
+	@BUILD=$(BUILD) scripts/demo.sh $(DEMO_MODEL_ARGS) $(DEMO_ARGS)
 
 # The demo's page (build/demo-out/index.html) in headless chromium: no script
 # error, the cells drawn match --show-tables, the first preemption is named

@@ -69,8 +69,10 @@ static void expect_failure(const char *const *argv, const char *word, const char
     ck_assert_msg(r.out_len == 0, "%s: stdout must be empty, got '%s'", what, r.out);
     ck_assert_msg(test_count_lines(r.err) == 1, "%s: expected one line on stderr, got %d:\n%s", what,
                   test_count_lines(r.err), r.err);
-    ck_assert_msg(strncmp(r.err, PROGRAM ": error: ", strlen(PROGRAM ": error: ")) == 0,
-                  "%s: the line must start with '" PROGRAM ": error: ': %s", what, r.err);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s: error: ", argv[0]);
+    ck_assert_msg(strncmp(r.err, prefix, strlen(prefix)) == 0, "%s: the line must start with '%s': %s", what, prefix,
+                  r.err);
     ck_assert_msg(strstr(r.err, word) != NULL, "%s: the message does not mention '%s': %s", what, word, r.err);
     test_result_free(&r);
 }
@@ -353,6 +355,21 @@ START_TEST(bad_options)
 }
 END_TEST
 
+/* --chat needs the model's ChatML template: a llama2.c tokenizer has none,
+ * and every chapter refuses it in one line before printing anything. */
+START_TEST(chat_without_template_is_refused)
+{
+    char model[PATH_MAX], tok[PATH_MAX];
+    test_write_synthetic(&SMALL, 2, 0, 1, model, tok);
+    static const char *const programs[] = {"ch01-naive", "ch02-kvcache", "ch03-batching", "ch04-paged"};
+    for (size_t i = 0; i < sizeof programs / sizeof programs[0]; i++) {
+        const char *argv[] = {programs[i], "--model", model, "--tokenizer", tok, "--chat", NULL};
+        expect_failure(argv, "no chat template", programs[i]);
+    }
+    unlink(model), unlink(tok);
+}
+END_TEST
+
 /* ------------------------------------------------------------ runs */
 
 START_TEST(help_goes_to_stdout)
@@ -367,6 +384,7 @@ START_TEST(help_goes_to_stdout)
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
         ck_assert_msg(strstr(r.out, options[i]) != NULL, "--help does not mention %s", options[i]);
     ck_assert_msg(strstr(r.out, "--kv-alloc") == NULL, "chapter 1 must not offer chapter 2's --kv-alloc");
+    ck_assert_msg(strstr(r.out, "--chat") != NULL, "--help does not mention --chat");
     ck_assert_msg(r.err[0] == '\0', "--help wrote to stderr: %s", r.err);
     test_result_free(&r);
 }
@@ -459,6 +477,7 @@ START_TEST(json_report_agrees_with_allocations)
         size_t before = mem_current(MEM_ACTIVATIONS, MEM_HOST);
         ck_assert_msg(tokenizer_load(&t, tok, cfg.vocab_size, &err) == 0, "%s", err.msg);
         size_t tokenizer_bytes = mem_current(MEM_ACTIVATIONS, MEM_HOST) - before;
+        size_t stream_bytes = (size_t)tokenizer_max_piece_bytes(&t) + 8; /* the DecodeStream's text */
         tokenizer_free(&t);
         size_t seq = (size_t)cfg.seq_len;
         size_t expected = forward_state_bytes(&cfg, cfg.seq_len, 1, threads) /* a step of up to seq_len tokens */
@@ -467,6 +486,7 @@ START_TEST(json_report_agrees_with_allocations)
                           + (seq + 1) * sizeof(int)                           /* generation: ids, one past seq_len */
                           + seq * sizeof(BatchEntry)                          /* generation: the step's batch */
                           + (seq + 2) * sizeof(double)                        /* generation: step times */
+                          + stream_bytes                                      /* generation: printing */
                           + tokenizer_bytes;
         ck_assert_msg(json_number(json, "activations_bytes") == (double)expected,
                       "threads %d: activations_bytes %.0f, the allocation plans add up to %zu", threads,
@@ -572,6 +592,7 @@ Suite *suite_cli(void)
     tcase_add_test(bad, tokenizer_vocab_mismatch);
     tcase_add_test(bad, bad_prompts);
     tcase_add_test(bad, bad_options);
+    tcase_add_test(bad, chat_without_template_is_refused);
     suite_add_tcase(s, bad);
     TCase *runs = tcase_create("runs");
     tcase_set_timeout(runs, 120);

@@ -394,6 +394,122 @@ START_TEST(smollm2_every_chapter_gives_the_reference_tokens)
 }
 END_TEST
 
+/* --chat, the README's check through the programs: "What is the capital of
+ * France?" becomes the reference's 37 prompt ids (the ChatML rendering with
+ * the default system message), every chapter answers with the same tokens,
+ * 504 3575 282 4649 314 7042 30, and stops at <|im_end|>, which is not
+ * printed: chapters 1 and 2 print exactly the answer and a newline,
+ * chapters 3 and 4 (a request file with --chat) write it as the text.
+ * Under the sanitizers chapter 1, which recomputes every step, is left out. */
+static void expect_chat_france(const char *program, const char *json_path, const Golden *g, int prompt_in_tokens)
+{
+    static const int answer[] = {504, 3575, 282, 4649, 314, 7042, 30};
+    enum { N_ANSWER = sizeof answer / sizeof answer[0] };
+    char *json = test_slurp(json_path);
+    int ids[MAX_PROMPT + MAX_GENERATED];
+    int n;
+    if (prompt_in_tokens) { /* chapters 1-2: "prompt_tokens" is a count, "tokens" prompt + answer */
+        ck_assert_msg(strstr(json, "\"prompt_tokens\": 37,") != NULL, "%s: prompt_tokens is not 37", program);
+        n = test_json_ints(json, "tokens", ids, MAX_PROMPT + MAX_GENERATED);
+        ck_assert_msg(n == 37 + N_ANSWER, "%s: %d tokens, not 37 + %d", program, n, N_ANSWER);
+    } else {
+        n = test_json_ints(json, "prompt_tokens", ids, MAX_PROMPT + MAX_GENERATED);
+        ck_assert_msg(n == 37, "%s: %d prompt tokens, not 37", program, n);
+        ck_assert_msg(strstr(json, "\"text\":\"The capital of France is Paris.\",") != NULL,
+                      "%s: the text is not the answer: %s", program, json);
+        ck_assert_msg(strstr(json, "\"finish\":\"stop\"") != NULL, "%s did not stop at <|im_end|>", program);
+        int gen[MAX_GENERATED];
+        int m = test_json_ints(strstr(json, "\"tokens\":"), "tokens", gen, MAX_GENERATED);
+        ck_assert_msg(m == N_ANSWER, "%s: %d tokens, not %d", program, m, N_ANSWER);
+        for (int i = 0; i < N_ANSWER; i++)
+            ids[37 + i] = gen[i];
+    }
+    for (int i = 0; i < 37; i++)
+        ck_assert_msg(ids[i] == g->prompt[i], "%s prompt token %d: %d, the reference %d", program, i, ids[i],
+                      g->prompt[i]);
+    for (int i = 0; i < N_ANSWER; i++)
+        ck_assert_msg(ids[37 + i] == answer[i], "%s answer token %d: %d, not %d", program, i, ids[37 + i], answer[i]);
+    free(json);
+}
+
+START_TEST(smollm2_chat_answers_the_france_question_in_every_chapter)
+{
+    const char *path = test_shared_file(SMOLLM2);
+    if (!path) {
+        test_skip("smollm2_chat_answers_the_france_question_in_every_chapter", "../shared/models/" SMOLLM2
+                  " is absent");
+        return;
+    }
+    Golden g;
+    read_golden("chat-france", &g);
+    ck_assert_int_eq(g.n_prompt, 37);
+    char json[PATH_MAX], reqs[PATH_MAX];
+    test_write_temp("", 0, json);
+    static const char line[] = "32\tWhat is the capital of France?\n";
+    test_write_temp(line, sizeof line - 1, reqs);
+#if defined(__SANITIZE_ADDRESS__)
+    const char *single[] = {"ch02-kvcache"};
+#else
+    const char *single[] = {"ch01-naive", "ch02-kvcache"};
+#endif
+    for (size_t c = 0; c < sizeof single / sizeof single[0]; c++) {
+        const char *argv[] = {single[c], "--model", path, "--chat", "--prompt", "What is the capital of France?",
+                              "--steps", "32", "--threads", "1", "--quiet", "--json", json, NULL};
+        ProgramResult r;
+        ck_assert_int_eq(test_run_program(argv, &r), 0);
+        ck_assert_msg(r.status == 0, "%s exited with %d: %s", argv[0], r.status, r.err);
+        ck_assert_msg(strcmp(r.out, "The capital of France is Paris.\n") == 0, "%s printed '%s'", argv[0], r.out);
+        test_result_free(&r);
+        expect_chat_france(argv[0], json, &g, 1);
+    }
+    const char *batched[][4] = {{"ch03-batching", "--reserve", "max", NULL}, {"ch04-paged", "--block-size", "16", NULL}};
+    for (int c = 0; c < 2; c++) {
+        const char *argv[] = {batched[c][0], batched[c][1], batched[c][2], "--kv-budget", "1GiB", "--chat", "--model",
+                              path, "--requests", reqs, "--threads", "1", "--quiet", "--out", json, NULL};
+        ProgramResult r;
+        ck_assert_int_eq(test_run_program(argv, &r), 0);
+        ck_assert_msg(r.status == 0, "%s exited with %d: %s", argv[0], r.status, r.err);
+        ck_assert_msg(r.out_len == 0, "%s printed on stdout: '%s'", argv[0], r.out);
+        test_result_free(&r);
+        expect_chat_france(argv[0], json, &g, 0);
+    }
+    unlink(json);
+    unlink(reqs);
+}
+END_TEST
+
+/* SmolLM2 adds no BOS: the prompt's first token is a word, and the
+ * program prints the whole prompt before the new text (a loop that skipped
+ * token 0 as if it were BOS would print " upon a time"). */
+START_TEST(smollm2_prompt_printed_whole_without_bos)
+{
+    const char *path = test_shared_file(SMOLLM2);
+    if (!path) {
+        test_skip("smollm2_prompt_printed_whole_without_bos", "../shared/models/" SMOLLM2 " is absent");
+        return;
+    }
+    Golden g;
+    read_golden("raw-once", &g);
+    char json[PATH_MAX];
+    test_write_temp("", 0, json);
+    const char *argv[] = {"ch02-kvcache", "--model", path, "--prompt", "Once upon a time", "--steps", "4",
+                          "--threads", "1", "--quiet", "--json", json, NULL};
+    ProgramResult r;
+    ck_assert_int_eq(test_run_program(argv, &r), 0);
+    ck_assert_msg(r.status == 0, "exited with %d: %s", r.status, r.err);
+    ck_assert_msg(strncmp(r.out, "Once upon a time", 16) == 0, "printed '%s'", r.out);
+    test_result_free(&r);
+    char *text = test_slurp(json);
+    int ids[MAX_PROMPT + MAX_GENERATED];
+    int n = test_json_ints(text, "tokens", ids, MAX_PROMPT + MAX_GENERATED);
+    free(text);
+    ck_assert_int_eq(n, g.n_prompt + 4);
+    for (int i = 0; i < g.n_prompt; i++)
+        ck_assert_msg(ids[i] == g.prompt[i], "prompt token %d: %d, the reference %d", i, ids[i], g.prompt[i]);
+    unlink(json);
+}
+END_TEST
+
 /* kvcalc's and kvsim's preset is the file's shape, read through
  * model_read_config() as `kvcalc --model FILE` reads it. */
 START_TEST(smollm2_preset_is_the_files_shape)
@@ -431,6 +547,8 @@ Suite *suite_gguf_model(void)
     tcase_add_test(tc, smollm2_france_as_stored_and_in_f32);
     tcase_add_test(tc, smollm2_same_bits_for_any_batch_and_threads);
     tcase_add_test(tc, smollm2_every_chapter_gives_the_reference_tokens);
+    tcase_add_test(tc, smollm2_chat_answers_the_france_question_in_every_chapter);
+    tcase_add_test(tc, smollm2_prompt_printed_whole_without_bos);
     suite_add_tcase(s, tc);
     return s;
 }

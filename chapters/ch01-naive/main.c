@@ -9,7 +9,7 @@
 static const CliProgram PROGRAM = {
     .name = "ch01-naive",
     .summary = "Chapter 1: greedy decoding that recomputes K and V of the whole sequence at every step.",
-    .features = CLI_MODEL | CLI_PROMPT | CLI_SAMPLING | CLI_DEVICE,
+    .features = CLI_MODEL | CLI_PROMPT | CLI_CHAT | CLI_SAMPLING | CLI_DEVICE,
 };
 
 /* Positions fed by the last step: all tokens but the newest, unless the

@@ -12,7 +12,7 @@ static const CliProgram PROGRAM = {
     .name = "ch02-kvcache",
     .summary = "Chapter 2: greedy decoding with a contiguous KV cache per request "
                "(each token's K and V computed once).",
-    .features = CLI_MODEL | CLI_PROMPT | CLI_SAMPLING | CLI_KV_ALLOC | CLI_DEVICE,
+    .features = CLI_MODEL | CLI_PROMPT | CLI_CHAT | CLI_SAMPLING | CLI_KV_ALLOC | CLI_DEVICE,
 };
 
 /* The run uses one of two caches, never both: the CPU cache, or with

@@ -9,7 +9,7 @@ static const CliProgram PROGRAM = {
     .name = "ch03-batching",
     .summary = "Chapter 3: static or continuous batching, a contiguous K/V region reserved per request, and "
                "where the reserved memory goes.",
-    .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_BATCHING | CLI_DEVICE,
+    .features = CLI_MODEL | CLI_CHAT | CLI_SAMPLING | CLI_SERVING | CLI_BATCHING | CLI_DEVICE,
 };
 
 int main(int argc, char **argv)

@@ -14,7 +14,7 @@ enum {
     OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
     OPT_BATCHING, OPT_ARENA, OPT_BLOCK_SIZE, OPT_N, OPT_BEAM, OPT_WATERMARK, OPT_MAX_NUM_BATCHED_TOKENS,
     OPT_MAX_NUM_SEQS, OPT_PREEMPT, OPT_SWAP_SPACE, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_PREFIX_CACHE,
-    OPT_TRACE, OPT_SHOW_TABLES, OPT_HELP
+    OPT_TRACE, OPT_SHOW_TABLES, OPT_CHAT, OPT_HELP
 };
 
 typedef struct {
@@ -29,6 +29,7 @@ static const OptionSpec SPECS[] = {
     {"model", OPT_MODEL, CLI_MODEL, "FILE", "checkpoint (llama2.c legacy or ak42 v1); default: models/, then ../shared/models/, then a synthetic model"},
     {"tokenizer", OPT_TOKENIZER, CLI_MODEL, "FILE", "tokenizer.bin for the model; default: found by vocabulary size next to the model"},
     {"prompt", OPT_PROMPT, CLI_PROMPT, "TEXT", "prompt text (default \"Once upon a time\")"},
+    {"chat", OPT_CHAT, CLI_CHAT, NULL, "wrap each prompt as one user message in the model's ChatML template, with its default system message; generation stops at <|im_end|>, which is not printed (a model without a chat template is refused)"},
     {"steps", OPT_STEPS, CLI_PROMPT, "N", "new tokens to generate after the prompt (default 256; stops earlier at BOS, EOS or the end of the context)"},
     {"temperature", OPT_TEMPERATURE, CLI_SAMPLING, "T", "0 = greedy, reproducible (default 0)"},
     {"top-p", OPT_TOP_P, CLI_SAMPLING, "P", "nucleus sampling threshold in [0,1]; 0 or 1 = off (default 0.9, used only when T > 0)"},
@@ -104,6 +105,9 @@ static void print_help(const CliProgram *p)
     if (p->features & CLI_SERVING)
         printf("\nNothing goes to stdout: each request's text goes to --out FILE (JSON Lines); tables and progress "
                "go to stderr.\n");
+    else if (p->features & CLI_CHAT)
+        printf("\nstdout carries only the text (prompt, generated text, newline; with --chat, the answer and a "
+               "newline); tables and progress go to stderr.\n");
     else
         printf("\nstdout carries only the text (prompt, generated text, newline); tables and progress go to stderr.\n");
 }
@@ -160,6 +164,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
         if (cli_parse_long(name, arg, 0, 1L << 40, &v, err)) return -1;
         o->show_tables = v; return 0;
     case OPT_QUIET: o->quiet = 1; return 0;
+    case OPT_CHAT: o->chat = 1; return 0;
     case OPT_STEPS:
         if (cli_parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;
         o->steps = (int)v; return 0;

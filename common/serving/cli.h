@@ -25,6 +25,7 @@ typedef enum {
     CLI_PAGED = 1 << 6,     /**< --block-size --n --beam --watermark --max-num-batched-tokens --max-num-seqs --preempt --swap-space (chapter 4 and the chapters built on its scheduler) */
     CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype --weight-dtype */
     CLI_PREFIX = 1 << 8,    /**< --prefix-cache (chapter 5) */
+    CLI_CHAT = 1 << 9,      /**< --chat (the chapters: the prompt, or each prompt of the request file) */
 } CliFeature;
 
 /** Every option of every program, with its default. */
@@ -32,6 +33,7 @@ typedef struct {
     const char *model_path;     /**< --model; NULL: find the default model */
     const char *tokenizer_path; /**< --tokenizer; NULL: find one that fits the model */
     const char *prompt;         /**< --prompt */
+    int chat;                   /**< --chat: each prompt is one user message in the model's ChatML template */
     int steps;                  /**< --steps: new tokens after the prompt */
     float temperature;          /**< --temperature: 0 = greedy */
     float top_p;                /**< --top-p: 0 or 1 = off */

@@ -5,24 +5,17 @@
 
 #include "mem.h"
 
-size_t generation_max_prompt_bytes(const Tokenizer *t, int seq_len)
-{
-    if (seq_len <= 0 || t->max_token_length <= 0)
-        return 0;
-    size_t per_token = (size_t)t->max_token_length;
-    return (size_t)seq_len > SIZE_MAX / per_token ? SIZE_MAX : (size_t)seq_len * per_token;
-}
-
 int generation_init(Generation *g, const Model *m, const Tokenizer *t, const char *prompt, Err *err)
 {
     memset(g, 0, sizeof *g);
     int seq_len = m->cfg.seq_len, max_tokens = model_max_tokens(&m->cfg);
     if (prompt[0] == '\0')
         return err_set(err, "the prompt is empty; give some text with --prompt");
-    size_t text_len = strlen(prompt), fits = generation_max_prompt_bytes(t, seq_len);
+    size_t text_len = strlen(prompt), fits = tokenizer_max_text_bytes(t, seq_len);
     if (text_len > fits)
         return err_set(err, "the prompt is %zu bytes, more than the %zu that the model's seq_len of %d tokens can "
-                       "hold (a token stands for at most %d bytes)", text_len, fits, seq_len, t->max_token_length);
+                       "hold (a token stands for at most %d bytes)", text_len, fits, seq_len,
+                       tokenizer_max_piece_bytes(t));
     int *ids = mem_alloc_array(MEM_ACTIVATIONS, text_len + 3, sizeof(int));
     if (!ids)
         return err_set(err, "out of memory for a prompt of %zu bytes", text_len);
@@ -46,6 +39,34 @@ int generation_init(Generation *g, const Model *m, const Tokenizer *t, const cha
     memcpy(g->tokens, ids, (size_t)n_ids * sizeof(int));
     mem_free(ids);
     g->n_prompt = g->n_tokens = n_ids;
+    g->end_token = -1;
+    g->echo_prompt = 1;
+    return 0;
+}
+
+int generation_init_chat(Generation *g, const Model *m, const Tokenizer *t, const ChatTemplate *chat,
+                         const char *message, Err *err)
+{
+    memset(g, 0, sizeof *g);
+    if (message[0] == '\0')
+        return err_set(err, "the prompt is empty; give some text with --prompt");
+    /* Measured before rendering: a message far too long costs no copy. */
+    int seq_len = m->cfg.seq_len;
+    size_t overhead = chat_overhead_bytes(chat), fits = tokenizer_max_text_bytes(t, seq_len);
+    size_t message_len = strlen(message);
+    if (message_len > fits || overhead > fits - message_len)
+        return err_set(err, "the prompt is %zu bytes, %zu with the chat template, more than the %zu that the model's "
+                       "seq_len of %d tokens can hold (a token stands for at most %d bytes)", message_len,
+                       message_len + overhead, fits, seq_len, tokenizer_max_piece_bytes(t));
+    char *prompt;
+    if (chat_render(chat, message, &prompt, err))
+        return -1;
+    int rc = generation_init(g, m, t, prompt, err);
+    mem_free(prompt);
+    if (rc)
+        return -1;
+    g->end_token = chat_end_token(chat);
+    g->echo_prompt = 0;
     return 0;
 }
 
@@ -55,16 +76,6 @@ void generation_free(Generation *g)
     mem_free(g->entries);
     mem_free(g->step_seconds);
     memset(g, 0, sizeof *g);
-}
-
-void print_token(FILE *out, const Tokenizer *t, const int *tokens, int i)
-{
-    size_t len;
-    const char *piece = tokenizer_piece(t, i > 0 ? tokens[i - 1] : -1, tokens[i], &len);
-    if (t->kind == TOKENIZER_GPT2)
-        fwrite(piece, 1, len, out); /* exact bytes: a piece may end inside a UTF-8 character */
-    else if (tokenizer_piece_is_printable(piece))
-        fputs(piece, out);
 }
 
 /* The batch of one step: positions cached..n_tokens-1; only the last one
@@ -79,19 +90,40 @@ static int plan_step(Generation *g, int cached)
     return n;
 }
 
-int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, ForwardState *fs,
-             const SingleStreamKv *kv, int steps, FILE *out, Err *err)
+/* Prints the text that token i completes (whole UTF-8 characters only). */
+static void print_next(FILE *out, DecodeStream *text, int token)
+{
+    size_t len;
+    const char *piece = decode_stream_push(text, token, &len);
+    fwrite(piece, 1, len, out);
+}
+
+/* The prompt as text: without its BOS (llama2.c), whole when the tokenizer
+ * adds none (SmolLM2); nothing of it with --chat. Starts @p text after the
+ * last prompt token that is not printed. */
+static int print_prompt(const Generation *g, const Tokenizer *t, FILE *out, DecodeStream *text, Err *err)
+{
+    int first = g->n_prompt > 0 && t->add_bos && g->tokens[0] == t->bos_id ? 1 : 0;
+    if (!g->echo_prompt)
+        first = g->n_prompt;
+    if (decode_stream_init(text, t, first > 0 ? g->tokens[first - 1] : -1, err))
+        return -1;
+    for (int i = first; i < g->n_prompt; i++)
+        print_next(out, text, g->tokens[i]);
+    fflush(out);
+    return 0;
+}
+
+static int is_end(const Generation *g, const Tokenizer *t, int token)
+{
+    return tokenizer_is_stop(t, token) || (g->end_token >= 0 && token == g->end_token);
+}
+
+/* The steps themselves; @p text is NULL when nothing is printed. */
+static int run_steps(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, ForwardState *fs,
+                     const SingleStreamKv *kv, int steps, FILE *out, DecodeStream *text, Err *err)
 {
     int max_tokens = model_max_tokens(&m->cfg);
-    if (out) {
-        /* The prompt as text: without its BOS (llama2.c), whole when the
-         * tokenizer adds none (SmolLM2). */
-        int first = g->n_prompt > 0 && t->add_bos && g->tokens[0] == t->bos_id ? 1 : 0;
-        for (int i = first; i < g->n_prompt; i++)
-            print_token(out, t, g->tokens, i);
-        fflush(out);
-    }
-    double start = now_seconds();
     g->finish = FINISH_LENGTH;
     for (int made = 0; made < steps; made++) {
         if (g->n_tokens >= max_tokens) {
@@ -126,20 +158,38 @@ int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, Forw
             kv->usage(kv->seam.ctx, &reserved, &used);
             kv_timeline_record(&g->kv, made, reserved, used);
         }
-        if (tokenizer_is_stop(t, next)) {
+        if (is_end(g, t, next)) {
             g->finish = FINISH_STOP;
             break;
         }
         g->tokens[g->n_tokens++] = next;
-        if (out) {
-            print_token(out, t, g->tokens, g->n_tokens - 1);
+        if (text) {
+            print_next(out, text, next);
             fflush(out);
         }
     }
+    return 0;
+}
+
+int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, ForwardState *fs,
+             const SingleStreamKv *kv, int steps, FILE *out, Err *err)
+{
+    /* The stream's one buffer is allocated here, before the first step. */
+    DecodeStream text;
+    if (out && print_prompt(g, t, out, &text, err))
+        return -1;
+    double start = now_seconds();
+    int rc = run_steps(g, m, t, s, fs, kv, steps, out, out ? &text : NULL, err);
     g->elapsed_s = now_seconds() - start;
     if (out) {
-        fputc('\n', out);
+        size_t len;
+        const char *rest = decode_stream_finish(&text, &len); /* a character cut off at the very end */
+        if (rc == 0) {
+            fwrite(rest, 1, len, out);
+            fputc('\n', out);
+        }
         fflush(out);
+        decode_stream_free(&text);
     }
-    return 0;
+    return rc;
 }

@@ -11,7 +11,14 @@
  *
  * Output follows llama2.c's `run` byte for byte: the prompt (without the
  * dummy-prefix space), the generated text, one newline. BOS or EOS ends
- * generation and is not printed.
+ * generation and is not printed. The text goes out through a DecodeStream
+ * (tokenizer.h), so it is cut only between whole UTF-8 characters: a token
+ * that ends inside a character (byte-level BPE splits many) prints when
+ * the character is complete.
+ *
+ * With `--chat` (generation_init_chat()) the prompt is the user's message
+ * in the model's ChatML template (chat.h); only the answer is printed, and
+ * `<|im_end|>`, the end of the assistant's turn, ends generation unprinted.
  */
 #ifndef KVLAB_GENERATE_H
 #define KVLAB_GENERATE_H
@@ -21,6 +28,7 @@
 #include "err.h"
 #include "forward.h"
 #include "report.h"
+#include "chat.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -73,6 +81,8 @@ typedef struct {
     int n_prompt;         /**< prompt ids (with BOS) */
     int n_tokens;         /**< ids so far */
     FinishReason finish;  /**< why generation stopped */
+    int end_token;        /**< a token that also ends generation, unprinted (--chat: `<|im_end|>`); -1: none */
+    int echo_prompt;      /**< 1: generate() prints the prompt before the new text; 0 (--chat): the new text only */
     BatchEntry *entries;  /**< [seq_len] the batch of the current step */
     double *step_seconds; /**< [seq_len + 2] time of the step run with t tokens in context, or 0 */
     long positions_run;   /**< token positions fed through the model, all steps together */
@@ -81,20 +91,12 @@ typedef struct {
 } Generation;
 
 /**
- * The longest prompt, in bytes, that could fit @p seq_len tokens: no token
- * stands for more than the tokenizer's max_token_length bytes, so a longer
- * text cannot fit and is refused before it is tokenized (a 100 KB prompt
- * then costs nothing, whatever the merging costs).
- * @param t        the tokenizer
- * @param seq_len  tokens there is room for
- * @return seq_len x max_token_length, saturated at SIZE_MAX (0 for seq_len <= 0)
- */
-size_t generation_max_prompt_bytes(const Tokenizer *t, int seq_len);
-
-/**
- * Allocates the buffers and encodes the prompt (BOS + text). Refuses an
- * empty prompt, one longer than generation_max_prompt_bytes() before
- * tokenizing it, and one longer than seq_len tokens.
+ * Allocates the buffers and encodes the prompt (BOS + text, or the text
+ * alone when the tokenizer adds no BOS). Refuses an empty prompt, one
+ * longer than tokenizer_max_text_bytes() for seq_len tokens before
+ * tokenizing it (it cannot fit, and a 100 KB prompt then costs nothing),
+ * and one longer than seq_len tokens. generate() will print the prompt
+ * and stop at the tokenizer's stop tokens only.
  * @param g       receives the buffers and prompt ids
  * @param m       the model (for seq_len and vocab)
  * @param t       the tokenizer
@@ -105,14 +107,32 @@ size_t generation_max_prompt_bytes(const Tokenizer *t, int seq_len);
 int generation_init(Generation *g, const Model *m, const Tokenizer *t, const char *prompt, Err *err);
 
 /**
+ * generation_init() for `--chat`: @p message becomes the one user message
+ * of a ChatML conversation with the template's default system message
+ * (chat_render()), generate() prints only the answer, and the end of the
+ * assistant's turn (chat_end_token()) stops it unprinted. The length is
+ * checked before the prompt is rendered.
+ * @param g        receives the buffers and prompt ids
+ * @param m        the model
+ * @param t        the tokenizer the template came from
+ * @param chat     the model's template (chat_template_open())
+ * @param message  the user's message
+ * @param err      receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int generation_init_chat(Generation *g, const Model *m, const Tokenizer *t, const ChatTemplate *chat,
+                         const char *message, Err *err);
+
+/**
  * Frees the buffers.
  * @param g  an initialised or zeroed generation
  */
 void generation_free(Generation *g);
 
 /**
- * Runs the loop until @p steps new tokens, BOS/EOS, or seq_len + 1 tokens. Prints the
- * text to @p out (NULL: print nothing) as it goes.
+ * Runs the loop until @p steps new tokens, a stop token (tokenizer_is_stop(),
+ * or g->end_token), or seq_len + 1 tokens. Prints the text to @p out (NULL:
+ * print nothing) as it goes, in whole UTF-8 characters, then a newline.
  * @param g       initialised by generation_init()
  * @param m       the model
  * @param t       the tokenizer
@@ -127,15 +147,5 @@ void generation_free(Generation *g);
  */
 int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, ForwardState *fs,
              const SingleStreamKv *kv, int steps, FILE *out, Err *err);
-
-/**
- * Prints the text of token i of a sequence (llama2.c's rules: the piece as
- * it follows token i-1, unprintable single bytes skipped).
- * @param out     stream
- * @param t       tokenizer
- * @param tokens  the sequence
- * @param i       index of the token to print, >= 1
- */
-void print_token(FILE *out, const Tokenizer *t, const int *tokens, int i);
 
 #endif

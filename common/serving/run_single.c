@@ -111,10 +111,14 @@ int single_run_open(SingleRun *r, const CliProgram *program, int argc, char **ar
     const Model *m = &r->assets.model;
     if (o->threads == 0)
         ops_set_threads(forward_default_threads(&m->cfg));
-    if (sampler_init(&r->sampler, m->cfg.vocab_size, o->temperature, o->top_p, o->seed, &r->err) ||
-        generation_init(&r->gen, m, &r->assets.tokenizer, o->prompt, &r->err))
+    if (sampler_init(&r->sampler, m->cfg.vocab_size, o->temperature, o->top_p, o->seed, &r->err))
         return -1;
-    return 0;
+    const Tokenizer *t = &r->assets.tokenizer;
+    if (!o->chat)
+        return generation_init(&r->gen, m, t, o->prompt, &r->err);
+    if (chat_template_open(&r->chat, t, &r->err))
+        return -1;
+    return generation_init_chat(&r->gen, m, t, &r->chat, o->prompt, &r->err);
 }
 
 /* Only once everything is open: a run that fails prints one line. */
@@ -183,6 +187,7 @@ int single_run_close(SingleRun *r)
         device_run_close(&r->dev);
     forward_state_free(&r->fs);
     generation_free(&r->gen);
+    chat_template_close(&r->chat);
     sampler_free(&r->sampler);
     assets_close(&r->assets);
     return status;

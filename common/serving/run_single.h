@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "assets.h"
+#include "chat.h"
 #include "cli.h"
 #include "device_run.h"
 #include "generate.h"
@@ -40,6 +41,7 @@ typedef struct {
     CliOptions opts;           /**< the parsed options */
     Assets assets;             /**< model and tokenizer */
     Sampler sampler;           /**< --temperature, --top-p, --seed */
+    ChatTemplate chat;         /**< --chat: the model's template (zeroed without --chat) */
     Generation gen;            /**< the prompt, then the generated tokens and what each step cost */
     ForwardState fs;           /**< CPU activations (unused on the device) */
     int on_device;             /**< 1 with --device cuda */
@@ -52,7 +54,8 @@ typedef struct {
  * Parses the options, then (refusing bad input in one line before any
  * output) checks that --json can be written, opens the device with
  * `--device cuda`, loads the model and tokenizer, seeds the sampler and
- * encodes the prompt.
+ * encodes the prompt (with `--chat`, as one user message in the model's
+ * chat template: a model without one is refused).
  * @param r        receives the program's state
  * @param program  the program's name, summary and options
  * @param argc     from main
@@ -84,8 +87,9 @@ int single_run_start_device(SingleRun *r, DeviceKvOpenFn open_kv, SingleStreamKv
 
 /**
  * The generation loop (generate()) with the chapter's K/V strategy: the
- * prompt and each new token on stdout, until --steps new tokens, BOS/EOS
- * or the end of the context.
+ * prompt and each new token on stdout (with `--chat`, the answer only),
+ * until --steps new tokens, a stop token (`<|im_end|>` with `--chat`) or
+ * the end of the context.
  * @param r   a started run
  * @param kv  the chapter's strategy
  * @return 0 on success, -1 with the reason in r->err

@@ -172,6 +172,20 @@ void serving_account_holders(ServingRun *run, const int *holders, int n_holders)
 
 /* ------------------------------------------------------------ set-up */
 
+/* The prompt's ids (@p ids: room for its bytes + 3), as one user message
+ * in the chat template with --chat. */
+static int encode_prompt(const ServingRun *run, const char *prompt, int *ids, int *n_ids, Err *err)
+{
+    if (!run->chat)
+        return tokenizer_encode(run->tokenizer, prompt, 1, 0, ids, n_ids, err);
+    char *rendered;
+    if (chat_render(&run->chat_template, prompt, &rendered, err))
+        return -1;
+    int rc = tokenizer_encode(run->tokenizer, rendered, 1, 0, ids, n_ids, err);
+    mem_free(rendered);
+    return rc;
+}
+
 static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, int sample, Err *err)
 {
     const ModelConfig *c = &run->model->cfg;
@@ -179,8 +193,11 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
     r->sample = sample;
     r->admitted_step = r->finished_step = -1;
     r->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)model_max_tokens(c), sizeof(int));
-    /* A prompt too long to fit is rejected before it is tokenized. */
-    size_t text_len = strlen(spec->prompt), fits = generation_max_prompt_bytes(run->tokenizer, c->seq_len);
+    /* A prompt too long to fit is rejected before it is tokenized (or,
+     * with --chat, rendered). */
+    size_t text_len = strlen(spec->prompt), fits = tokenizer_max_text_bytes(run->tokenizer, c->seq_len);
+    if (run->chat)
+        text_len += chat_overhead_bytes(&run->chat_template);
     int too_long = text_len > fits;
     int *ids = mem_alloc_array(MEM_ACTIVATIONS, too_long ? 1 : text_len + 3, sizeof(int));
     if (!r->tokens || !ids) {
@@ -188,7 +205,7 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
         return err_set(err, "out of memory for request %d", spec->id);
     }
     int n_ids = 0;
-    if (!too_long && tokenizer_encode(run->tokenizer, spec->prompt, 1, 0, ids, &n_ids, err)) {
+    if (!too_long && encode_prompt(run, spec->prompt, ids, &n_ids, err)) {
         mem_free(ids);
         return err_prefix(err, "request %d (line %d)", spec->id, spec->line);
     }
@@ -247,10 +264,17 @@ int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const 
     int n = opts->beam_width > 0 ? opts->beam_width : opts->n_samples > 0 ? opts->n_samples : 1;
     if (check_request_count(rf->count, n, &m->cfg, err))
         return -1;
+    if (opts->chat) {
+        if (chat_template_open(&run->chat_template, t, err))
+            return -1;
+        run->chat = 1;
+    }
     run->n_reqs = rf->count * n;
     run->reqs = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(Request));
-    if (!run->reqs)
+    if (!run->reqs) {
+        serving_run_free(run);
         return err_set(err, "out of memory for %d requests", run->n_reqs);
+    }
     for (int i = 0; i < run->n_reqs; i++) {
         run->reqs[i].index = i;
         if (init_request(run, &run->reqs[i], &rf->items[i / n], i % n, err)) {
@@ -277,6 +301,7 @@ void serving_run_free(ServingRun *run)
     mem_free(run->finished_now);
     mem_free(run->logits_scratch);
     mem_free(run->sim_specs);
+    chat_template_close(&run->chat_template);
     forward_state_free(&run->fs);
     memset(run, 0, sizeof *run);
 }
@@ -292,11 +317,22 @@ static void finish(ServingRun *run, Request *r, RequestFinish why)
     trace_event(run->trace, "finish", r->index, why == REQ_FINISH_STOP ? "stop" : "length");
 }
 
-/* Appends `next` to r, or ends r: BOS/EOS stops it, its last allowed token
- * ends it by length. Returns 1 when r finished. */
+/* Whether @p token ends a request: the tokenizer's stop tokens (as in the
+ * single-stream chapters), the end of the assistant's turn with --chat; in
+ * a simulation (no tokenizer) the llama2.c markers. */
+static int is_stop_token(const ServingRun *run, int token)
+{
+    if (run->simulated || !run->tokenizer)
+        return token == TOKEN_BOS || token == TOKEN_EOS;
+    return tokenizer_is_stop(run->tokenizer, token) ||
+           (run->chat && token == chat_end_token(&run->chat_template));
+}
+
+/* Appends `next` to r, or ends r: a stop token stops it, its last allowed
+ * token ends it by length. Returns 1 when r finished. */
 static int take_token(ServingRun *run, Request *r, int next)
 {
-    if (next == TOKEN_BOS || next == TOKEN_EOS) {
+    if (is_stop_token(run, next)) {
         finish(run, r, REQ_FINISH_STOP);
         return 1;
     }
@@ -609,8 +645,19 @@ static void write_request_line(FILE *f, const ServingRun *run, const Request *r)
     char *text = NULL;
     size_t text_len = 0;
     FILE *mem = open_memstream(&text, &text_len);
-    for (int i = r->n_prompt; mem && i < r->n_tokens; i++)
-        print_token(mem, run->tokenizer, r->tokens, i);
+    DecodeStream stream;
+    Err err = {{0}};
+    if (mem && decode_stream_init(&stream, run->tokenizer, r->n_prompt > 0 ? r->tokens[r->n_prompt - 1] : -1,
+                                  &err) == 0) {
+        size_t len;
+        for (int i = r->n_prompt; i < r->n_tokens; i++) {
+            const char *piece = decode_stream_push(&stream, r->tokens[i], &len);
+            fwrite(piece, 1, len, mem);
+        }
+        const char *rest = decode_stream_finish(&stream, &len);
+        fwrite(rest, 1, len, mem);
+        decode_stream_free(&stream);
+    }
     if (mem)
         fclose(mem);
     JsonWriter j;

@@ -47,6 +47,7 @@
 
 #include <stdio.h>
 
+#include "chat.h"
 #include "cli.h"
 #include "device_kv.h"
 #include "err.h"
@@ -126,7 +127,7 @@ typedef enum {
 typedef enum {
     REQ_FINISH_NONE,     /**< not finished */
     REQ_FINISH_LENGTH,   /**< max_new_tokens reached, or the model's seq_len */
-    REQ_FINISH_STOP,     /**< the model emitted BOS or EOS */
+    REQ_FINISH_STOP,     /**< the model emitted a stop token: BOS or EOS (llama2.c), EOS (GGUF), `<|im_end|>` (--chat) */
     REQ_FINISH_REJECTED  /**< could never run (see note) */
 } RequestFinish;
 
@@ -155,7 +156,9 @@ typedef struct {
 /** The state of a serving run, shared by the loop and the chapter. */
 typedef struct ServingRun {
     const Model *model;         /**< the model (NULL when simulating) */
-    const Tokenizer *tokenizer; /**< for --out text */
+    const Tokenizer *tokenizer; /**< encodes the prompts; decodes --out text; says which tokens stop */
+    int chat;                   /**< 1 with --chat: prompts were rendered with chat_template, whose end token stops */
+    ChatTemplate chat_template; /**< --chat: the model's template (zeroed without it) */
     const CliOptions *opts;     /**< seed, sampling, budget, chapter options */
     size_t kv_bytes_per_token; /**< all layers, K and V */
     Request *reqs;             /**< [n_reqs] in file order (samples of one line together) */
@@ -333,7 +336,10 @@ void serving_account_holders(ServingRun *run, const int *holders, int n_holders)
 /**
  * Sets up a run without a program around it (for tests and tools): encodes
  * and seeds every request. Rejects requests whose prompt is longer than
- * seq_len.
+ * seq_len. With `opts->chat` each prompt is first rendered as one user
+ * message in the tokenizer's chat template (chat_render()), and the end of
+ * the assistant's turn stops a request; a tokenizer without a template is
+ * refused.
  * @param run        receives the run
  * @param m          the model
  * @param t          the tokenizer
