@@ -66,8 +66,13 @@ ALL_INCLUDES = $(COMMON_INCLUDES) $(addprefix -I,$(CHAPTER_DIRS)) -Itools/lib -I
 # The chapter a source belongs to (ch03 for chapters/ch03-batching/x.c,
 # solutions/ch03/x.c or build/stubs/ch03.admit/ch03/x.c), or nothing.
 chapter_of = $(lastword $(filter $(CHAPTER_IDS),$(subst -, ,$(subst /, ,$(dir $(1))))))
+# A later chapter built on an earlier one names it here (a deliberate
+# dependency: it sees that chapter's headers and links its objects).
+CHAPTER_DEPS_ch06 := ch04
+chapter_dep_includes = $(foreach c,$(CHAPTER_DEPS_$(1)),-I$(filter chapters/$(c)-%,$(CHAPTER_DIRS)))
 includes_of = $(if $(filter common/%,$(1)),$(COMMON_INCLUDES) $(DEVICE_INCLUDES),$(if $(call chapter_of,$(1)),\
-              $(COMMON_INCLUDES) -I$(filter chapters/$(call chapter_of,$(1))-%,$(CHAPTER_DIRS)) $(DEVICE_INCLUDES),\
+              $(COMMON_INCLUDES) -I$(filter chapters/$(call chapter_of,$(1))-%,$(CHAPTER_DIRS)) \
+              $(call chapter_dep_includes,$(call chapter_of,$(1))) $(DEVICE_INCLUDES),\
               $(ALL_INCLUDES)))
 
 COMMON_SRCS := $(sort $(wildcard common/*/*.c))
@@ -173,8 +178,11 @@ CH_OBJS_1 := $(call ch_objs,1)
 CH_OBJS_2 := $(call ch_objs,2)
 CH_OBJS_3 := $(call ch_objs,3)
 CH_OBJS_4 := $(call ch_objs,4)
+# Chapter 6 is built on chapter 4's server: its program links chapter 4's
+# folder and lab files too (CHAPTER_DEPS_ch06).
+CH_OBJS_6 := $(call ch_objs,6) $(CH_OBJS_4)
 # Tools and the test binary are not chapter programs: they link them all.
-ALL_CH_OBJS := $(sort $(CH_OBJS_1) $(CH_OBJS_2) $(CH_OBJS_3) $(CH_OBJS_4))
+ALL_CH_OBJS := $(sort $(CH_OBJS_1) $(CH_OBJS_2) $(CH_OBJS_3) $(CH_OBJS_4) $(CH_OBJS_6))
 
 PROGRAMS := $(BUILD)/ch01-naive
 ifneq ($(wildcard chapters/ch02-*/main.c),)
@@ -185,6 +193,9 @@ PROGRAMS += $(BUILD)/ch03-batching
 endif
 ifneq ($(wildcard chapters/ch04-*/main.c),)
 PROGRAMS += $(BUILD)/ch04-paged
+endif
+ifneq ($(wildcard chapters/ch06-*/main.c),)
+PROGRAMS += $(BUILD)/ch06-window
 endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
@@ -212,6 +223,8 @@ $(BUILD)/ch02-kvcache: $(BUILD)/obj/chapters/ch02-kvcache/main.o $(CH_OBJS_2) $(
 $(BUILD)/ch03-batching: $(BUILD)/obj/chapters/ch03-batching/main.o $(CH_OBJS_3) $(COMMON_OBJS)
 	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 $(BUILD)/ch04-paged: $(BUILD)/obj/chapters/ch04-paged/main.o $(CH_OBJS_4) $(COMMON_OBJS)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
+$(BUILD)/ch06-window: $(BUILD)/obj/chapters/ch06-window/main.o $(CH_OBJS_6) $(COMMON_OBJS)
 	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 
 # ---------------------------------------------------------------- CUDA programs
@@ -401,12 +414,16 @@ lab-run:
 # common/'s flags no chapter header can; and no chapter program holds a
 # symbol defined by another chapter's objects.
 CHAPTER_HEADERS := $(sort $(wildcard chapters/*/*.h))
+# A chapter's folder and the folders of the chapters it is built on
+# (CHAPTER_DEPS_chNN): what it may include and link.
+dep_dirs = $(foreach c,$(CHAPTER_DEPS_$(firstword $(subst -, ,$(notdir $(1))))),$(filter chapters/$(c)-%,$(CHAPTER_DIRS)))
+CHAPTER_DEP_PAIRS := $(foreach d,$(CHAPTER_DIRS),$(foreach v,$(call dep_dirs,$(d)),$(d)+$(v)))
 probe_include = printf '\043include "%s"\n' $(notdir $(2)) | $(CC) -std=c11 -D_POSIX_C_SOURCE=200809L $(CFLAGS) \
                 -fsyntax-only -x c - $(1) 2>/dev/null
 check-layout: all
 	@status=0; \
 	$(foreach d,$(CHAPTER_DIRS),$(foreach h,$(CHAPTER_HEADERS),\
-	  if [ "$(filter $(d)/%,$(h))" ]; then \
+	  if [ "$(filter $(addsuffix /%,$(d) $(call dep_dirs,$(d))),$(h))" ]; then \
 	    $(call probe_include,$(call includes_of,$(d)/x.c),$(h)) || { echo "check-layout: $(d) cannot include its own $(h)"; status=1; }; \
 	  else \
 	    ! $(call probe_include,$(call includes_of,$(d)/x.c),$(h)) || { echo "check-layout: $(d) can include $(h)"; status=1; }; \
@@ -417,6 +434,7 @@ check-layout: all
 	  prog=$(BUILD)/$$(basename $$d); [ -f "$$prog" ] || continue; \
 	  nm -g --defined-only "$$prog" | awk '{print $$3}' | sort -u > $(BUILD)/layout-prog.txt; \
 	  for o in $(CHAPTER_DIRS); do [ "$$o" = "$$d" ] && continue; \
+	    case " $(CHAPTER_DEP_PAIRS) " in *" $$d+$$o "*) continue;; esac; \
 	    objs=$$(ls $(BUILD)/obj/$$o/*.o 2>/dev/null | grep -v '/main\.o$$'); [ -n "$$objs" ] || continue; \
 	    nm -g --defined-only $$objs | awk 'NF == 3 {print $$3}' | sort -u > $(BUILD)/layout-other.txt; \
 	    common=$$(comm -12 $(BUILD)/layout-prog.txt $(BUILD)/layout-other.txt | head -3 | tr '\n' ' '); \
@@ -424,7 +442,7 @@ check-layout: all
 	  done; \
 	done; \
 	rm -f $(BUILD)/layout-prog.txt $(BUILD)/layout-other.txt; \
-	[ $$status -eq 0 ] && echo "check-layout: each chapter sees common/ and itself only, common/ sees no chapter, each program holds only its own chapter"; \
+	[ $$status -eq 0 ] && echo "check-layout: each chapter sees common/, itself and the chapters it is built on ($(or $(CHAPTER_DEP_PAIRS),none)) only, common/ sees no chapter, each program holds only its own chapter's code and theirs"; \
 	exit $$status
 
 # ---------------------------------------------------------------- the handout
