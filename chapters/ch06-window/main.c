@@ -29,9 +29,10 @@ int main(int argc, char **argv)
     int ok = serving_program_open(&p, &PROGRAM, argc, argv) == 0 && /* bad input: one line, nothing else */
              window_check(&o, &p.run, &p.err) == 0 &&                /* what a window cannot be combined with */
              paged_check(&p.run, &p.err) == 0 &&                     /* a budget no request fits */
+             window_open(&w, &o, &p.run, &p.err) == 0 &&             /* the occupancy masks, the forced ids */
              serving_program_start(&p) == 0 &&
-             paged_open(&p.run, &server, p.log, &p.err) == 0 &&      /* chapter 4's pool, tables, queue */
-             window_open(&w, &o, server, &p.run, &p.err) == 0;       /* the occupancy masks */
+             paged_open(&p.run, &server, p.log, &p.err) == 0;        /* chapter 4's pool, tables, queue */
+    w.server = server;
     while (ok && serving_unfinished(&p.run)) {
         ok = window_step(&w, &p.run, &p.err) == 0;
         serving_show_progress(&p.run, p.log);

@@ -45,10 +45,12 @@ void window_report_table(FILE *f, void *ctx, const ServingRun *run)
                 policy_name(o), o->window, o->sinks, o->heavy);
     else
         fprintf(f, "  window         none: the full cache\n");
-    fprintf(f, "  per sequence   peak %d positions held (bound %d = N + S + H), peak %d blocks (bound %d) = %s\n",
+    fprintf(f, "  decode steps   peak %d positions held (bound %d = N + S + H), peak %d blocks (bound %d) = %s\n",
             w->peak_positions, window_bound_positions(o), w->peak_blocks,
             window_bound_blocks(o, s->kv.pool.shape.block_size),
             cli_format_bytes(a, sizeof a, (double)w->peak_blocks * (double)s->kv.pool.bytes_per_block));
+    fprintf(f, "  prompt steps   peak %d positions held, %d blocks (a prompt's chunk is written whole, then evicted)\n",
+            w->prompt_peak_positions, w->prompt_peak_blocks);
     fprintf(f, "  evicted        %ld positions; %ld blocks back to the pool\n", w->evicted, w->blocks_returned);
     if (w->opt.force_path)
         fprintf(f, "  forced         %ld steps: perplexity %.4f, greedy token = forced token in %.2f%%\n",
@@ -72,6 +74,8 @@ void window_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     json_int(j, "window_peak_blocks", w->peak_blocks);
     json_int(j, "window_peak_kv_bytes", (long long)w->peak_blocks * (long long)s->kv.pool.bytes_per_block);
     json_int(j, "window_peak_kv_position_bytes", (long long)w->peak_positions * (long long)s->bytes_per_token);
+    json_int(j, "window_prompt_peak_positions", w->prompt_peak_positions);
+    json_int(j, "window_prompt_peak_blocks", w->prompt_peak_blocks);
     json_int(j, "window_evicted", w->evicted);
     json_int(j, "window_blocks_returned", w->blocks_returned);
     if (o->force_path) {

@@ -56,24 +56,24 @@ static int read_forced(WindowCache *w, const char *path, int vocab, Err *err)
     return status;
 }
 
-int window_open(WindowCache *w, const WindowOptions *o, PagedServer *server, const ServingRun *run, Err *err)
+int window_open(WindowCache *w, const WindowOptions *o, const ServingRun *run, Err *err)
 {
     memset(w, 0, sizeof *w);
     w->opt = *o;
-    w->server = server;
     w->n_seqs = run->n_reqs;
     w->seq_len = run->model->cfg.seq_len;
     w->n_heads = run->model->cfg.n_heads;
-    w->capacity = server->kv.tables.capacity;
+    w->capacity = block_count_for_tokens(w->seq_len, run->opts->block_size); /* chapter 4's table capacity */
     size_t n = (size_t)w->n_seqs;
     w->held = mem_alloc_array(MEM_KV_METADATA, n * (size_t)w->seq_len, 1);
     w->rows_held = mem_alloc_array(MEM_KV_METADATA, n * (size_t)w->capacity, sizeof(int));
     w->n_held = mem_alloc_array(MEM_KV_METADATA, n, sizeof(int));
     w->forced = mem_alloc_array(MEM_ACTIVATIONS, n, sizeof(int *));
     w->n_forced = mem_alloc_array(MEM_ACTIVATIONS, n, sizeof(int));
+    w->fed = mem_alloc_array(MEM_ACTIVATIONS, n, sizeof(int));
     if (o->evict == WINDOW_EVICT_H2O)
         w->attn = mem_alloc_array(MEM_KV_METADATA, n * (size_t)w->n_heads * (size_t)w->seq_len, sizeof(float));
-    if (!w->held || !w->rows_held || !w->n_held || !w->forced || !w->n_forced ||
+    if (!w->held || !w->rows_held || !w->n_held || !w->forced || !w->n_forced || !w->fed ||
         (o->evict == WINDOW_EVICT_H2O && !w->attn))
         return err_set(err, "out of memory for the occupancy masks of %d sequences", w->n_seqs);
     memset(w->held, 0, n * (size_t)w->seq_len);
@@ -94,6 +94,7 @@ void window_close(WindowCache *w)
     mem_free(w->attn);
     mem_free(w->forced);
     mem_free(w->n_forced);
+    mem_free(w->fed);
     mem_free(w->force_buf);
     memset(w, 0, sizeof *w);
 }
@@ -186,8 +187,10 @@ KvSeam window_seam(WindowCache *w)
 /* ------------------------------------------------------------ eviction */
 
 /* Position @p pos of @p seq goes: its mask byte is cleared, and a block
- * left with no row goes back to the pool; its table entry becomes a hole. */
-static void drop_position(WindowCache *w, ServingRun *run, int seq, int pos)
+ * left with no row goes back to the pool; its table entry becomes a hole.
+ * The block that position @p next (written in the next step) falls in
+ * stays, empty or not. */
+static void drop_position(WindowCache *w, ServingRun *run, int seq, int pos, int next)
 {
     PagedServer *s = w->server;
     BlockTable *t = &s->kv.tables.tables[seq];
@@ -195,7 +198,7 @@ static void drop_position(WindowCache *w, ServingRun *run, int seq, int pos)
     w->held[(size_t)seq * w->seq_len + pos] = 0;
     w->n_held[seq]--;
     w->evicted++;
-    if (--w->rows_held[(size_t)seq * w->capacity + logical] > 0)
+    if (--w->rows_held[(size_t)seq * w->capacity + logical] > 0 || logical == next / bs)
         return;
     int block = t->blocks[logical];
     /* Its rows held tokens that were used and are done: the breakdown
@@ -219,7 +222,7 @@ static double heavy_score(const WindowCache *w, int seq, int pos)
 
 /* With h2o: of the held positions between the sinks and the window, keep
  * the H with the highest score; drop the lowest (the earlier on a tie). */
-static void evict_heavy(WindowCache *w, ServingRun *run, int seq, int window_start)
+static void evict_heavy(WindowCache *w, ServingRun *run, int seq, int window_start, int next)
 {
     const unsigned char *held = w->held + (size_t)seq * w->seq_len;
     int candidates = 0;
@@ -237,7 +240,7 @@ static void evict_heavy(WindowCache *w, ServingRun *run, int seq, int window_sta
                 lowest_score = sc;
             }
         }
-        drop_position(w, run, seq, lowest);
+        drop_position(w, run, seq, lowest, next);
     }
 }
 
@@ -248,12 +251,12 @@ static void evict_sequence(WindowCache *w, ServingRun *run, int seq, int next)
     if (window_start <= w->opt.sinks)
         return;
     if (w->opt.evict == WINDOW_EVICT_H2O) {
-        evict_heavy(w, run, seq, window_start);
+        evict_heavy(w, run, seq, window_start, next);
         return;
     }
     const unsigned char *held = w->held + (size_t)seq * w->seq_len;
     for (int pos = window_start - 1; pos >= w->opt.sinks && held[pos]; pos--)
-        drop_position(w, run, seq, pos); /* what left the window since the last step (held rows are contiguous) */
+        drop_position(w, run, seq, pos, next); /* what left the window since the last step (held rows are contiguous) */
 }
 
 void window_evict(WindowCache *w, ServingRun *run)
@@ -267,19 +270,28 @@ void window_evict(WindowCache *w, ServingRun *run)
     }
 }
 
-/* After the step's writes: the most positions and blocks one sequence held. */
-static void note_peaks(WindowCache *w)
+/* After the step's writes: the most positions and blocks one sequence
+ * held, in decode steps (one position fed) and in steps that ran prompt
+ * positions (all of them are written before any is attended to, so the
+ * whole chunk is held for that step). */
+static void note_peaks(WindowCache *w, const ServingRun *run)
 {
     const PagedServer *s = w->server;
+    for (int k = 0; k < s->n_running; k++)
+        w->fed[s->running[k]] = 0;
+    for (int i = 0; i < run->n_entries; i++)
+        w->fed[run->entries[i].seq]++;
     for (int k = 0; k < s->n_running; k++) {
         int seq = s->running[k], blocks = 0;
         const BlockTable *t = &s->kv.tables.tables[seq];
         for (int i = 0; i < t->n_blocks; i++)
             blocks += t->blocks[i] != BLOCK_HOLE;
-        if (blocks > w->peak_blocks)
-            w->peak_blocks = blocks;
-        if (w->n_held[seq] > w->peak_positions)
-            w->peak_positions = w->n_held[seq];
+        int *positions = w->fed[seq] > 1 ? &w->prompt_peak_positions : &w->peak_positions;
+        int *blocks_peak = w->fed[seq] > 1 ? &w->prompt_peak_blocks : &w->peak_blocks;
+        if (blocks > *blocks_peak)
+            *blocks_peak = blocks;
+        if (w->n_held[seq] > *positions)
+            *positions = w->n_held[seq];
     }
 }
 
@@ -330,7 +342,7 @@ int window_step(WindowCache *w, ServingRun *run, Err *err)
     KvSeam seam = window_seam(w);
     if (serving_step_forward(run, &seam, err))
         return -1;
-    note_peaks(w); /* every position written: the most a sequence holds */
+    note_peaks(w, run); /* every position written: the most a sequence holds */
     if (w->opt.force_path || w->opt.ignore_eos)
         window_force(w, run); /* the forced continuation's token wins the greedy choice */
     serving_step_sample(run);

@@ -14,7 +14,11 @@
  * - with `--kv-evict h2o --kv-heavy H`, besides those, the H positions that
  *   have received the most attention so far (H2O's heavy hitters).
  *
- * So a sequence holds at most N + S + H positions (the newest included).
+ * So a sequence holds at most N + S + H positions (the newest included) in
+ * every decode step. A step that runs prompt positions writes all of them
+ * before any query attends, so it holds the whole chunk for that step (the
+ * prompt, or a --max-num-batched-tokens chunk of it) and evicts afterwards;
+ * the report shows that peak on its own line.
  * RoPE positions stay as they were generated: a kept key keeps the rotation
  * of its original position, and a query at position p is rotated for p,
  * never for its rank in the kept set. Every sequence stays within the
@@ -86,7 +90,7 @@ typedef struct {
 /** What the chapter keeps beside chapter 4's server. */
 typedef struct {
     WindowOptions opt;    /**< the policy */
-    PagedServer *server;  /**< chapter 4's server whose tables it trims */
+    PagedServer *server;  /**< chapter 4's server whose tables it trims (set once paged_open() made it) */
     int n_seqs;           /**< requests */
     int seq_len;          /**< positions per sequence at most */
     int n_heads;          /**< query heads */
@@ -101,8 +105,11 @@ typedef struct {
     double nll_sum;       /**< sum of -log p(forced token) over forced steps */
     long forced_steps;    /**< steps whose token was forced */
     long forced_agree;    /**< of which the greedy token was the forced one */
-    int peak_positions;   /**< most positions one sequence held (after its step's write) */
-    int peak_blocks;      /**< most blocks one sequence held */
+    int *fed;             /**< [n_seqs] positions each sequence fed this step (scratch) */
+    int peak_positions;   /**< most positions one sequence held in a decode step (after its write) */
+    int peak_blocks;      /**< most blocks one sequence held in a decode step */
+    int prompt_peak_positions; /**< the same in steps that fed a sequence prompt positions (the whole chunk is held) */
+    int prompt_peak_blocks;    /**< the same, in blocks */
     long evicted;         /**< positions dropped */
     long blocks_returned; /**< blocks given back to the pool by eviction */
 } WindowCache;
@@ -131,15 +138,16 @@ int window_check(const WindowOptions *o, const ServingRun *run, Err *err);
 
 /**
  * The chapter's books for a run: the occupancy masks, the counts and (h2o)
- * the attention scores, charged to kv_metadata; the forced ids.
- * @param w       receives the books
- * @param o       the options
- * @param server  chapter 4's open server
- * @param run     the run
- * @param err     receives the reason on failure
+ * the attention scores, charged to kv_metadata; the forced ids, read (and
+ * refused in one line) before anything is printed. Set w->server to
+ * chapter 4's server once paged_open() has made it.
+ * @param w    receives the books
+ * @param o    the options
+ * @param run  the run
+ * @param err  receives the reason on failure
  * @return 0 on success, -1 on failure (close with window_close() either way)
  */
-int window_open(WindowCache *w, const WindowOptions *o, PagedServer *server, const ServingRun *run, Err *err);
+int window_open(WindowCache *w, const WindowOptions *o, const ServingRun *run, Err *err);
 
 /**
  * Frees the books.
