@@ -444,4 +444,4 @@ Suite *suite_ch06(void)
     return s;
 }
 
-REGISTER_SUITE(ch06)
+REGISTER_LAB_SUITE(ch06)
