@@ -63,17 +63,23 @@ typedef struct {
 /* Called after every step with the run: checks what the policy promises. */
 typedef void (*StepCheck)(const WinRun *wr);
 
-static void win_open(WinRun *wr, const Fixture *f, CliOptions o, const WindowOptions *wo)
+static void win_open_requests(WinRun *wr, const Fixture *f, CliOptions o, const WindowOptions *wo,
+                              const char *requests)
 {
     Err err = {{0}};
     memset(wr, 0, sizeof *wr);
-    ck_assert_msg(request_file_parse(&wr->rf, REQUESTS, strlen(REQUESTS), "t", &err) == 0, "%s", err.msg);
+    ck_assert_msg(request_file_parse(&wr->rf, requests, strlen(requests), "t", &err) == 0, "%s", err.msg);
     wr->o = o;
     ck_assert_msg(serving_run_init(&wr->run, &f->m, &f->t, &wr->o, &wr->rf, &err) == 0, "%s", err.msg);
     ck_assert_msg(window_check(wo, &wr->run, &err) == 0, "%s", err.msg);
     ck_assert_msg(window_open(&wr->w, wo, &wr->run, &err) == 0, "%s", err.msg);
     ck_assert_msg(paged_open(&wr->run, &wr->server, NULL, &err) == 0, "%s", err.msg);
     wr->w.server = wr->server;
+}
+
+static void win_open(WinRun *wr, const Fixture *f, CliOptions o, const WindowOptions *wo)
+{
+    win_open_requests(wr, f, o, wo, REQUESTS);
 }
 
 static void win_serve(WinRun *wr, StepCheck check)
@@ -202,6 +208,29 @@ START_TEST(window_bound_at_every_block_size)
                 ck_assert_int_gt(wr.w.blocks_returned, 0);
             win_close(&wr);
         }
+    fixture_free(&f);
+}
+END_TEST
+
+/* A pool too small for the three requests at once: chapter 4 preempts and
+ * recomputes windowed sequences (holes and all), the policy still holds
+ * after every step, and every block comes back. */
+START_TEST(windowed_run_with_preemptions_returns_every_block)
+{
+    Fixture f;
+    fixture_synthetic(&f);
+    const int shapes[][3] = {{6, 2, 5}, {8, 4, 0}};
+    const char *eight = "57\tab\n57\tcd\n57\tef\n57\tgh\n57\tij\n57\tkl\n57\tmn\n57\top\n";
+    for (int k = 0; k < 2; k++) {
+        WinRun wr;
+        WindowOptions wo = policy(shapes[k][0], shapes[k][1], shapes[k][2]);
+        CliOptions o = options(4);
+        o.kv_budget = 16 * 4 * 384; /* 16 blocks of 4 positions x 384 B */
+        win_open_requests(&wr, &f, o, &wo, eight);
+        win_serve(&wr, check_policy_after_step);
+        ck_assert_msg(wr.server->preemptions > 0, "shape %d: no preemption", k);
+        win_close(&wr);
+    }
     fixture_free(&f);
 }
 END_TEST
@@ -435,6 +464,7 @@ Suite *suite_ch06(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, window_bound_at_every_block_size);
     tcase_add_test(tc, sliding_window_keeps_exactly_sinks_and_window);
+    tcase_add_test(tc, windowed_run_with_preemptions_returns_every_block);
     tcase_add_test(tc, h2o_eviction_is_deterministic);
     tcase_add_test(tc, eviction_changes_what_attention_sees);
     tcase_add_test(tc, default_run_equals_chapter_4);
