@@ -152,6 +152,36 @@ static int blocks_held_checked(const WinRun *wr, int seq)
     return n;
 }
 
+/* A position's heavy-hitter score, summed as window.c sums it. */
+static double score_of(const WinRun *wr, int seq, int pos)
+{
+    double sum = 0.0;
+    for (int h = 0; h < wr->w.n_heads; h++)
+        sum += wr->w.attn[((size_t)seq * wr->w.n_heads + h) * wr->w.seq_len + pos];
+    return sum;
+}
+
+/* H2O chose the heavy hitters: an evicted position's score froze when it
+ * went (nothing attends to it any more), a kept one's only grows, and each
+ * eviction took the lowest; so every kept position between the sinks and
+ * the window scores at least as much as every evicted one. (A recomputed
+ * sequence starts its scores again: checked without preemptions.) */
+static void check_heavy_hitters(const WinRun *wr, int seq, int n)
+{
+    const WindowOptions *o = &wr->w.opt;
+    const unsigned char *held = held_of(wr, seq);
+    double kept_min = 1e300, evicted_max = -1.0;
+    for (int pos = o->sinks; pos <= n - o->window; pos++) {
+        double sc = score_of(wr, seq, pos);
+        if (held[pos] && sc < kept_min)
+            kept_min = sc;
+        if (!held[pos] && sc > evicted_max)
+            evicted_max = sc;
+    }
+    ck_assert_msg(kept_min >= evicted_max, "step %d, seq %d: a heavy hitter scores %g, an evicted position %g",
+                  wr->steps, seq, kept_min, evicted_max);
+}
+
 /* After each step, for every running request that feeds position n next:
  * the sinks and n-N+1..n-1 are all held, at most H others, and the
  * positions and blocks stay within the bound. */
@@ -174,6 +204,8 @@ static void check_policy_after_step(const WinRun *wr)
             count += held[pos];
         }
         ck_assert_int_le(others, o->heavy);
+        if (o->evict == WINDOW_EVICT_H2O && wr->server->preemptions == 0)
+            check_heavy_hitters(wr, seq, n);
         if (o->evict == WINDOW_EVICT_H2O && n - o->window + 1 - o->sinks >= o->heavy)
             ck_assert_int_eq(others, o->heavy); /* H2O keeps H once that many have left the window */
         ck_assert_int_eq(count, wr->w.n_held[seq]);
