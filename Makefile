@@ -417,7 +417,7 @@ CHAPTER_HEADERS := $(sort $(wildcard chapters/*/*.h))
 # A chapter's folder and the folders of the chapters it is built on
 # (CHAPTER_DEPS_chNN): what it may include and link.
 dep_dirs = $(foreach c,$(CHAPTER_DEPS_$(firstword $(subst -, ,$(notdir $(1))))),$(filter chapters/$(c)-%,$(CHAPTER_DIRS)))
-CHAPTER_DEP_PAIRS := $(foreach d,$(CHAPTER_DIRS),$(foreach v,$(call dep_dirs,$(d)),$(d)+$(v)))
+CHAPTER_DEP_PAIRS := $(strip $(foreach d,$(CHAPTER_DIRS),$(foreach v,$(call dep_dirs,$(d)),$(d)+$(v))))
 probe_include = printf '\043include "%s"\n' $(notdir $(2)) | $(CC) -std=c11 -D_POSIX_C_SOURCE=200809L $(CFLAGS) \
                 -fsyntax-only -x c - $(1) 2>/dev/null
 check-layout: all
