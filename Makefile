@@ -57,10 +57,12 @@ CHAPTER_IDS := $(foreach d,$(CHAPTER_DIRS),$(firstword $(subst -, ,$(notdir $(d)
 COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*.[ch]))))
 COMMON_INCLUDES := $(addprefix -I,$(COMMON_DIRS))
 # A chapter built on an earlier one, deliberately (documented in its
-# header): chapter 5's prefix cache extends chapter 4's pool and scheduler.
+# header): chapter 5's prefix cache extends chapter 4's pool and scheduler,
+# chapter 6's bounded caches run on chapter 4's server.
 # CH_USES_chNN names the chapters whose folder chapter NN may include and
 # whose code (chapter folder and lab files) its program links.
 CH_USES_ch05 := ch04
+CH_USES_ch06 := ch04
 chapter_uses = $(CH_USES_$(1))
 # What each object may include, so that a wrong include fails to build:
 # - common/ sees only common/ (and, with CUDA, the kernels' API);
@@ -184,6 +186,7 @@ CH_OBJS_2 := $(call ch_objs,2)
 CH_OBJS_3 := $(call ch_objs,3)
 CH_OBJS_4 := $(call ch_objs,4)
 CH_OBJS_5 := $(call ch_objs,5)
+CH_OBJS_6 := $(call ch_objs,6)
 # What a chapter's program (and its lab) links: its own objects and those
 # of the chapters it uses (CH_USES_chNN).
 CH_LINK_1 := $(CH_OBJS_1)
@@ -191,8 +194,9 @@ CH_LINK_2 := $(CH_OBJS_2)
 CH_LINK_3 := $(CH_OBJS_3)
 CH_LINK_4 := $(CH_OBJS_4)
 CH_LINK_5 := $(CH_OBJS_5) $(CH_OBJS_4)
+CH_LINK_6 := $(CH_OBJS_6) $(CH_OBJS_4)
 # Tools and the test binary are not chapter programs: they link them all.
-ALL_CH_OBJS := $(sort $(CH_OBJS_1) $(CH_OBJS_2) $(CH_OBJS_3) $(CH_OBJS_4) $(CH_OBJS_5))
+ALL_CH_OBJS := $(sort $(CH_OBJS_1) $(CH_OBJS_2) $(CH_OBJS_3) $(CH_OBJS_4) $(CH_OBJS_5) $(CH_OBJS_6))
 
 PROGRAMS := $(BUILD)/ch01-naive
 ifneq ($(wildcard chapters/ch02-*/main.c),)
@@ -206,6 +210,9 @@ PROGRAMS += $(BUILD)/ch04-paged
 endif
 ifneq ($(wildcard chapters/ch05-*/main.c),)
 PROGRAMS += $(BUILD)/ch05-prefix
+endif
+ifneq ($(wildcard chapters/ch06-*/main.c),)
+PROGRAMS += $(BUILD)/ch06-window
 endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
@@ -237,6 +244,9 @@ $(BUILD)/ch04-paged: $(BUILD)/obj/chapters/ch04-paged/main.o $(CH_OBJS_4) $(COMM
 # Chapter 5 is built on chapter 4 (CH_USES_ch05): it links chapter 4's
 # chapter folder and lab files too.
 $(BUILD)/ch05-prefix: $(BUILD)/obj/chapters/ch05-prefix/main.o $(CH_LINK_5) $(COMMON_OBJS)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
+# Chapter 6 is built on chapter 4 too (CH_USES_ch06).
+$(BUILD)/ch06-window: $(BUILD)/obj/chapters/ch06-window/main.o $(CH_LINK_6) $(COMMON_OBJS)
 	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
 
 # ---------------------------------------------------------------- CUDA programs

@@ -14,7 +14,9 @@
 # table at a tight budget), ch04_paged (scripts/bench-ch04.sh: chapter 4's
 # targets, block sizes, preemption, forks), ch05_prefix
 # (scripts/bench-ch05.sh: prefix caching off, hash and radix on each
-# workload, hit rate against block size), attention (PagedAttention
+# workload, hit rate against block size), ch06_window (scripts/bench-ch06.sh:
+# sliding window, sinks and H2O against the full cache on stories260K),
+# attention (PagedAttention
 # against contiguous attention, three head widths), smollm2 (the real
 # SmolLM2-135M-Instruct GGUF file: chapter 2 decode and prompt speed on 1
 # and 2 threads, chapter 4's batched throughput, the weights as stored and
@@ -52,7 +54,7 @@ OUT=$BUILD/bench
 FINAL=$OUT # where the results go; a section writes into a staging folder (see main)
 TMP=$OUT/tmp
 RUNS_SMOLLM2=${RUNS_SMOLLM2:-5}
-SECTIONS="ch01_vs_ch02 llama2c ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix attention smollm2"
+SECTIONS="ch01_vs_ch02 llama2c ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window attention smollm2"
 
 mkdir -p "$OUT" "$TMP"
 
@@ -517,6 +519,18 @@ section_ch03_policies() {
 
 # Chapter 4's targets, the block-size trade-off, running out of blocks and
 # forks (the book's tables).
+section_ch06_window() {
+    mkdir -p "$TMP/ch06"
+    OUT=$TMP/ch06 BUILD=$BUILD THREADS=$THREADS scripts/bench-ch06.sh > /dev/null
+    {
+        sed -e 's/^# Chapter 6 measurements/## Chapter 6/' "$TMP/ch06/ch06.md"
+        echo
+        echo "Produced by: \`THREADS=$THREADS scripts/bench-ch06.sh\` (via \`scripts/bench.sh ch06_window\`)."
+        echo
+    } > "$OUT/ch06-window.md"
+    cp "$TMP/ch06/ch06.json" "$OUT/ch06-window.json"
+}
+
 section_ch04_paged() {
     mkdir -p "$TMP/ch04"
     OUT=$TMP/ch04 BUILD=$BUILD THREADS=$THREADS REPEATS=$RUNS scripts/bench-ch04.sh > /dev/null

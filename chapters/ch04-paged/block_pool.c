@@ -180,7 +180,8 @@ void block_table_fork(BlockPool *p, const BlockTable *parent, BlockTable *child)
 {
     for (int i = 0; i < parent->n_blocks; i++) {
         child->blocks[i] = parent->blocks[i];
-        block_pool_retain(p, parent->blocks[i]);
+        if (parent->blocks[i] != BLOCK_HOLE)
+            block_pool_retain(p, parent->blocks[i]);
     }
     child->n_blocks = parent->n_blocks;
 }
@@ -189,6 +190,8 @@ int block_table_release(BlockPool *p, BlockTable *t, void (*on_free)(void *ctx, 
 {
     int status = 0;
     for (int i = 0; i < t->n_blocks; i++) {
+        if (t->blocks[i] == BLOCK_HOLE)
+            continue;
         int left = block_pool_release(p, t->blocks[i]);
         if (left < 0)
             status = -1;

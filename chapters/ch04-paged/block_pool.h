@@ -45,6 +45,14 @@
 /** Largest block size the chapter accepts (tokens). */
 #define BLOCK_SIZE_MAX 256
 
+/**
+ * A table entry that names no block: a logical block whose positions were
+ * all dropped (a later chapter's sliding window gives such blocks back to
+ * the pool). Release, fork and the accounting skip it; chapter 4 itself
+ * never makes one.
+ */
+#define BLOCK_HOLE (-1)
+
 /** What one block holds. */
 typedef struct {
     int block_size;    /**< tokens per block, a power of two from 1 to BLOCK_SIZE_MAX */

@@ -26,10 +26,12 @@ static int fill_block_rows(PagedServer *s, const ServingRun *run)
         for (int j = 0; j < t->n_blocks; j++) {
             int rows = cached - j * bs;
             rows = rows < 0 ? 0 : rows > bs ? bs : rows;
+            if (t->blocks[j] == BLOCK_HOLE) /* a block a later chapter gave back: nothing held */
+                continue;
             if (rows > s->block_filled[t->blocks[j]])
                 s->block_filled[t->blocks[j]] = rows;
+            logical++;
         }
-        logical += t->n_blocks;
     }
     return logical;
 }

@@ -24,7 +24,8 @@
 static void track_table(PagedServer *s, const BlockTable *t)
 {
     for (int i = 0; i < t->n_blocks; i++)
-        kv_track_set_reserved(&s->block_track[t->blocks[i]], s->kv.pool.bytes_per_block);
+        if (t->blocks[i] != BLOCK_HOLE)
+            kv_track_set_reserved(&s->block_track[t->blocks[i]], s->kv.pool.bytes_per_block);
 }
 
 

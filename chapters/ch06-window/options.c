@@ -1,0 +1,139 @@
+/* Chapter 6's options: --kv-window, --kv-sinks, --kv-evict, --kv-heavy,
+ * --kv-force, --kv-tokens, --ignore-eos. They are taken out of argv before the common
+ * parser sees the rest, so that common/ never learns of them. */
+#include <string.h>
+
+#include "cli.h"
+#include "window.h"
+
+/* Most positions any option may name (a window longer than the model's
+ * context is refused later, once the model is known). */
+#define WINDOW_MAX_POSITIONS 1000000
+
+/* "--name=value" or "--name value": the value, or NULL when @p arg is not
+ * this option. *used is how many argv entries the option takes. */
+static const char *option_value(const char *name, int i, int argc, char **argv, int *used, Err *err)
+{
+    size_t n = strlen(name);
+    const char *arg = argv[i];
+    if (strncmp(arg, name, n) != 0)
+        return NULL;
+    if (arg[n] == '=') {
+        *used = 1;
+        return arg + n + 1;
+    }
+    if (arg[n] != '\0')
+        return NULL;
+    if (i + 1 >= argc) {
+        err_set(err, "%s needs a value", name);
+        *used = -1;
+        return NULL;
+    }
+    *used = 2;
+    return argv[i + 1];
+}
+
+static int parse_count(const char *name, const char *text, long min, int *out, Err *err)
+{
+    long v;
+    if (cli_parse_long(name + 2, text, min, WINDOW_MAX_POSITIONS, &v, err))
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* One of the chapter's options at argv[i]: parsed into @p o; returns the
+ * argv entries it took (0: not one of them), or -1 on a bad value. */
+static int take_option(int i, int argc, char **argv, WindowOptions *o, int given[4], Err *err)
+{
+    static const char *names[] = {"--kv-window", "--kv-sinks", "--kv-evict", "--kv-heavy", "--kv-force",
+                                  "--kv-tokens"};
+    for (int k = 0; k < 6; k++) {
+        int used = 0;
+        const char *v = option_value(names[k], i, argc, argv, &used, err);
+        if (used < 0)
+            return -1;
+        if (!v)
+            continue;
+        int status = 0;
+        switch (k) {
+        case 0: status = parse_count(names[k], v, 1, &o->window, err); break;
+        case 1: status = parse_count(names[k], v, 0, &o->sinks, err); break;
+        case 2:
+            if (strcmp(v, "h2o") == 0)
+                o->evict = WINDOW_EVICT_H2O;
+            else if (strcmp(v, "none") == 0)
+                o->evict = WINDOW_EVICT_NONE;
+            else
+                status = err_set(err, "--kv-evict: '%s' is not none or h2o", v);
+            break;
+        case 3: status = parse_count(names[k], v, 1, &o->heavy, err); break;
+        case 4: o->force_path = v; break;
+        default: o->tokens_path = v; break;
+        }
+        if (k < 4)
+            given[k] = 1;
+        return status ? -1 : used;
+    }
+    return 0;
+}
+
+/* The options must make one policy: sinks and eviction only with a
+ * window, heavy hitters only with h2o and h2o only with heavy hitters. */
+static int check_policy(const WindowOptions *o, const int given[4], Err *err)
+{
+    if ((given[1] || given[2] || given[3]) && !given[0])
+        return err_set(err, "--kv-sinks, --kv-evict and --kv-heavy need --kv-window N");
+    if (o->evict == WINDOW_EVICT_H2O && !given[3])
+        return err_set(err, "--kv-evict h2o needs --kv-heavy H (the heavy hitters kept besides the window)");
+    if (given[3] && o->evict != WINDOW_EVICT_H2O)
+        return err_set(err, "--kv-heavy needs --kv-evict h2o");
+    return 0;
+}
+
+int window_parse_options(int *argc, char **argv, WindowOptions *o, Err *err)
+{
+    memset(o, 0, sizeof *o);
+    int given[4] = {0, 0, 0, 0}, kept = 1, i = 1;
+    while (i < *argc && strcmp(argv[i], "--") != 0) {
+        if (strcmp(argv[i], "--ignore-eos") == 0) {
+            o->ignore_eos = 1;
+            i++;
+            continue;
+        }
+        int used = take_option(i, *argc, argv, o, given, err);
+        if (used < 0)
+            return -1;
+        if (used == 0)
+            argv[kept++] = argv[i++];
+        else
+            i += used;
+    }
+    while (i < *argc) /* "--" and whatever follows it: never ours */
+        argv[kept++] = argv[i++];
+    /* argv ends with NULL for getopt_long; entries past kept are ours, already read. */
+    for (int i = kept; i < *argc; i++)
+        argv[i] = NULL;
+    *argc = kept;
+    return check_policy(o, given, err);
+}
+
+int window_check(const WindowOptions *o, const ServingRun *run, Err *err)
+{
+    const CliOptions *c = run->opts;
+    if (o->force_path && c->temperature > 0.0f)
+        return err_set(err, "--kv-force needs greedy sampling (--temperature 0): the forced id must win the choice");
+    if (!o->window)
+        return 0;
+    if (o->window + o->sinks + o->heavy > run->model->cfg.seq_len)
+        return err_set(err, "--kv-window %d + --kv-sinks %d + --kv-heavy %d is more than the model's context (%d)",
+                       o->window, o->sinks, o->heavy, run->model->cfg.seq_len);
+    if (c->n_samples > 1)
+        return err_set(err, "--kv-window with --n %d: the samples share blocks, and each would drop other rows",
+                       c->n_samples);
+    if (c->preempt && strcmp(c->preempt, "swap") == 0)
+        return err_set(err, "--kv-window with --preempt swap is not supported (a swapped table has holes)");
+    if (c->device && strcmp(c->device, "cpu") != 0)
+        return err_set(err, "--kv-window runs on the CPU only (--device %s)", c->device);
+    return 0;
+}

@@ -1,0 +1,356 @@
+/* Chapter 6: the occupancy masks, attention over the rows held, eviction
+ * after every step, teacher forcing, and the step itself (chapter 4's
+ * scheduler with this chapter's seam). See window.h. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "infile.h"
+#include "mem.h"
+#include "ops.h"
+#include "tokenizer.h"
+#include "window.h"
+
+/* ------------------------------------------------------------ books */
+
+/* Most bytes a --kv-force file may have: ids of every request at full length. */
+#define WINDOW_FORCE_MAX_BYTES (64u << 20)
+
+/* Reads "id id id\n" lines, one per request (fewer lines: the rest are not
+ * forced). The file's text is parsed strictly: digits and blanks only. */
+static int read_forced(WindowCache *w, const char *path, int vocab, Err *err)
+{
+    size_t size;
+    int fd = infile_open(path, WINDOW_FORCE_MAX_BYTES, &size, err);
+    if (fd < 0)
+        return -1;
+    char *text = mem_alloc(MEM_ACTIVATIONS, size + 1); /* the file's bytes, NUL-terminated */
+    int status = text ? infile_read_exact(fd, text, size, path, err) : err_set(err, "out of memory for %s", path);
+    close(fd);
+    w->force_buf = status ? NULL : mem_alloc_array(MEM_ACTIVATIONS, size / 2 + 1, sizeof(int)); /* [ids] */
+    if (!status && !w->force_buf)
+        status = err_set(err, "out of memory for %s", path);
+    int n = 0, seq = 0;
+    for (size_t i = 0; !status && i < size && seq < w->n_seqs;) {
+        if (!w->forced[seq])
+            w->forced[seq] = w->force_buf + n;
+        if (text[i] == '\n') {
+            seq++, i++;
+        } else if (text[i] == ' ') {
+            i++;
+        } else if (text[i] >= '0' && text[i] <= '9') {
+            long id = 0;
+            while (i < size && text[i] >= '0' && text[i] <= '9' && id <= vocab)
+                id = id * 10 + (text[i++] - '0');
+            if (id >= vocab)
+                status = err_set(err, "%s: line %d: token id %ld is not below the vocabulary (%d)", path, seq + 1,
+                                 id, vocab);
+            w->force_buf[n++] = (int)id;
+            w->n_forced[seq]++;
+        } else {
+            status = err_set(err, "%s: line %d: only token ids and spaces may appear", path, seq + 1);
+        }
+    }
+    mem_free(text);
+    return status;
+}
+
+int window_open(WindowCache *w, const WindowOptions *o, const ServingRun *run, Err *err)
+{
+    memset(w, 0, sizeof *w);
+    w->opt = *o;
+    w->n_seqs = run->n_reqs;
+    w->seq_len = run->model->cfg.seq_len;
+    w->n_heads = run->model->cfg.n_heads;
+    w->capacity = block_count_for_tokens(w->seq_len, run->opts->block_size); /* chapter 4's table capacity */
+    size_t n = (size_t)w->n_seqs;
+    w->held = mem_alloc_array(MEM_KV_METADATA, n * (size_t)w->seq_len, 1);
+    w->rows_held = mem_alloc_array(MEM_KV_METADATA, n * (size_t)w->capacity, sizeof(int));
+    w->n_held = mem_alloc_array(MEM_KV_METADATA, n, sizeof(int));
+    w->forced = mem_alloc_array(MEM_ACTIVATIONS, n, sizeof(int *));
+    w->n_forced = mem_alloc_array(MEM_ACTIVATIONS, n, sizeof(int));
+    w->fed = mem_alloc_array(MEM_ACTIVATIONS, n, sizeof(int));
+    if (o->evict == WINDOW_EVICT_H2O)
+        w->attn = mem_alloc_array(MEM_KV_METADATA, n * (size_t)w->n_heads * (size_t)w->seq_len, sizeof(float));
+    if (!w->held || !w->rows_held || !w->n_held || !w->forced || !w->n_forced || !w->fed ||
+        (o->evict == WINDOW_EVICT_H2O && !w->attn))
+        return err_set(err, "out of memory for the occupancy masks of %d sequences", w->n_seqs);
+    memset(w->held, 0, n * (size_t)w->seq_len);
+    memset(w->rows_held, 0, n * (size_t)w->capacity * sizeof(int));
+    memset(w->n_held, 0, n * sizeof(int));
+    memset(w->forced, 0, n * sizeof(int *));
+    memset(w->n_forced, 0, n * sizeof(int));
+    if (w->attn)
+        memset(w->attn, 0, n * (size_t)w->n_heads * (size_t)w->seq_len * sizeof(float));
+    return o->force_path ? read_forced(w, o->force_path, run->model->cfg.vocab_size, err) : 0;
+}
+
+void window_close(WindowCache *w)
+{
+    mem_free(w->held);
+    mem_free(w->rows_held);
+    mem_free(w->n_held);
+    mem_free(w->attn);
+    mem_free(w->forced);
+    mem_free(w->n_forced);
+    mem_free(w->fed);
+    mem_free(w->force_buf);
+    memset(w, 0, sizeof *w);
+}
+
+/* ------------------------------------------------------------ the seam */
+
+/* A sequence that starts again from position 0 (its first prompt, or a
+ * recomputation after preemption: chapter 4 emptied its table) has no
+ * history: its masks, counts and scores start afresh. */
+static void forget_sequence(WindowCache *w, int seq)
+{
+    memset(w->held + (size_t)seq * w->seq_len, 0, (size_t)w->seq_len);
+    memset(w->rows_held + (size_t)seq * w->capacity, 0, (size_t)w->capacity * sizeof(int));
+    w->n_held[seq] = 0;
+    if (w->attn)
+        memset(w->attn + (size_t)seq * w->n_heads * w->seq_len, 0,
+               (size_t)w->n_heads * (size_t)w->seq_len * sizeof(float));
+}
+
+static void window_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
+{
+    WindowCache *w = ctx;
+    paged_store(&w->server->kv, layer, e, k, v); /* chapter 4's slot mapping: row pos % block_size */
+    if (layer != 0)
+        return;
+    if (e->pos == 0)
+        forget_sequence(w, e->seq);
+    unsigned char *held = w->held + (size_t)e->seq * w->seq_len;
+    if (!held[e->pos]) {
+        held[e->pos] = 1;
+        w->rows_held[(size_t)e->seq * w->capacity + e->pos / w->server->kv.pool.shape.block_size]++;
+        w->n_held[e->seq]++;
+    }
+}
+
+/* Whether the query at @p qpos may see position @p pos: it is held, and it
+ * is a sink or in the window (with h2o any held position: the heavy
+ * hitters; in a long prompt's step that is every position of the prompt,
+ * as H2O runs the prompt with the full cache and evicts afterwards). */
+static int visible(const WindowCache *w, const unsigned char *held, int pos, int qpos)
+{
+    if (!held[pos])
+        return 0;
+    if (!w->opt.window || w->opt.evict == WINDOW_EVICT_H2O)
+        return 1;
+    return pos < w->opt.sinks || pos > qpos - w->opt.window;
+}
+
+void window_attention(WindowCache *w, int seq, int layer, int head, const float *q, int qpos, float *out,
+                      float *scores, int note)
+{
+    const PagedKv *kv = &w->server->kv;
+    const BlockPool *pool = &kv->pool;
+    const BlockTable *t = &kv->tables.tables[seq];
+    const int bs = pool->shape.block_size, kv_dim = pool->shape.kv_dim, hd = model_head_dim(&kv->cfg);
+    const size_t slice = (size_t)(head / model_kv_mul(&kv->cfg)) * (size_t)hd; /* the KV head's part of a row */
+    const unsigned char *held = w->held + (size_t)seq * w->seq_len;          /* [seq_len] */
+    int n = 0;
+    for (int pos = 0; pos <= qpos; pos++)
+        if (visible(w, held, pos, qpos)) {
+            const float *keys = block_pool_keys(pool, t->blocks[pos / bs], layer) + slice; /* [bs][kv_dim] */
+            scores[n++] = attention_score(q, keys + (size_t)(pos % bs) * kv_dim, hd);
+        }
+    softmax(scores, n);
+    memset(out, 0, (size_t)hd * sizeof(float));
+    float *attn = note && w->attn ? w->attn + ((size_t)seq * w->n_heads + head) * w->seq_len : NULL; /* [seq_len] */
+    n = 0;
+    for (int pos = 0; pos <= qpos; pos++)
+        if (visible(w, held, pos, qpos)) {
+            const float *values = block_pool_values(pool, t->blocks[pos / bs], layer) + slice; /* [bs][kv_dim] */
+            if (attn)
+                attn[pos] += scores[n];
+            attention_accumulate(out, scores[n++], values + (size_t)(pos % bs) * kv_dim, hd);
+        }
+}
+
+static void window_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out,
+                          float *scores)
+{
+    /* Only the token that is sampled adds to the heavy-hitter scores: one
+     * (sequence, head) pair per step, so parallel heads never share a sum. */
+    window_attention(ctx, e->seq, layer, head, q, e->pos, out, scores, e->logits_row >= 0);
+}
+
+KvSeam window_seam(WindowCache *w)
+{
+    return (KvSeam){.ctx = w, .store = window_store, .attend = window_attend};
+}
+
+/* ------------------------------------------------------------ eviction */
+
+/* Position @p pos of @p seq goes: its mask byte is cleared, and a block
+ * left with no row goes back to the pool; its table entry becomes a hole.
+ * The block that position @p next (written in the next step) falls in
+ * stays, empty or not. */
+static void drop_position(WindowCache *w, ServingRun *run, int seq, int pos, int next)
+{
+    PagedServer *s = w->server;
+    BlockTable *t = &s->kv.tables.tables[seq];
+    int bs = s->kv.pool.shape.block_size, logical = pos / bs;
+    w->held[(size_t)seq * w->seq_len + pos] = 0;
+    w->n_held[seq]--;
+    w->evicted++;
+    if (--w->rows_held[(size_t)seq * w->capacity + logical] > 0 || logical == next / bs)
+        return;
+    int block = t->blocks[logical];
+    /* Its rows held tokens that were used and are done: the breakdown
+     * counts them as token states, as for a request that finished. */
+    kv_track_close(&s->block_track[block], (size_t)bs * s->bytes_per_token, &run->breakdown);
+    s->block_filled[block] = 0;
+    block_pool_release(&s->kv.pool, block);
+    t->blocks[logical] = BLOCK_HOLE;
+    w->blocks_returned++;
+}
+
+/* The heavy-hitter score of a position: its attention summed over the
+ * query heads in head order. */
+static double heavy_score(const WindowCache *w, int seq, int pos)
+{
+    double sum = 0.0;
+    for (int h = 0; h < w->n_heads; h++)
+        sum += w->attn[((size_t)seq * w->n_heads + h) * w->seq_len + pos];
+    return sum;
+}
+
+/* With h2o: of the held positions between the sinks and the window, keep
+ * the H with the highest score; drop the lowest (the earlier on a tie). */
+static void evict_heavy(WindowCache *w, ServingRun *run, int seq, int window_start, int next)
+{
+    const unsigned char *held = w->held + (size_t)seq * w->seq_len;
+    int candidates = 0;
+    for (int pos = w->opt.sinks; pos < window_start; pos++)
+        candidates += held[pos];
+    for (; candidates > w->opt.heavy; candidates--) {
+        int lowest = -1;
+        double lowest_score = 0.0;
+        for (int pos = w->opt.sinks; pos < window_start; pos++) {
+            if (!held[pos])
+                continue;
+            double sc = heavy_score(w, seq, pos);
+            if (lowest < 0 || sc < lowest_score) {
+                lowest = pos;
+                lowest_score = sc;
+            }
+        }
+        drop_position(w, run, seq, lowest, next);
+    }
+}
+
+/* The positions of one sequence the query at @p next may not see. */
+static void evict_sequence(WindowCache *w, ServingRun *run, int seq, int next)
+{
+    int window_start = next - w->opt.window + 1; /* the query at next sees window_start..next */
+    if (window_start <= w->opt.sinks)
+        return;
+    if (w->opt.evict == WINDOW_EVICT_H2O) {
+        evict_heavy(w, run, seq, window_start, next);
+        return;
+    }
+    const unsigned char *held = w->held + (size_t)seq * w->seq_len;
+    for (int pos = window_start - 1; pos >= w->opt.sinks && held[pos]; pos--)
+        drop_position(w, run, seq, pos, next); /* what left the window since the last step (held rows are contiguous) */
+}
+
+void window_evict(WindowCache *w, ServingRun *run)
+{
+    if (!w->opt.window)
+        return;
+    const PagedServer *s = w->server;
+    for (int k = 0; k < s->n_running; k++) {
+        int seq = s->running[k];
+        evict_sequence(w, run, seq, run->reqs[seq].n_cached);
+    }
+}
+
+/* After the step's writes: the most positions and blocks one sequence
+ * held, in decode steps (one position fed) and in steps that ran prompt
+ * positions (all of them are written before any is attended to, so the
+ * whole chunk is held for that step). */
+static void note_peaks(WindowCache *w, const ServingRun *run)
+{
+    const PagedServer *s = w->server;
+    for (int k = 0; k < s->n_running; k++)
+        w->fed[s->running[k]] = 0;
+    for (int i = 0; i < run->n_entries; i++)
+        w->fed[run->entries[i].seq]++;
+    for (int k = 0; k < s->n_running; k++) {
+        int seq = s->running[k], blocks = 0;
+        const BlockTable *t = &s->kv.tables.tables[seq];
+        for (int i = 0; i < t->n_blocks; i++)
+            blocks += t->blocks[i] != BLOCK_HOLE;
+        int *positions = w->fed[seq] > 1 ? &w->prompt_peak_positions : &w->peak_positions;
+        int *blocks_peak = w->fed[seq] > 1 ? &w->prompt_peak_blocks : &w->peak_blocks;
+        if (blocks > *blocks_peak)
+            *blocks_peak = blocks;
+        if (w->n_held[seq] > *positions)
+            *positions = w->n_held[seq];
+    }
+}
+
+/* ------------------------------------------------------------ teacher forcing */
+
+/* -log p(token) under a row of logits, in double, max subtracted first. */
+static double neg_log_prob(const float *logits, int vocab, int token, double max)
+{
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++)
+        sum += exp((double)logits[i] - max);
+    return log(sum) - ((double)logits[token] - max);
+}
+
+void window_force(WindowCache *w, ServingRun *run)
+{
+    int vocab = run->model->cfg.vocab_size;
+    for (int k = 0; k < run->n_takers; k++) {
+        const Request *r = &run->reqs[run->taker_req[k]];
+        /* The run's own logits buffer (ForwardState.logits): the sampler
+         * reads it next, so a change here is what it sees. */
+        float *logits = (float *)run->logits + (size_t)run->taker_row[k] * vocab; /* [vocab] */
+        if (w->opt.ignore_eos) /* --ignore-eos: the run goes to its length; the distribution is over the rest */
+            logits[TOKEN_EOS] = logits[TOKEN_BOS] = -INFINITY;
+        int step = r->n_tokens - r->n_prompt; /* which generated token this step takes */
+        if (!w->forced[r->index] || step >= w->n_forced[r->index])
+            continue;
+        int forced = w->forced[r->index][step], best = 0;
+        for (int i = 1; i < vocab; i++)
+            if (logits[i] > logits[best])
+                best = i;
+        w->nll_sum += neg_log_prob(logits, vocab, forced, (double)logits[best]);
+        w->forced_steps++;
+        w->forced_agree += best == forced;
+        logits[forced] = FLT_MAX; /* greedy sampling (window_check() refuses others) now takes it */
+    }
+}
+
+/* ------------------------------------------------------------ one step */
+
+int window_step(WindowCache *w, ServingRun *run, Err *err)
+{
+    PagedServer *s = w->server;
+    if (!serving_step_begin(run))
+        return 0;
+    if (paged_schedule(s, run, err)) /* chapter 4: room for every next token, admissions */
+        return -1;
+    KvSeam seam = window_seam(w);
+    if (serving_step_forward(run, &seam, err))
+        return -1;
+    note_peaks(w, run); /* every position written: the most a sequence holds */
+    if (w->opt.force_path || w->opt.ignore_eos)
+        window_force(w, run); /* the forced continuation's token wins the greedy choice */
+    serving_step_sample(run);
+    paged_account(s, run);
+    window_evict(w, run);     /* what the next queries may not see goes */
+    int n_finished = serving_step_finished(run);
+    for (int i = 0; i < n_finished; i++)
+        paged_finished(s, run, &run->reqs[run->finished_now[i]]);
+    serving_step_end(run);
+    return 0;
+}

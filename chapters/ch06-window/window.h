@@ -1,0 +1,265 @@
+/**
+ * @file window.h
+ * @brief Chapter 6: when one sequence outgrows its memory. A sliding window
+ *        with attention sinks, and heavy-hitter (H2O) eviction, on top of
+ *        chapter 4's paged server.
+ *
+ * The KV cache cannot grow without bound: past the memory a sequence may
+ * use, some of its history has to go. This chapter keeps, per sequence,
+ *
+ * - the last N positions (`--kv-window N`): the query at position p sees
+ *   positions p-N+1..p;
+ * - the first S positions (`--kv-sinks S`, "attention sinks", StreamingLLM):
+ *   never evicted;
+ * - with `--kv-evict h2o --kv-heavy H`, besides those, the H positions that
+ *   have received the most attention so far (H2O's heavy hitters).
+ *
+ * So a sequence holds at most N + S + H positions (the newest included) in
+ * every decode step. A step that runs prompt positions writes all of them
+ * before any query attends, so it holds the whole chunk for that step (the
+ * prompt, or a --max-num-batched-tokens chunk of it) and evicts afterwards;
+ * the report shows that peak on its own line.
+ * RoPE positions stay as they were generated: a kept key keeps the rotation
+ * of its original position, and a query at position p is rotated for p,
+ * never for its rank in the kept set. Every sequence stays within the
+ * model's trained context (its positions never pass seq_len).
+ *
+ * **Eviction in a paged cache.** A sequence's table names its blocks; each
+ * logical block has an occupancy mask (one byte per row: held or dropped)
+ * and a count of rows held. Dropping a position clears its byte, and
+ * attention skips cleared rows. When a block's count reaches 0 the block
+ * goes back to the pool at once and its table entry becomes ::BLOCK_HOLE.
+ * The sliding window only ever drops whole blocks in the end (the rows
+ * between the sinks and the window are dropped in order); H2O leaves holes
+ * inside blocks, which hold their memory until the last row goes. Compaction
+ * (moving the kept rows together) would give that memory back but costs a
+ * copy of every kept row of every layer, and the block table would no longer
+ * map position p to row p % block_size: positions would need a table of
+ * their own.
+ *
+ * **Heavy-hitter scores.** For every sequence, the attention probability
+ * each position received is summed over the layers and query heads of its
+ * sampled token (the decode token, or a prompt's last), kept per query head
+ * so that the parallel heads never write the same number, and summed over
+ * the heads in head order when eviction chooses: the same bits whatever the
+ * thread count. One set of kept positions serves every layer, so that a
+ * block is dropped for all layers at once (H2O keeps one per layer and head).
+ *
+ * Chapter 6 depends on chapter 4 deliberately: its program links chapter 4's
+ * folder and lab files (the Makefile's CH_OBJS_6), and it steps chapter 4's
+ * scheduler with its own K/V seam (window_step()). Chapter 4 knows only
+ * ::BLOCK_HOLE.
+ *
+ * ## Where each idea is
+ *
+ * | idea | file | function |
+ * |---|---|---|
+ * | the program: options, open, loop, report | chapters/ch06-window/main.c | main() |
+ * | the options, refused in one line | chapters/ch06-window/options.c | window_parse_options() |
+ * | one step: schedule, forward, sample, force, account, evict | chapters/ch06-window/window.c | window_step() |
+ * | attention over the rows held only | chapters/ch06-window/window.c | window_attention() |
+ * | which positions go: window, sinks, heavy hitters | chapters/ch06-window/window.c | window_evict() |
+ * | a block gives its last row back: to the pool | chapters/ch06-window/window.c | drop_position() |
+ * | teacher forcing, perplexity, agreement | chapters/ch06-window/window.c | window_force() |
+ * | the memory bound, the table and JSON lines | chapters/ch06-window/report.c | window_report_table() |
+ */
+#ifndef KVLAB_CH06_WINDOW_H
+#define KVLAB_CH06_WINDOW_H
+
+#include <stdio.h>
+
+#include "paged.h"
+
+/** Which positions a sequence keeps besides the window and the sinks. */
+typedef enum {
+    WINDOW_EVICT_NONE = 0, /**< the window and the sinks only */
+    WINDOW_EVICT_H2O       /**< also the H positions with the most attention */
+} WindowEvict;
+
+/** The chapter's options (all 0: the full cache, chapter 4's run). */
+typedef struct {
+    int window;            /**< --kv-window N: recent positions kept (0: all) */
+    int sinks;             /**< --kv-sinks S: first positions always kept */
+    WindowEvict evict;     /**< --kv-evict none|h2o */
+    int heavy;             /**< --kv-heavy H: heavy hitters kept (h2o) */
+    const char *force_path;  /**< --kv-force FILE: token ids to feed instead of the sampled ones */
+    const char *tokens_path; /**< --kv-tokens FILE: write each request's generated ids */
+    int ignore_eos;          /**< --ignore-eos: BOS and EOS are never sampled; every request runs to its length */
+} WindowOptions;
+
+/** What the chapter keeps beside chapter 4's server. */
+typedef struct {
+    WindowOptions opt;    /**< the policy */
+    PagedServer *server;  /**< chapter 4's server whose tables it trims (set once paged_open() made it) */
+    int n_seqs;           /**< requests */
+    int seq_len;          /**< positions per sequence at most */
+    int n_heads;          /**< query heads */
+    int capacity;         /**< logical blocks per table */
+    unsigned char *held;  /**< [n_seqs][seq_len] 1 while a position's K/V are kept (the occupancy masks) */
+    int *rows_held;       /**< [n_seqs][capacity] rows held in each logical block */
+    float *attn;          /**< [n_seqs][n_heads][seq_len] attention received (h2o only, else NULL) */
+    int *n_held;          /**< [n_seqs] positions held now */
+    int **forced;         /**< [n_seqs] token ids to force (--kv-force), or NULL */
+    int *n_forced;        /**< [n_seqs] ids in forced */
+    int *force_buf;       /**< all forced ids, one allocation */
+    double nll_sum;       /**< sum of -log p(forced token) over forced steps */
+    long forced_steps;    /**< steps whose token was forced */
+    long forced_agree;    /**< of which the greedy token was the forced one */
+    int *fed;             /**< [n_seqs] positions each sequence fed this step (scratch) */
+    int peak_positions;   /**< most positions one sequence held in a decode step (after its write) */
+    int peak_blocks;      /**< most blocks one sequence held in a decode step */
+    int prompt_peak_positions; /**< the same in steps that fed a sequence prompt positions (the whole chunk is held) */
+    int prompt_peak_blocks;    /**< the same, in blocks */
+    long evicted;         /**< positions dropped */
+    long blocks_returned; /**< blocks given back to the pool by eviction */
+} WindowCache;
+
+/**
+ * Takes the chapter's options out of argv (they are removed, the rest is
+ * left for the common parser) and checks them.
+ * @param argc  in: argument count; out: what is left
+ * @param argv  the arguments (compacted in place)
+ * @param o     receives the options
+ * @param err   receives one line on failure
+ * @return 0 on success, -1 on a bad option
+ */
+int window_parse_options(int *argc, char **argv, WindowOptions *o, Err *err);
+
+/**
+ * Refuses what the chapter cannot combine with a window: `--n` above 1
+ * (shared blocks), `--preempt swap`, `--device cuda`, a window with more
+ * positions than the model's context, `--kv-force` without greedy sampling.
+ * @param o    the options
+ * @param run  the run (its options and model)
+ * @param err  receives one line on failure
+ * @return 0 when the run can go ahead, -1 otherwise
+ */
+int window_check(const WindowOptions *o, const ServingRun *run, Err *err);
+
+/**
+ * The chapter's books for a run: the occupancy masks, the counts and (h2o)
+ * the attention scores, charged to kv_metadata; the forced ids, read (and
+ * refused in one line) before anything is printed. Set w->server to
+ * chapter 4's server once paged_open() has made it.
+ * @param w    receives the books
+ * @param o    the options
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure (close with window_close() either way)
+ */
+int window_open(WindowCache *w, const WindowOptions *o, const ServingRun *run, Err *err);
+
+/**
+ * Frees the books.
+ * @param w  opened or zeroed books
+ */
+void window_close(WindowCache *w);
+
+/**
+ * The K/V seam over chapter 4's paged store with the occupancy masks.
+ * @param w  the books
+ * @return store = window_store, attend = window_attend
+ */
+KvSeam window_seam(WindowCache *w);
+
+/**
+ * Attention of one query head at position @p qpos over the positions it
+ * may see (held, and inside the window or a sink, or any held with h2o),
+ * in position order: the bits of paged_attention() when it sees them all.
+ * @param w        the books
+ * @param seq      the sequence
+ * @param layer    layer index
+ * @param head     query head
+ * @param q        [head_dim] query
+ * @param qpos     the query's position
+ * @param out      [head_dim] receives the output
+ * @param scores   [seq_len] scratch
+ * @param note     1: add the probabilities to the heavy-hitter scores
+ */
+void window_attention(WindowCache *w, int seq, int layer, int head, const float *q, int qpos, float *out,
+                      float *scores, int note);
+
+/**
+ * After a step: drops, for every running sequence that will feed position
+ * n next, the positions the query at n may not see (outside the sinks and
+ * n-N+1..n), keeping with h2o the H of them with the most attention (ties:
+ * the later one stays). Blocks left with no row go back to the pool.
+ * @param w    the books
+ * @param run  the run
+ */
+void window_evict(WindowCache *w, ServingRun *run);
+
+/**
+ * One step of the windowed server: chapter 4's paged_schedule(), the batch
+ * through the model with window_seam(), teacher forcing (window_force()),
+ * sampling, paged_account(), window_evict(), and the finished
+ * requests' blocks back to the pool.
+ * @param w    the books
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int window_step(WindowCache *w, ServingRun *run, Err *err);
+
+/**
+ * Before sampling, with `--kv-force`: adds -log p(forced id) of each
+ * request's logits row to the perplexity, counts whether the greedy
+ * (argmax) token is the forced one, then makes the forced id the row's
+ * largest logit, so that greedy sampling takes it. With `--ignore-eos`
+ * first sets BOS and EOS to -infinity (the perplexity is then over the
+ * other tokens).
+ * @param w    the books
+ * @param run  the run, this step sampled
+ */
+void window_force(WindowCache *w, ServingRun *run);
+
+/**
+ * Positions of a window policy's bound: N + S + H (0 without a window).
+ * @param o  the options
+ * @return the most positions a sequence holds
+ */
+int window_bound_positions(const WindowOptions *o);
+
+/**
+ * Blocks a sequence holds at most: ceil(S / bs) for the sinks, at most
+ * ceil((N - 1) / bs) + 1 for N consecutive positions, and one per heavy
+ * hitter (a hole each, in the worst case).
+ * @param o           the options
+ * @param block_size  tokens per block
+ * @return the bound in blocks (0 without a window)
+ */
+int window_bound_blocks(const WindowOptions *o, int block_size);
+
+/**
+ * The memory table: chapter 4's lines, then the policy, the peak positions
+ * and blocks per sequence against their bounds, what eviction gave back,
+ * and with `--kv-force` the perplexity and agreement.
+ * @param f    stream
+ * @param ctx  the WindowCache
+ * @param run  the finished run
+ */
+void window_report_table(FILE *f, void *ctx, const ServingRun *run);
+
+/**
+ * The JSON report: chapter 4's keys, then kv_window, kv_sinks, kv_evict,
+ * kv_heavy, window_bound_positions, window_peak_positions,
+ * window_peak_blocks, window_bound_blocks, window_peak_kv_bytes,
+ * window_evicted, window_blocks_returned, and with `--kv-force`
+ * forced_steps, forced_perplexity, forced_agreement.
+ * @param j    the writer
+ * @param ctx  the WindowCache
+ * @param run  the finished run
+ */
+void window_report_json(JsonWriter *j, void *ctx, const ServingRun *run);
+
+/**
+ * With `--kv-tokens FILE`: every request's generated ids, one line each,
+ * space-separated (what `--kv-force` reads back).
+ * @param w    the books
+ * @param run  the finished run
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int window_write_tokens(const WindowCache *w, const ServingRun *run, Err *err);
+
+#endif
