@@ -73,7 +73,7 @@ void window_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     json_int(j, "window_bound_blocks", window_bound_blocks(o, s->kv.pool.shape.block_size));
     json_int(j, "window_peak_blocks", w->peak_blocks);
     json_int(j, "window_peak_kv_bytes", (long long)w->peak_blocks * (long long)s->kv.pool.bytes_per_block);
-    json_int(j, "window_peak_kv_position_bytes", (long long)w->peak_positions * (long long)s->bytes_per_token);
+    json_int(j, "window_peak_kv_position_bytes", (long long)w->peak_positions * (long long)paged_bytes_per_token(s));
     json_int(j, "window_prompt_peak_positions", w->prompt_peak_positions);
     json_int(j, "window_prompt_peak_blocks", w->prompt_peak_blocks);
     json_int(j, "window_evicted", w->evicted);

@@ -203,7 +203,7 @@ static void drop_position(WindowCache *w, ServingRun *run, int seq, int pos, int
     int block = t->blocks[logical];
     /* Its rows held tokens that were used and are done: the breakdown
      * counts them as token states, as for a request that finished. */
-    kv_track_close(&s->block_track[block], (size_t)bs * s->bytes_per_token, &run->breakdown);
+    kv_track_close(&s->block_track[block], (size_t)bs * paged_bytes_per_token(s), &run->breakdown);
     s->block_filled[block] = 0;
     block_pool_release(&s->kv.pool, block);
     t->blocks[logical] = BLOCK_HOLE;
