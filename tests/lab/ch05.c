@@ -58,10 +58,10 @@ static BlockTable *lab_cache_sequence(Lab *lab, int t, const int *tokens, int n)
     BlockTable *tab = &lab->bt.tables[t];
     ck_assert(block_table_grow(&lab->pool, tab, 4 * n) == 0);
     uint64_t key = HASH_CHAIN_ROOT_KEY;
-    long parent = HASH_CHAIN_ROOT_ID;
+    long registered = HASH_CHAIN_ROOT_ID; /* the block before: the chain's root at first */
     for (int i = 0; i < n; i++) {
         key = hash_block_key(key, tokens + 4 * i, 4);
-        parent = hash_chain_register(&lab->h, tab->blocks[i], key, parent, tokens + 4 * i);
+        registered = hash_chain_register(&lab->h, tab->blocks[i], key, registered, tokens + 4 * i);
     }
     return tab;
 }
@@ -74,15 +74,15 @@ START_TEST(keys_chain_every_full_block)
     uint64_t keys[4] = {0, 0, 0, 0};
     int n = hash_chain_keys(tokens, 12, 4, keys);
     ck_assert_int_eq(n, 3);
-    uint64_t parent = HASH_CHAIN_ROOT_KEY;
+    uint64_t before = HASH_CHAIN_ROOT_KEY;
     for (int i = 0; i < 3; i++) {
-        uint64_t want = hash_block_key(parent, tokens + 4 * i, 4);
+        uint64_t want = hash_block_key(before, tokens + 4 * i, 4);
         ck_assert_msg(keys[i] == want,
                       "expected key %d = hash_block_key(key %d, tokens %d..%d, 4) = %016llx, got %016llx; hint: "
                       "hash_chain_keys() chains each key to the one before (HASH_CHAIN_ROOT_KEY for block 0) and "
                       "hashes the block's block_size tokens",
                       i, i - 1, 4 * i, 4 * i + 3, (unsigned long long)want, (unsigned long long)keys[i]);
-        parent = want;
+        before = want;
     }
     uint64_t partial[4] = {0, 0, 0, 0};
     ck_assert_int_eq(hash_chain_keys(tokens, 11, 4, partial), 2);
