@@ -119,6 +119,13 @@ START_TEST(broken_files_are_refused_in_one_line)
     memcpy(bad, good, bytes);
     put_u64(find(bad, bytes, "general.name") - 8, (uint64_t)bytes * 2);
     expect_refused(bad, bytes, "longer than", "a key longer than the file");
+
+    /* K's data placed on Q's (both 2-D: n_dims, two dims, type, offset). */
+    memcpy(bad, good, bytes);
+    unsigned char *q_offset = tensor_info(bad, bytes, "blk.0.attn_q.weight") + 4 + 16 + 4;
+    unsigned char *k_offset = tensor_info(bad, bytes, "blk.0.attn_k.weight") + 4 + 16 + 4;
+    memcpy(k_offset, q_offset, 8);
+    expect_refused(bad, bytes, "overlap", "two tensors on the same bytes");
     free(bad);
     free(good);
 }

@@ -384,6 +384,38 @@ static int read_alignment(GgufFile *f, Err *err)
     return 0;
 }
 
+static int cmp_tensor_offset(const void *a, const void *b)
+{
+    const GgufTensor *x = *(const GgufTensor *const *)a, *y = *(const GgufTensor *const *)b;
+    return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+int gguf_check_no_overlap(const GgufFile *f, Err *err)
+{
+    /* [n_tensors] scratch, freed before the model runs: counted with the
+     * activations, so that the weights' peak stays the weights' bytes. */
+    const GgufTensor **order = mem_alloc_array(MEM_ACTIVATIONS, (size_t)f->n_tensors, sizeof *order);
+    if (!order)
+        return err_set(err, "out of memory for %llu tensor infos", (unsigned long long)f->n_tensors);
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        order[i] = &f->tensors[i];
+    qsort(order, (size_t)f->n_tensors, sizeof *order, cmp_tensor_offset);
+    int status = 0;
+    for (uint64_t i = 1; i < f->n_tensors && status == 0; i++) {
+        const GgufTensor *before = order[i - 1], *t = order[i];
+        if (before->offset + before->bytes > t->offset) {
+            char a[64], b[64];
+            gguf_string_printable(before->name, a, sizeof a);
+            gguf_string_printable(t->name, b, sizeof b);
+            status = err_set(err, "tensors '%s' and '%s' overlap (data offsets %llu and %llu, %llu bytes)", a, b,
+                             (unsigned long long)before->offset, (unsigned long long)t->offset,
+                             (unsigned long long)before->bytes);
+        }
+    }
+    mem_free(order);
+    return status;
+}
+
 /* Where the data section starts, and every tensor inside it. */
 static int place_tensors(GgufFile *f, size_t end_of_infos, Err *err)
 {

@@ -177,6 +177,17 @@ int gguf_open(GgufFile *f, const char *path, Err *err);
 void gguf_close(GgufFile *f);
 
 /**
+ * Refuses a file whose tensors share bytes. Each tensor's data is its own
+ * (a writer lays them out one after the other), and the memory table counts
+ * every tensor's bytes once; sorted by offset, each must end before the next
+ * begins.
+ * @param f    a parsed file
+ * @param err  receives "tensors 'A' and 'B' overlap (...)"
+ * @return 0, or -1 with @p err set
+ */
+int gguf_check_no_overlap(const GgufFile *f, Err *err);
+
+/**
  * Whether the first bytes of a file are the GGUF magic.
  * @param head   the first bytes
  * @param bytes  how many there are

@@ -199,6 +199,8 @@ int model_from_gguf(Model *m, Err *err)
         w->wcls = w->token_embedding;
     else if (bind_matrix(&b, "output.weight", c->vocab_size, c->dim, &w->wcls, err))
         return -1;
+    if (gguf_check_no_overlap(&m->gguf, err))
+        return -1;
     m->weight_bytes = b.bytes;
     m->weight_f32_bytes = b.f32_bytes;
     m->stored_types = b.types;

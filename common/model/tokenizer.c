@@ -218,13 +218,15 @@ static int llama2c_encode(const Tokenizer *t, const char *text, int bos, int eos
             return -1;
         cp_len = 0;
     }
-    /* BOS takes part in the merging, as in llama2.c (no entry starts with
-     * "<s>", so it never merges). */
+    /* BOS stays out of the merging. llama2.c merges it too, which changes
+     * nothing for a real vocabulary (no entry starts with "<s>"), but a
+     * vocabulary with such an entry would swallow BOS into a text token. */
+    int first = bos ? 1 : 0;
     MergeWork work = {0};
-    if (merge_work_reserve(&work, n, err))
+    if (merge_work_reserve(&work, n - first, err))
         return -1;
     Llama2cPairs pairs = {.t = t, .concat = t->merge_buf};
-    n = merge_tokens(&work, tokens, n, llama2c_pair_merge, &pairs);
+    n = first + merge_tokens(&work, tokens + first, n - first, llama2c_pair_merge, &pairs);
     merge_work_free(&work);
     if (eos)
         tokens[n++] = TOKEN_EOS;
