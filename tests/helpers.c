@@ -335,3 +335,58 @@ int test_solo_tokens(const Model *m, const Tokenizer *t, const char *prompt, int
 {
     return test_solo_tokens_sampled(m, t, prompt, steps, 0.0f, 1, out);
 }
+
+/* ------------------------------------------------------------ test models */
+
+const ModelConfig TEST_SYNTH_GQA = {48, 96, 3, 6, 2, 400, 64};
+
+void test_model_synthetic(TestModel *f, ModelConfig cfg, unsigned long long seed)
+{
+    memset(f, 0, sizeof *f);
+    SynthSpec spec = {.cfg = cfg, .shared_classifier = 0, .seed = seed};
+    size_t bytes, tok_bytes;
+    Err err = {{0}};
+    ck_assert(synth_model_image(&spec, &f->image, &bytes, &err) == 0);
+    ck_assert(synth_tokenizer_image(cfg.vocab_size, &f->tok_image, &tok_bytes, &err) == 0);
+    ck_assert_msg(model_open_image(&f->m, f->image, bytes, &err) == 0, "%s", err.msg);
+    ck_assert_msg(tokenizer_open_image(&f->t, f->tok_image, tok_bytes, cfg.vocab_size, &err) == 0, "%s", err.msg);
+    ops_set_threads(forward_default_threads(&cfg)); /* as the programs do: one thread for a model this narrow */
+}
+
+int test_model_stories(TestModel *f, const char *test)
+{
+    const char *mp = test_shared_file("stories260K.bin"), *tp = test_shared_file("tok512.bin");
+    if (!mp || !tp) {
+        test_skip(test, "../shared/models is absent");
+        return 0;
+    }
+    memset(f, 0, sizeof *f);
+    Err err = {{0}};
+    ck_assert_msg(model_load(&f->m, mp, &err) == 0, "%s", err.msg);
+    ck_assert_msg(tokenizer_load(&f->t, tp, 512, &err) == 0, "%s", err.msg);
+    ops_set_threads(forward_default_threads(&f->m.cfg));
+    return 1;
+}
+
+int test_model_smollm2(TestModel *f, const char *test)
+{
+    const char *mp = test_shared_file("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if (!mp) {
+        test_skip(test, "../shared/models has no SmolLM2-135M-Instruct.Q4_1.gguf");
+        return 0;
+    }
+    memset(f, 0, sizeof *f);
+    Err err = {{0}};
+    ck_assert_msg(model_load(&f->m, mp, &err) == 0, "%s", err.msg);
+    ck_assert_msg(tokenizer_open_gguf(&f->t, &f->m.gguf, &err) == 0, "%s", err.msg);
+    ops_set_threads(forward_default_threads(&f->m.cfg));
+    return 1;
+}
+
+void test_model_free(TestModel *f)
+{
+    tokenizer_free(&f->t);
+    model_free(&f->m);
+    mem_free(f->tok_image);
+    mem_free(f->image);
+}

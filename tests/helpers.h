@@ -163,4 +163,49 @@ int test_solo_tokens_sampled(const Model *m, const Tokenizer *t, const char *pro
  */
 int test_solo_tokens(const Model *m, const Tokenizer *t, const char *prompt, int steps, int *out);
 
+/** A model and its tokenizer opened for a test; the images are set for a
+ *  synthetic model only. Close with test_model_free(). */
+typedef struct {
+    Model m;
+    Tokenizer t;
+    void *image, *tok_image; /**< a synthetic model's file images (mem_alloc'd), or NULL */
+} TestModel;
+
+/** The synthetic shape most serving tests use: grouped-query attention (6
+ *  query heads on 2 KV heads), seq_len 64 so that requests reach it. */
+extern const ModelConfig TEST_SYNTH_GQA;
+
+/**
+ * Opens a synthetic model of shape @p cfg (weights from @p seed) with its
+ * tokenizer, and sets the thread count the programs would (fails the test
+ * on error).
+ * @param f     receives the model
+ * @param cfg   the shape
+ * @param seed  the weights' seed
+ */
+void test_model_synthetic(TestModel *f, ModelConfig cfg, unsigned long long seed);
+
+/**
+ * Opens stories260K and tok512 from ../shared/models, or prints SKIP.
+ * @param f     receives the model
+ * @param test  the test's name, for the SKIP line
+ * @return 1 when opened, 0 when the files are absent (SKIP printed)
+ */
+int test_model_stories(TestModel *f, const char *test);
+
+/**
+ * Opens SmolLM2-135M-Instruct (Q4_1 GGUF) with the tokenizer its file
+ * holds, or prints SKIP.
+ * @param f     receives the model
+ * @param test  the test's name, for the SKIP line
+ * @return 1 when opened, 0 when the file is absent (SKIP printed)
+ */
+int test_model_smollm2(TestModel *f, const char *test);
+
+/**
+ * Closes what a test_model_*() opened.
+ * @param f  the model
+ */
+void test_model_free(TestModel *f);
+
 #endif

@@ -62,34 +62,6 @@ END_TEST
 
 /* ------------------------------------------------------------ the reference */
 
-/* GQA (6 query heads on 2 KV heads), seq_len 64 so that beams reach it. */
-static const ModelConfig SYNTH = {48, 96, 3, 6, 2, 400, 64};
-
-typedef struct {
-    Model m;
-    Tokenizer t;
-    void *image, *tok_image;
-} Fixture;
-
-static void fixture_open(Fixture *f, unsigned long long seed)
-{
-    SynthSpec spec = {.cfg = SYNTH, .shared_classifier = 0, .seed = seed};
-    size_t bytes, tok_bytes;
-    Err err = {{0}};
-    ck_assert(synth_model_image(&spec, &f->image, &bytes, &err) == 0);
-    ck_assert(synth_tokenizer_image(SYNTH.vocab_size, &f->tok_image, &tok_bytes, &err) == 0);
-    ck_assert_msg(model_open_image(&f->m, f->image, bytes, &err) == 0, "%s", err.msg);
-    ck_assert_msg(tokenizer_open_image(&f->t, f->tok_image, tok_bytes, SYNTH.vocab_size, &err) == 0, "%s", err.msg);
-}
-
-static void fixture_close(Fixture *f)
-{
-    tokenizer_free(&f->t);
-    model_free(&f->m);
-    mem_free(f->tok_image);
-    mem_free(f->image);
-}
-
 enum { MAX_W = 8, MAX_T = 65 };
 
 typedef struct {
@@ -218,7 +190,7 @@ typedef struct {
     PagedServer *server;
 } BeamRun;
 
-static void beam_run(BeamRun *br, const Fixture *f, const char *requests, CliOptions o)
+static void beam_run(BeamRun *br, const TestModel *f, const char *requests, CliOptions o)
 {
     Err err = {{0}};
     ck_assert_msg(request_file_parse(&br->rf, requests, strlen(requests), "t", &err) == 0, "%s", err.msg);
@@ -259,8 +231,8 @@ static const char *REQUESTS = "30\tthe end of it\n12\tab\n40\tonce there was\n25
  * --beam, and the same as the contiguous solo reference. */
 START_TEST(beam_one_is_greedy)
 {
-    Fixture f;
-    fixture_open(&f, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     BeamRun br, plain;
     beam_run(&plain, &f, REQUESTS, beams(0, 4, 0));
     int n_reqs = plain.run.n_reqs, n_tokens[8], finish[8], tokens[8][MAX_T];
@@ -285,13 +257,13 @@ START_TEST(beam_one_is_greedy)
         ck_assert_int_eq(beam_best(br.server->sharing->beam, i), i);
     }
     beam_run_close(&br);
-    fixture_close(&f);
+    test_model_free(&f);
 }
 END_TEST
 
 /* The best beam of every prompt equals the reference's, tokens and score,
  * and finishes as it does. */
-static void expect_reference(const Fixture *f, BeamRun *br, int w)
+static void expect_reference(const TestModel *f, BeamRun *br, int w)
 {
     const BeamSearch *b = br->server->sharing->beam;
     for (int line = 0; line < br->rf.count; line++) {
@@ -311,8 +283,8 @@ static void expect_reference(const Fixture *f, BeamRun *br, int w)
 
 START_TEST(best_beam_equals_the_reference)
 {
-    Fixture f;
-    fixture_open(&f, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     for (int w = 2; w <= 4; w++) {
         BeamRun br;
         beam_run(&br, &f, REQUESTS, beams(w, 4, 0));
@@ -322,7 +294,7 @@ START_TEST(best_beam_equals_the_reference)
         ck_assert_int_gt(br.server->cow_copies, 0);
         beam_run_close(&br);
     }
-    fixture_close(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -330,8 +302,8 @@ END_TEST
  * where groups are preempted whole and recomputed. */
 START_TEST(same_beams_every_block_size_and_budget)
 {
-    Fixture f;
-    fixture_open(&f, 23);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 23);
     const int w = 3;
     size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
     /* The largest group may need 3 x 64 positions unshared: 192 rows. */
@@ -354,7 +326,7 @@ START_TEST(same_beams_every_block_size_and_budget)
         beam_run_close(&br);
     }
     ck_assert_msg(preemptions > 0, "no case preempted a group: the budgets are too large to test that");
-    fixture_close(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -363,8 +335,8 @@ END_TEST
  * at the peak is (W - 1) / W exactly, for beams and for --n samples. */
 START_TEST(sharing_fraction_by_hand)
 {
-    Fixture f;
-    fixture_open(&f, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     for (int w = 2; w <= 4; w++) {
         BeamRun br;
         beam_run(&br, &f, "1\tthe end of it\n", beams(w, 4, 0));
@@ -387,7 +359,7 @@ START_TEST(sharing_fraction_by_hand)
     beam_run(&br, &f, "1\tab\n", beams(0, 4, 0));
     ck_assert_ptr_null(br.server->sharing);
     beam_run_close(&br);
-    fixture_close(&f);
+    test_model_free(&f);
 }
 END_TEST
 

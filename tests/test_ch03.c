@@ -203,50 +203,10 @@ END_TEST
 
 /* ---------------------------------------------------------- in-process runs */
 
-typedef struct {
-    Model m;
-    Tokenizer t;
-    void *image, *tok_image; /* synthetic only */
-} TestModel;
-
 /* GQA: 4 query heads over 2 KV heads; kv_dim 16, 256 B per position. */
 static const ModelConfig GQA = {32, 64, 2, 4, 2, 400, 64};
 /* MHA: kv_dim 32, 512 B per position. */
 static const ModelConfig MHA = {32, 64, 2, 4, 4, 400, 64};
-
-static void open_synthetic(TestModel *tm, ModelConfig cfg, unsigned long long seed)
-{
-    memset(tm, 0, sizeof *tm);
-    SynthSpec spec = {.cfg = cfg, .shared_classifier = 0, .seed = seed};
-    size_t bytes, tok_bytes;
-    Err err = {{0}};
-    ck_assert(synth_model_image(&spec, &tm->image, &bytes, &err) == 0);
-    ck_assert(synth_tokenizer_image(cfg.vocab_size, &tm->tok_image, &tok_bytes, &err) == 0);
-    ck_assert_msg(model_open_image(&tm->m, tm->image, bytes, &err) == 0, "%s", err.msg);
-    ck_assert_msg(tokenizer_open_image(&tm->t, tm->tok_image, tok_bytes, cfg.vocab_size, &err) == 0, "%s", err.msg);
-}
-
-static int open_stories260k(TestModel *tm)
-{
-    memset(tm, 0, sizeof *tm);
-    const char *mp = test_shared_file("stories260K.bin"), *tp = test_shared_file("tok512.bin");
-    if (!mp || !tp)
-        return -1;
-    Err err = {{0}};
-    ck_assert(model_load(&tm->m, mp, &err) == 0);
-    ck_assert(tokenizer_load(&tm->t, tp, 512, &err) == 0);
-    return 0;
-}
-
-static void close_model(TestModel *tm)
-{
-    tokenizer_free(&tm->t);
-    if (tm->image)
-        mem_free(tm->image);
-    else
-        model_free(&tm->m);
-    mem_free(tm->tok_image);
-}
 
 typedef struct {
     RequestFile rf;
@@ -439,12 +399,12 @@ static const char *MIXED = "40\ta\n6\tthe end\n62\tb\n12\tx y z\n30\tc\n62\tonce
 START_TEST(every_policy_gives_solo_tokens_synthetic)
 {
     TestModel tm;
-    open_synthetic(&tm, GQA, 7); /* seed 7 stops some requests early (EOS) */
+    test_model_synthetic(&tm, GQA, 7); /* seed 7 stops some requests early (EOS) */
     long requeues = check_every_policy(&tm, MIXED, "GQA", "static").requeues;
-    close_model(&tm);
-    open_synthetic(&tm, MHA, 3);
+    test_model_free(&tm);
+    test_model_synthetic(&tm, MHA, 3);
     requeues += check_every_policy(&tm, MIXED, "MHA", "static").requeues;
-    close_model(&tm);
+    test_model_free(&tm);
     ck_assert_msg(requeues > 0, "the budgets should have forced some requeues under grow (recompute path untested)");
 }
 END_TEST
@@ -455,12 +415,12 @@ END_TEST
 START_TEST(continuous_every_policy_gives_solo_tokens_synthetic)
 {
     TestModel tm;
-    open_synthetic(&tm, GQA, 7);
+    test_model_synthetic(&tm, GQA, 7);
     PolicyRuns gqa = check_every_policy(&tm, MIXED, "GQA", "continuous");
-    close_model(&tm);
-    open_synthetic(&tm, MHA, 3);
+    test_model_free(&tm);
+    test_model_synthetic(&tm, MHA, 3);
     PolicyRuns mha = check_every_policy(&tm, MIXED, "MHA", "continuous");
-    close_model(&tm);
+    test_model_free(&tm);
     ck_assert_msg(gqa.joined_running > 0 && mha.joined_running > 0, "nobody joined a running batch");
     ck_assert_msg(gqa.requeues + mha.requeues > 0, "the budgets should have forced requeues under grow");
     ck_assert_msg(gqa.refusals_fragmentation + mha.refusals_fragmentation > 0,
@@ -471,16 +431,14 @@ END_TEST
 START_TEST(every_policy_gives_solo_tokens_stories260k)
 {
     TestModel tm;
-    if (open_stories260k(&tm)) {
-        test_skip("every_policy_gives_solo_tokens_stories260k", "../shared/models is absent");
+    if (!test_model_stories(&tm, "every_policy_gives_solo_tokens_stories260k"))
         return;
-    }
     static const char *const requests = "40\tOnce upon a time\n12\tThe cat sat\n60\tTom had a red ball.\n"
                                         "20\tLily\n33\tThe sun was hot\n";
     check_every_policy(&tm, requests, "stories260K", "static");
     PolicyRuns seen = check_every_policy(&tm, requests, "stories260K", "continuous");
     ck_assert_msg(seen.joined_running > 0, "stories260K: nobody joined a running batch");
-    close_model(&tm);
+    test_model_free(&tm);
 }
 END_TEST
 
@@ -507,7 +465,7 @@ START_TEST(breakdown_by_hand)
         double internal, total;
     } cases[] = {{"request", 16, 128}, {"pow2", 80, 192}, {"grow", 144, 256}, {"max", 912, 1024}};
     TestModel tm;
-    open_synthetic(&tm, GQA, 3);
+    test_model_synthetic(&tm, GQA, 3);
     for (int c = 0; c < 4; c++) {
         TestRun tr;
         prepare_run(&tr, &tm, "4\ta\n8\tb\n", cases[c].policy);
@@ -540,7 +498,7 @@ START_TEST(breakdown_by_hand)
         ck_assert_double_eq_tol(run->timeline.util_at_peak, 14 / (cases[c].total / 8), 1e-12);
         finish_run(&tr);
     }
-    close_model(&tm);
+    test_model_free(&tm);
 }
 END_TEST
 
@@ -568,7 +526,7 @@ END_TEST
 START_TEST(fragmentation_refusal_on_a_real_run)
 {
     TestModel tm;
-    open_synthetic(&tm, GQA, 3);
+    test_model_synthetic(&tm, GQA, 3);
     TestRun tr;
     prepare_run(&tr, &tm, "62\ta\n62\tb\n62\tc\n62\td\n", "grow");
     tr.o.kv_budget = 80 * 256;
@@ -599,7 +557,7 @@ START_TEST(fragmentation_refusal_on_a_real_run)
     expect_solo_tokens(&tm, &tr, "after requeues");
     free(log_text);
     finish_run(&tr);
-    close_model(&tm);
+    test_model_free(&tm);
 }
 END_TEST
 
@@ -657,7 +615,7 @@ START_TEST(continuous_joins_where_static_waits)
         double token_states, future, internal, held_by_finished;
     } cases[] = {{"static", 8, 12, 1, 92, 40, 20, 24}, {"continuous", 4, 8, 4, 72, 40, 16, 0}};
     TestModel tm;
-    open_synthetic(&tm, GQA, 3);
+    test_model_synthetic(&tm, GQA, 3);
     for (int c = 0; c < 2; c++) {
         TestRun tr;
         char *log_text = NULL;
@@ -696,7 +654,7 @@ START_TEST(continuous_joins_where_static_waits)
         free(log_text);
         finish_run(&tr);
     }
-    close_model(&tm);
+    test_model_free(&tm);
 }
 END_TEST
 
@@ -714,7 +672,7 @@ END_TEST
 START_TEST(continuous_fragmentation_refusal_by_hand)
 {
     TestModel tm;
-    open_synthetic(&tm, GQA, 3);
+    test_model_synthetic(&tm, GQA, 3);
     TestRun tr;
     char *log_text = NULL;
     run_logged(&tr, &tm, "2\ta\n4\tb\n2\tc\n4\td\n4\te\n2\tf\n", "request", "continuous", 20, &log_text);
@@ -742,7 +700,7 @@ START_TEST(continuous_fragmentation_refusal_by_hand)
     expect_solo_tokens(&tm, &tr, "continuous, fragmented");
     free(log_text);
     finish_run(&tr);
-    close_model(&tm);
+    test_model_free(&tm);
 }
 END_TEST
 
@@ -767,7 +725,7 @@ END_TEST
 START_TEST(continuous_grow_requeues_by_hand)
 {
     TestModel tm;
-    open_synthetic(&tm, GQA, 3);
+    test_model_synthetic(&tm, GQA, 3);
     static const struct {
         const char *batching;
         long steps, requeues, joined, batches, recomputed;
@@ -808,14 +766,14 @@ START_TEST(continuous_grow_requeues_by_hand)
         free(log_text);
         finish_run(&tr);
     }
-    close_model(&tm);
+    test_model_free(&tm);
 }
 END_TEST
 
 START_TEST(oversized_request_is_rejected)
 {
     TestModel tm;
-    open_synthetic(&tm, GQA, 3);
+    test_model_synthetic(&tm, GQA, 3);
     TestRun tr;
     /* request: 2 + 62 = 64 positions; 2 + 5 = 7; the budget holds 20. */
     prepare_run(&tr, &tm, "62\ta\n5\tb\n", "request");
@@ -835,14 +793,14 @@ START_TEST(oversized_request_is_rejected)
     ck_assert_int_eq(batching_serve(&tr.run, &tr.state, NULL, &err), -1);
     ck_assert_msg(strstr(err.msg, "holds no request") && strstr(err.msg, "64 positions"), "%s", err.msg);
     finish_run(&tr);
-    close_model(&tm);
+    test_model_free(&tm);
 }
 END_TEST
 
 START_TEST(max_batch_limits_the_batch)
 {
     TestModel tm;
-    open_synthetic(&tm, GQA, 3);
+    test_model_synthetic(&tm, GQA, 3);
     TestRun tr;
     /* Room for all four under request, but at most two per batch: 0 and 1
      * from step 0 to 7 (max_new_tokens 8), then 2 and 3 from step 8. */
@@ -861,7 +819,7 @@ START_TEST(max_batch_limits_the_batch)
     ck_assert_msg(strstr(log_text, "step 0: request 2 waits: the batch is full (--max-batch 2)"), "%s", log_text);
     free(log_text);
     finish_run(&tr);
-    close_model(&tm);
+    test_model_free(&tm);
 }
 END_TEST
 

@@ -21,52 +21,10 @@
 
 /* ------------------------------------------------------------ fixtures */
 
-typedef struct {
-    Model m;
-    Tokenizer t;
-    void *image, *tok_image;
-} Fixture;
-
-/* GQA (6 query heads on 2 KV heads), seq_len 64 so that requests reach it. */
-static const ModelConfig SYNTH_GQA = {48, 96, 3, 6, 2, 400, 64};
-
-static void fixture_synthetic(Fixture *f, ModelConfig cfg, unsigned long long seed)
-{
-    SynthSpec spec = {.cfg = cfg, .shared_classifier = 0, .seed = seed};
-    size_t bytes, tok_bytes;
-    Err err = {{0}};
-    ck_assert(synth_model_image(&spec, &f->image, &bytes, &err) == 0);
-    ck_assert(synth_tokenizer_image(cfg.vocab_size, &f->tok_image, &tok_bytes, &err) == 0);
-    ck_assert_msg(model_open_image(&f->m, f->image, bytes, &err) == 0, "%s", err.msg);
-    ck_assert_msg(tokenizer_open_image(&f->t, f->tok_image, tok_bytes, cfg.vocab_size, &err) == 0, "%s", err.msg);
-}
-
-static int fixture_stories(Fixture *f, const char *test)
-{
-    const char *mp = test_shared_file("stories260K.bin"), *tp = test_shared_file("tok512.bin");
-    if (!mp || !tp) {
-        test_skip(test, "../shared/models is absent");
-        return 0;
-    }
-    memset(f, 0, sizeof *f);
-    Err err = {{0}};
-    ck_assert(model_load(&f->m, mp, &err) == 0);
-    ck_assert(tokenizer_load(&f->t, tp, 512, &err) == 0);
-    return 1;
-}
-
-static void fixture_free(Fixture *f)
-{
-    tokenizer_free(&f->t);
-    model_free(&f->m);
-    mem_free(f->tok_image);
-    mem_free(f->image);
-}
-
 /* The reference: one prompt alone through the shared generation loop with
  * a plain contiguous cache ([layers][seq_len][kv_dim], chapter 2's layout)
  * and attention_reference(). It shares nothing with the paged code. */
-static int solo_tokens(const Fixture *f, const char *prompt, int steps, float temperature, unsigned long long seed,
+static int solo_tokens(const TestModel *f, const char *prompt, int steps, float temperature, unsigned long long seed,
                        int *out)
 {
     return test_solo_tokens_sampled(&f->m, &f->t, prompt, steps, temperature, seed, out);
@@ -80,7 +38,7 @@ typedef struct {
     PagedServer *server;
 } PagedRun;
 
-static void paged_run(PagedRun *pr, const Fixture *f, const char *requests, CliOptions o)
+static void paged_run(PagedRun *pr, const TestModel *f, const char *requests, CliOptions o)
 {
     Err err = {{0}};
     ck_assert_msg(request_file_parse(&pr->rf, requests, strlen(requests), "t", &err) == 0, "%s", err.msg);
@@ -199,7 +157,7 @@ typedef struct {
     int tokens[16][512];
 } SoloSet;
 
-static void solo_set(SoloSet *ss, const Fixture *f, const char *requests)
+static void solo_set(SoloSet *ss, const TestModel *f, const char *requests)
 {
     RequestFile rf;
     Err err = {{0}};
@@ -225,7 +183,7 @@ static void expect_solo_tokens(PagedRun *pr, const SoloSet *ss)
 
 /* Every block size from 1 to 256, with a roomy budget and one so tight
  * that requests are preempted and recomputed again and again. */
-static void same_tokens_every_block_size(const Fixture *f, const char *requests, const SoloSet *ss,
+static void same_tokens_every_block_size(const TestModel *f, const char *requests, const SoloSet *ss,
                                          int tight_tokens, int expect_preemptions_below)
 {
     size_t per_token = model_kv_bytes_per_token(&f->m.cfg, sizeof(float));
@@ -252,33 +210,33 @@ static void same_tokens_every_block_size(const Fixture *f, const char *requests,
 
 START_TEST(same_tokens_as_solo_synthetic_gqa)
 {
-    Fixture f;
-    fixture_synthetic(&f, SYNTH_GQA, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     SoloSet *ss = calloc(1, sizeof *ss);
     solo_set(ss, &f, SYNTH_REQUESTS);
     same_tokens_every_block_size(&f, SYNTH_REQUESTS, ss, 72, 32);
     free(ss);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
 START_TEST(same_tokens_as_solo_synthetic_mha)
 {
-    Fixture f;
+    TestModel f;
     ModelConfig cfg = {32, 64, 2, 4, 4, 380, 64}; /* no GQA */
-    fixture_synthetic(&f, cfg, 5);
+    test_model_synthetic(&f, cfg, 5);
     SoloSet *ss = calloc(1, sizeof *ss);
     solo_set(ss, &f, SYNTH_REQUESTS);
     same_tokens_every_block_size(&f, SYNTH_REQUESTS, ss, 72, 32);
     free(ss);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
 START_TEST(same_tokens_as_solo_stories260k)
 {
-    Fixture f;
-    if (!fixture_stories(&f, "same_tokens_as_solo_stories260k"))
+    TestModel f;
+    if (!test_model_stories(&f, "same_tokens_as_solo_stories260k"))
         return;
     const char *requests = "60\tOnce upon a time\n"
                            "12\tThe cat sat\n"
@@ -303,7 +261,7 @@ START_TEST(same_tokens_as_solo_stories260k)
         }
     }
     free(ss);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -311,8 +269,8 @@ END_TEST
 
 START_TEST(never_fitting_request_is_rejected_at_once)
 {
-    Fixture f;
-    fixture_synthetic(&f, SYNTH_GQA, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     SoloSet *ss = calloc(1, sizeof *ss);
     const char *requests = "5\tab\n70\tlong enough to reach seq len\n9\tzz\n";
     solo_set(ss, &f, requests);
@@ -334,14 +292,14 @@ START_TEST(never_fitting_request_is_rejected_at_once)
                          (size_t)ss->n[i] * sizeof(int)) == 0);
     paged_run_close(&pr);
     free(ss);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
 START_TEST(budget_below_one_block_is_an_error)
 {
-    Fixture f;
-    fixture_synthetic(&f, SYNTH_GQA, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     RequestFile rf;
     Err err = {{0}};
     ck_assert(request_file_parse(&rf, "5\tab\n", 5, "t", &err) == 0);
@@ -354,7 +312,7 @@ START_TEST(budget_below_one_block_is_an_error)
     paged_close(server);
     serving_run_free(&run);
     request_file_free(&rf);
-    fixture_free(&f);
+    test_model_free(&f);
     ck_assert_uint_eq(mem_current(MEM_KV_METADATA, MEM_HOST), 0);
 }
 END_TEST
@@ -370,8 +328,8 @@ START_TEST(continuous_batching_admits_as_blocks_free)
      *   step 4  C is readmitted (all 29 positions recomputed, 8 blocks)
      *           and finishes; D still does not fit beside it
      *   step 5  D is admitted, while A keeps running until step 29. */
-    Fixture f;
-    fixture_synthetic(&f, SYNTH_GQA, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
     const char *requests = "30\tab\n"
                            "4\tabcdefghijklmnopqrstuvwxyz\n"
@@ -399,14 +357,14 @@ START_TEST(continuous_batching_admits_as_blocks_free)
     ck_assert_int_eq(pr.run.max_concurrent, 3);
     paged_run_close(&pr);
     free(ss);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
 START_TEST(forks_share_prompt_blocks_and_copy_on_write)
 {
-    Fixture f;
-    fixture_synthetic(&f, SYNTH_GQA, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     /* "the end of it" and "ab" encode to prompts that do not end on a
      * block boundary of 4 (checked below), so the first write of each
      * sample lands in the shared last prompt block. */
@@ -452,7 +410,7 @@ START_TEST(forks_share_prompt_blocks_and_copy_on_write)
     ck_assert(memcmp(pr.run.reqs[0].tokens, pr.run.reqs[1].tokens, 64 * sizeof(int)) != 0 ||
               memcmp(pr.run.reqs[0].tokens, pr.run.reqs[2].tokens, 64 * sizeof(int)) != 0);
     paged_run_close(&pr);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -460,8 +418,8 @@ START_TEST(forks_under_preemption_keep_their_tokens)
 {
     /* Samples of one prompt in a pool too small for all of them: siblings
      * are preempted and recomputed alone; each still gets its own tokens. */
-    Fixture f;
-    fixture_synthetic(&f, SYNTH_GQA, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
     const char *requests = "40\tthe end of it\n";
     const int n = 4;
@@ -481,12 +439,11 @@ START_TEST(forks_under_preemption_keep_their_tokens)
                       "sample %d (%d preemptions) differs from its solo run", k, r->preemptions);
     }
     paged_run_close(&pr);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
 /* ------------------------------------------------ accounting only (kvsim) */
-
 
 /* A run of N requests driven without a model: LLaMA-7B in f16 (32 layers
  * x 4096 x 2 x 2 B = 512 KiB per token, 8 MiB per block of 16), no weights,
@@ -604,7 +561,7 @@ typedef struct {
 
 static void program_files(ProgramFiles *pf)
 {
-    test_write_synthetic(&SYNTH_GQA, 11, 0, 0, pf->model, pf->tok);
+    test_write_synthetic(&TEST_SYNTH_GQA, 11, 0, 0, pf->model, pf->tok);
     const char *text = "5\tab\n30\tthe end of it\n12\tx\n";
     test_write_temp(text, strlen(text), pf->reqs);
 }

@@ -21,36 +21,7 @@
 
 /* ------------------------------------------------------------ fixtures */
 
-typedef struct {
-    Model m;
-    Tokenizer t;
-    void *image, *tok_image;
-} Fixture;
-
-/* GQA (6 query heads on 2 KV heads), seq_len 64 so that requests reach it. */
-static const ModelConfig SYNTH_GQA = {48, 96, 3, 6, 2, 400, 64};
-
-static void fixture_open(Fixture *f, unsigned long long seed)
-{
-    memset(f, 0, sizeof *f);
-    SynthSpec spec = {.cfg = SYNTH_GQA, .shared_classifier = 0, .seed = seed};
-    size_t bytes, tok_bytes;
-    Err err = {{0}};
-    ck_assert(synth_model_image(&spec, &f->image, &bytes, &err) == 0);
-    ck_assert(synth_tokenizer_image(SYNTH_GQA.vocab_size, &f->tok_image, &tok_bytes, &err) == 0);
-    ck_assert_msg(model_open_image(&f->m, f->image, bytes, &err) == 0, "%s", err.msg);
-    ck_assert_msg(tokenizer_open_image(&f->t, f->tok_image, tok_bytes, SYNTH_GQA.vocab_size, &err) == 0, "%s",
-                  err.msg);
-}
-
-static void fixture_close(Fixture *f)
-{
-    tokenizer_free(&f->t);
-    mem_free(f->image);
-    mem_free(f->tok_image);
-}
-
-static size_t per_token(const Fixture *f)
+static size_t per_token(const TestModel *f)
 {
     return model_kv_bytes_per_token(&f->m.cfg, sizeof(float));
 }
@@ -111,7 +82,7 @@ typedef struct {
     StepWatch watch;
 } Run;
 
-static void run_open(Run *r, const Fixture *f, const char *requests, CliOptions o)
+static void run_open(Run *r, const TestModel *f, const char *requests, CliOptions o)
 {
     Err err = {{0}};
     memset(r, 0, sizeof *r);
@@ -152,7 +123,7 @@ typedef struct {
     int tokens[16][128];
 } Solo;
 
-static void solo_open(Solo *solo, const Fixture *f, const char *requests)
+static void solo_open(Solo *solo, const TestModel *f, const char *requests)
 {
     RequestFile rf;
     Err err = {{0}};
@@ -188,8 +159,8 @@ static const char *REQUESTS = "5\tab\n"
 
 START_TEST(a_chunk_gets_no_logits_row)
 {
-    Fixture f;
-    fixture_open(&f, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     RequestFile rf;
     Err err = {{0}};
     const char *text = "4\tabcdefghijklmnopqrstuvwxyz\n";
@@ -229,7 +200,7 @@ START_TEST(a_chunk_gets_no_logits_row)
     ck_assert_int_eq(serving_feed_upto(&run, r, 27, &err), -1); /* past the request's tokens */
     serving_run_free(&run);
     request_file_free(&rf);
-    fixture_close(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -246,8 +217,8 @@ START_TEST(prompt_in_chunks_behind_decodes)
      *   step 4- A and B decode; B takes its 4th token at step 6, A its 30th at 29.
      * So decodes shared steps 1-3 with 7 prompt positions each; the first
      * token came after 1 step for A, 4 for B; no step over 8 tokens. */
-    Fixture f;
-    fixture_open(&f, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     const char *requests = "30\tab\n4\tabcdefghijklmnopqrstuvwxyz\n";
     Solo solo;
     solo_open(&solo, &f, requests);
@@ -280,7 +251,7 @@ START_TEST(prompt_in_chunks_behind_decodes)
     ck_assert_int_eq(hi, 4);
     ck_assert_double_eq(mid, 2.5);
     run_close(&r);
-    fixture_close(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -291,8 +262,8 @@ START_TEST(forks_wait_for_the_last_chunk)
      * waits, then shares all 7 blocks and samples from the same logits row
      * at step 3. Both write position 26 into the shared 7th block at step
      * 4: one copy-on-write. */
-    Fixture f;
-    fixture_open(&f, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     const char *requests = "6\tabcdefghijklmnopqrstuvwxyz\n";
     CliOptions o = options(4, 0, 8, NULL, 0);
     o.n_samples = 2;
@@ -316,7 +287,7 @@ START_TEST(forks_wait_for_the_last_chunk)
     ck_assert_int_eq(r.server->cow_copies, 1);
     ck_assert_int_eq(r.server->blocks_saved_peak, 7);
     run_close(&r);
-    fixture_close(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -329,8 +300,8 @@ END_TEST
  * budget. */
 START_TEST(same_tokens_every_budget)
 {
-    Fixture f;
-    fixture_open(&f, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     Solo *solo = calloc(1, sizeof *solo);
     solo_open(solo, &f, REQUESTS);
     static const int block_sizes[] = {1, 4, 16};
@@ -372,14 +343,14 @@ START_TEST(same_tokens_every_budget)
                   "the tight pools should preempt often, swap, and fill the small swap space: %ld preemptions, %ld "
                   "swaps, %ld fallbacks", preemptions, swaps, fallbacks);
     free(solo);
-    fixture_close(&f);
+    test_model_free(&f);
 }
 END_TEST
 
 START_TEST(budget_caps_running_requests)
 {
-    Fixture f;
-    fixture_open(&f, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     Solo solo;
     solo_open(&solo, &f, REQUESTS);
     /* A budget of 3 tokens lets 3 requests run (each may need a decode
@@ -397,7 +368,7 @@ START_TEST(budget_caps_running_requests)
         ck_assert_int_le(r.watch.max_entries, budgets[k] ? budgets[k] : 2048);
         run_close(&r);
     }
-    fixture_close(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -410,8 +381,8 @@ END_TEST
  * in the ledger. */
 START_TEST(swap_moves_what_recomputation_frees)
 {
-    Fixture f;
-    fixture_open(&f, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     Solo solo;
     solo_open(&solo, &f, REQUESTS);
     int bs = 4;
@@ -447,14 +418,14 @@ START_TEST(swap_moves_what_recomputation_frees)
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), (size_t)r.server->kv.pool.n_blocks * block);
     ck_assert_uint_gt(mem_current(MEM_KV_METADATA, MEM_SWAP), 0);
     run_close(&r);
-    fixture_close(&f);
+    test_model_free(&f);
 }
 END_TEST
 
 START_TEST(full_swap_space_falls_back_to_recomputation)
 {
-    Fixture f;
-    fixture_open(&f, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     Solo solo;
     solo_open(&solo, &f, REQUESTS);
     int bs = 4;
@@ -470,7 +441,7 @@ START_TEST(full_swap_space_falls_back_to_recomputation)
     ck_assert_int_gt(sc->recomputed_tokens, 0);
     ck_assert_int_le(sc->swap_blocks_out, 3 * sc->swaps_out);
     run_close(&r);
-    fixture_close(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -586,8 +557,8 @@ START_TEST(forks_swap_and_keep_their_tokens)
      * whole prompts and in chunks: siblings share the prompt's blocks, are
      * swapped out and in (shared blocks once), and each keeps its own
      * tokens. */
-    Fixture f;
-    fixture_open(&f, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     const char *requests = "40\tthe end of it, and more of it\n";
     static const int budgets[] = {0, 4, 7};
     for (int k = 0; k < 3; k++) {
@@ -611,7 +582,7 @@ START_TEST(forks_swap_and_keep_their_tokens)
         }
         run_close(&r);
     }
-    fixture_close(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -672,7 +643,7 @@ typedef struct {
 
 static void program_files(ProgramFiles *pf)
 {
-    test_write_synthetic(&SYNTH_GQA, 11, 0, 0, pf->model, pf->tok);
+    test_write_synthetic(&TEST_SYNTH_GQA, 11, 0, 0, pf->model, pf->tok);
     const char *text = "5\tab\n30\tthe end of it\n12\tx\n";
     test_write_temp(text, strlen(text), pf->reqs);
 }

@@ -23,67 +23,8 @@
 
 /* ------------------------------------------------------------ fixtures */
 
-typedef struct {
-    Model m;
-    Tokenizer t;
-    void *image, *tok_image;
-} Fixture;
-
-/* GQA (6 query heads on 2 KV heads), seq_len 64. */
-static const ModelConfig SYNTH_GQA = {48, 96, 3, 6, 2, 400, 64};
-
-static void fixture_synthetic(Fixture *f, ModelConfig cfg, unsigned long long seed)
-{
-    SynthSpec spec = {.cfg = cfg, .shared_classifier = 0, .seed = seed};
-    size_t bytes, tok_bytes;
-    Err err = {{0}};
-    ck_assert(synth_model_image(&spec, &f->image, &bytes, &err) == 0);
-    ck_assert(synth_tokenizer_image(cfg.vocab_size, &f->tok_image, &tok_bytes, &err) == 0);
-    ck_assert_msg(model_open_image(&f->m, f->image, bytes, &err) == 0, "%s", err.msg);
-    ck_assert_msg(tokenizer_open_image(&f->t, f->tok_image, tok_bytes, cfg.vocab_size, &err) == 0, "%s", err.msg);
-    ops_set_threads(forward_default_threads(&cfg)); /* as the programs do: one thread for a model this narrow */
-}
-
-static int fixture_stories(Fixture *f, const char *test)
-{
-    const char *mp = test_shared_file("stories260K.bin"), *tp = test_shared_file("tok512.bin");
-    if (!mp || !tp) {
-        test_skip(test, "../shared/models is absent");
-        return 0;
-    }
-    memset(f, 0, sizeof *f);
-    Err err = {{0}};
-    ck_assert(model_load(&f->m, mp, &err) == 0);
-    ck_assert(tokenizer_load(&f->t, tp, 512, &err) == 0);
-    ops_set_threads(forward_default_threads(&f->m.cfg));
-    return 1;
-}
-
 /* SmolLM2-135M-Instruct from its GGUF file, with the tokenizer the file
  * holds; SKIP when ../shared/models lacks it. */
-static int fixture_smollm2(Fixture *f, const char *test)
-{
-    const char *mp = test_shared_file("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if (!mp) {
-        test_skip(test, "../shared/models has no SmolLM2-135M-Instruct.Q4_1.gguf");
-        return 0;
-    }
-    memset(f, 0, sizeof *f);
-    Err err = {{0}};
-    ck_assert_msg(model_load(&f->m, mp, &err) == 0, "%s", err.msg);
-    ck_assert_msg(tokenizer_open_gguf(&f->t, &f->m.gguf, &err) == 0, "%s", err.msg);
-    ops_set_threads(forward_default_threads(&f->m.cfg));
-    return 1;
-}
-
-static void fixture_free(Fixture *f)
-{
-    tokenizer_free(&f->t);
-    model_free(&f->m);
-    mem_free(f->tok_image);
-    mem_free(f->image);
-}
-
 static CliOptions greedy(int block_size, size_t budget)
 {
     CliOptions o;
@@ -104,7 +45,7 @@ typedef struct {
     PrefixCache *cache;
 } PrefixRun;
 
-static void prefix_run(PrefixRun *pr, const Fixture *f, const char *requests, CliOptions o, PrefixCacheMode mode)
+static void prefix_run(PrefixRun *pr, const TestModel *f, const char *requests, CliOptions o, PrefixCacheMode mode)
 {
     Err err = {{0}};
     ck_assert_msg(request_file_parse(&pr->rf, requests, strlen(requests), "t", &err) == 0, "%s", err.msg);
@@ -160,7 +101,7 @@ typedef struct {
     int tokens[64][600];
 } SoloSet;
 
-static void solo_set(SoloSet *ss, const Fixture *f, const char *requests, int n_samples, float temperature,
+static void solo_set(SoloSet *ss, const TestModel *f, const char *requests, int n_samples, float temperature,
                      unsigned long long seed)
 {
     RequestFile rf;
@@ -206,7 +147,7 @@ static const char *SYNTH_SHARED = "20\tthe quick brown fox jumps over the lazy d
 
 /* Every block size from 1 to 256, three caches, a roomy budget and one
  * that forces preemption and eviction: every request its solo tokens. */
-static void same_tokens_everywhere(const Fixture *f, const char *requests, int tight_tokens, int n_samples,
+static void same_tokens_everywhere(const TestModel *f, const char *requests, int tight_tokens, int n_samples,
                                    float temperature)
 {
     SoloSet *ss = calloc(1, sizeof *ss);
@@ -245,22 +186,22 @@ static void same_tokens_everywhere(const Fixture *f, const char *requests, int t
 
 START_TEST(same_tokens_off_hash_radix_synthetic)
 {
-    Fixture f;
-    fixture_synthetic(&f, SYNTH_GQA, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     same_tokens_everywhere(&f, SYNTH_SHARED, 72, 1, 0.0f);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
 START_TEST(same_tokens_with_forks)
 {
-    Fixture f;
-    fixture_synthetic(&f, SYNTH_GQA, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     same_tokens_everywhere(&f, "20\tthe quick brown fox jumps over the lazy dog\n"
                                "15\tthe quick brown fox jumps over\n"
                                "18\tthe quick brown fox jumps over the lazy dog\n",
                            80, 3, 0.9f);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -270,8 +211,8 @@ END_TEST
  * tight pools evict and preempt. */
 START_TEST(chunked_prefill_same_tokens_within_the_budget)
 {
-    Fixture f;
-    fixture_synthetic(&f, SYNTH_GQA, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     SoloSet *ss = calloc(1, sizeof *ss);
     solo_set(ss, &f, SYNTH_SHARED, 1, 0.0f, 42);
     size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
@@ -306,7 +247,7 @@ START_TEST(chunked_prefill_same_tokens_within_the_budget)
     ck_assert_msg(evictions > 0 && preemptions > 0, "the tight pools forced %ld evictions and %ld preemptions",
                   evictions, preemptions);
     free(ss);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -328,8 +269,8 @@ END_TEST
 #endif
 START_TEST(smollm2_chat_same_tokens)
 {
-    Fixture f;
-    if (!fixture_smollm2(&f, "smollm2_chat_same_tokens"))
+    TestModel f;
+    if (!test_model_smollm2(&f, "smollm2_chat_same_tokens"))
         return;
 #define SYS "<|im_start|>system You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|> "
     const char *lines[3] = {"6\t" SYS "<|im_start|>user What is the capital of France?<|im_end|> <|im_start|>assistant\n",
@@ -356,7 +297,7 @@ START_TEST(smollm2_chat_same_tokens)
     ck_assert_int_eq(hits[0], 0);
     ck_assert_msg(hits[1] > 0 && hits[1] == hits[2], "hash found %ld cached positions, radix %ld", hits[1], hits[2]);
     free(ss);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -364,7 +305,7 @@ END_TEST
  * @p bs (budget 0: the default), checks every request's tokens against
  * its solo run, and returns the prefill positions each cache computed and,
  * through @p evictions, how many blocks the caches evicted. */
-static void serve_three_ways(const Fixture *f, const char *requests, const SoloSet *ss, int bs, size_t budget,
+static void serve_three_ways(const TestModel *f, const char *requests, const SoloSet *ss, int bs, size_t budget,
                              long computed[3], long *evictions)
 {
     for (int m = 0; m < 3; m++) {
@@ -383,8 +324,8 @@ static void serve_three_ways(const Fixture *f, const char *requests, const SoloS
  * they evict and preempt. */
 START_TEST(shared_prefix_file_same_tokens_and_60_percent_saved)
 {
-    Fixture f;
-    if (!fixture_stories(&f, "shared_prefix_file_same_tokens_and_60_percent_saved"))
+    TestModel f;
+    if (!test_model_stories(&f, "shared_prefix_file_same_tokens_and_60_percent_saved"))
         return;
     char *requests = test_slurp("data/requests-shared-prefix.tsv");
     SoloSet *ss = calloc(1, sizeof *ss);
@@ -402,15 +343,15 @@ START_TEST(shared_prefix_file_same_tokens_and_60_percent_saved)
     ck_assert_msg(evictions > 0, "no eviction in the tight pools");
     free(ss);
     free(requests);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
 /* data/requests-multi-turn.tsv on the real model, in a tight pool. */
 START_TEST(multi_turn_file_same_tokens)
 {
-    Fixture f;
-    if (!fixture_stories(&f, "multi_turn_file_same_tokens"))
+    TestModel f;
+    if (!test_model_stories(&f, "multi_turn_file_same_tokens"))
         return;
     char *requests = test_slurp("data/requests-multi-turn.tsv");
     SoloSet *ss = calloc(1, sizeof *ss);
@@ -423,7 +364,7 @@ START_TEST(multi_turn_file_same_tokens)
                   computed[2], evictions);
     free(ss);
     free(requests);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -431,8 +372,8 @@ END_TEST
  * takes only k - 1 and computes the last block again, for its logits. */
 START_TEST(fully_cached_prompt_recomputes_its_last_block)
 {
-    Fixture f;
-    fixture_synthetic(&f, SYNTH_GQA, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     const char *requests = "6\tthe quick brown fox jumps over\n6\tthe quick brown fox jumps over\n";
     RequestFile rf;
     Err err = {{0}};
@@ -461,7 +402,7 @@ START_TEST(fully_cached_prompt_recomputes_its_last_block)
         prefix_run_close(&pr);
     }
     free(ss);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -470,8 +411,8 @@ END_TEST
  * blocks of 4. */
 START_TEST(prefix_shorter_than_a_block_never_hits)
 {
-    Fixture f;
-    fixture_synthetic(&f, SYNTH_GQA, 11);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     const char *requests = "5\tthe quick\n5\tthe quack\n";
     RequestFile rf;
     Err err = {{0}};
@@ -494,7 +435,7 @@ START_TEST(prefix_shorter_than_a_block_never_hits)
                           prefix_cache_mode_name(MODES[m]), common, bs, pr.cache->hit_tokens, want);
             prefix_run_close(&pr);
         }
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -732,7 +673,7 @@ typedef struct {
 
 static void program_files(ProgramFiles *pf)
 {
-    test_write_synthetic(&SYNTH_GQA, 11, 0, 0, pf->model, pf->tok);
+    test_write_synthetic(&TEST_SYNTH_GQA, 11, 0, 0, pf->model, pf->tok);
     test_write_temp(SYNTH_SHARED, strlen(SYNTH_SHARED), pf->reqs);
 }
 

@@ -18,37 +18,8 @@
 
 /* ------------------------------------------------------------ fixtures */
 
-typedef struct {
-    Model m;
-    Tokenizer t;
-    void *image, *tok_image;
-} Fixture;
-
-/* GQA (6 query heads on 2 KV heads), seq_len 64 so that requests reach it. */
-static const ModelConfig SYNTH_GQA = {48, 96, 3, 6, 2, 400, 64};
-
 /* Three requests that run (with --ignore-eos) to 60, 44 and 20 tokens. */
 static const char *REQUESTS = "57\tab\n40\tthe end of it\n18\tx\n";
-
-static void fixture_synthetic(Fixture *f)
-{
-    SynthSpec spec = {.cfg = SYNTH_GQA, .shared_classifier = 0, .seed = 5};
-    size_t bytes, tok_bytes;
-    Err err = {{0}};
-    ck_assert(synth_model_image(&spec, &f->image, &bytes, &err) == 0);
-    ck_assert(synth_tokenizer_image(SYNTH_GQA.vocab_size, &f->tok_image, &tok_bytes, &err) == 0);
-    ck_assert_msg(model_open_image(&f->m, f->image, bytes, &err) == 0, "%s", err.msg);
-    ck_assert_msg(tokenizer_open_image(&f->t, f->tok_image, tok_bytes, SYNTH_GQA.vocab_size, &err) == 0, "%s",
-                  err.msg);
-}
-
-static void fixture_free(Fixture *f)
-{
-    tokenizer_free(&f->t);
-    model_free(&f->m);
-    mem_free(f->tok_image);
-    mem_free(f->image);
-}
 
 /* A windowed run, stepped here so that every step can be inspected. */
 typedef struct {
@@ -63,7 +34,7 @@ typedef struct {
 /* Called after every step with the run: checks what the policy promises. */
 typedef void (*StepCheck)(const WinRun *wr);
 
-static void win_open_requests(WinRun *wr, const Fixture *f, CliOptions o, const WindowOptions *wo,
+static void win_open_requests(WinRun *wr, const TestModel *f, CliOptions o, const WindowOptions *wo,
                               const char *requests)
 {
     Err err = {{0}};
@@ -77,7 +48,7 @@ static void win_open_requests(WinRun *wr, const Fixture *f, CliOptions o, const 
     wr->w.server = wr->server;
 }
 
-static void win_open(WinRun *wr, const Fixture *f, CliOptions o, const WindowOptions *wo)
+static void win_open(WinRun *wr, const TestModel *f, CliOptions o, const WindowOptions *wo)
 {
     win_open_requests(wr, f, o, wo, REQUESTS);
 }
@@ -218,8 +189,8 @@ static void check_policy_after_step(const WinRun *wr)
 
 START_TEST(window_bound_at_every_block_size)
 {
-    Fixture f;
-    fixture_synthetic(&f);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 5);
     const int sizes[] = {1, 2, 4, 8, 16, 32, 64};
     const int shapes[][3] = {{8, 0, 0}, {8, 4, 0}, {13, 3, 0}, {1, 1, 0}, {6, 2, 5}, {9, 0, 3}};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
@@ -240,7 +211,7 @@ START_TEST(window_bound_at_every_block_size)
                 ck_assert_int_gt(wr.w.blocks_returned, 0);
             win_close(&wr);
         }
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -249,8 +220,8 @@ END_TEST
  * after every step, and every block comes back. */
 START_TEST(windowed_run_with_preemptions_returns_every_block)
 {
-    Fixture f;
-    fixture_synthetic(&f);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 5);
     const int shapes[][3] = {{6, 2, 5}, {8, 4, 0}};
     const char *eight = "57\tab\n57\tcd\n57\tef\n57\tgh\n57\tij\n57\tkl\n57\tmn\n57\top\n";
     for (int k = 0; k < 2; k++) {
@@ -263,7 +234,7 @@ START_TEST(windowed_run_with_preemptions_returns_every_block)
         ck_assert_msg(wr.server->preemptions > 0, "shape %d: no preemption", k);
         win_close(&wr);
     }
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -281,19 +252,19 @@ static void check_exact_window(const WinRun *wr)
 
 START_TEST(sliding_window_keeps_exactly_sinks_and_window)
 {
-    Fixture f;
-    fixture_synthetic(&f);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 5);
     WinRun wr;
     WindowOptions wo = policy(10, 4, 0);
     win_open(&wr, &f, options(4), &wo);
     win_serve(&wr, check_exact_window);
     win_close(&wr);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
 /* Tokens of every request, and the final masks, of one run. */
-static void run_tokens(const Fixture *f, CliOptions o, const WindowOptions *wo, int *tokens, unsigned char *held,
+static void run_tokens(const TestModel *f, CliOptions o, const WindowOptions *wo, int *tokens, unsigned char *held,
                        long *evicted)
 {
     WinRun wr;
@@ -310,8 +281,8 @@ static void run_tokens(const Fixture *f, CliOptions o, const WindowOptions *wo, 
 
 START_TEST(h2o_eviction_is_deterministic)
 {
-    Fixture f;
-    fixture_synthetic(&f);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 5);
     WindowOptions wo = policy(6, 2, 5);
     int a[3 * 64], b[3 * 64];
     unsigned char ha[3 * 64], hb[3 * 64];
@@ -329,7 +300,7 @@ START_TEST(h2o_eviction_is_deterministic)
     run_tokens(&f, other, &wo, b, hb, &eb);
     ck_assert_mem_eq(a, b, sizeof a);
     ck_assert_mem_eq(ha, hb, sizeof ha);
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -338,8 +309,8 @@ END_TEST
  * would make them equal). */
 START_TEST(eviction_changes_what_attention_sees)
 {
-    Fixture f;
-    fixture_synthetic(&f);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 5);
     int full[3 * 64], win[3 * 64];
     long e;
     WindowOptions none = {.ignore_eos = 1}, small = policy(2, 0, 0);
@@ -348,15 +319,15 @@ START_TEST(eviction_changes_what_attention_sees)
     run_tokens(&f, options(4), &small, win, NULL, &e);
     ck_assert_int_gt(e, 0);
     ck_assert_msg(memcmp(full, win, sizeof full) != 0, "a 2-position window gave the full cache's tokens");
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
 /* Without the options chapter 6 is chapter 4: the same tokens. */
 START_TEST(default_run_equals_chapter_4)
 {
-    Fixture f;
-    fixture_synthetic(&f);
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 5);
     int sizes[] = {1, 8, 64};
     for (int s = 0; s < 3; s++) {
         int win[3 * 64];
@@ -378,7 +349,7 @@ START_TEST(default_run_equals_chapter_4)
         serving_run_free(&run);
         request_file_free(&rf);
     }
-    fixture_free(&f);
+    test_model_free(&f);
 }
 END_TEST
 
@@ -390,7 +361,7 @@ typedef struct {
 
 static void program_files(ProgramFiles *pf)
 {
-    test_write_synthetic(&SYNTH_GQA, 11, 0, 0, pf->model, pf->tok);
+    test_write_synthetic(&TEST_SYNTH_GQA, 11, 0, 0, pf->model, pf->tok);
     test_write_temp(REQUESTS, strlen(REQUESTS), pf->reqs);
 }
 
