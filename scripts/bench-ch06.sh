@@ -8,19 +8,24 @@
 #            PROMPT="Once upon a time"  STEPS=480 (new tokens)
 #            BUDGETS="32 64 128" (positions a sequence may hold: N + S + H)
 #            SINKS=4  BLOCK=16  THREADS=1  FREE=1 (0: skip the free-running runs)
-#            OUT=build/bench (ch06.md and ch06.json go there)
+#            TEMPERATURE=0 SEED=1 (the reference's sampling; 0 = greedy)
+#            OUT=build/bench (ch06.md, ch06.json and, with gnuplot, the plot ch06.svg go there)
 #
-# 1. The full cache generates STEPS tokens greedily with --ignore-eos
-#    (--kv-tokens full.tok): the reference continuation.
+# 1. The full cache generates STEPS tokens with --ignore-eos
+#    (--kv-tokens full.tok): the reference continuation. Greedy by
+#    default; TEMPERATURE > 0 samples it (with SEED), for a model whose
+#    greedy text falls into a loop that any window predicts (SmolLM2's
+#    does after about 250 tokens).
 # 2. For every budget B and policy (a window of B, a window of B - SINKS
 #    with SINKS sinks, H2O with a window of B/2, SINKS sinks and
 #    B/2 - SINKS heavy hitters: each holds B positions at most),
 #    - teacher-forced (--kv-force full.tok): the perplexity of the full
 #      cache's continuation under the bounded cache, and the share of steps
-#      whose greedy token is the full cache's;
-#    - free-running (FREE=1): its own greedy tokens against the full
-#      cache's: the share equal position by position, and the first step
-#      that differs.
+#      whose greedy token (--kv-argmax) is the one the full cache, forced
+#      through the same text, chose;
+#    - free-running (FREE=1): its own tokens (sampled as the reference
+#      was) against the full cache's: the share equal position by
+#      position, and the first step that differs.
 #    The KV held is the peak of one sequence in a decode step: positions x
 #    bytes per token, and blocks x bytes per block (what the pool lends).
 set -eu
@@ -33,6 +38,8 @@ SINKS=${SINKS:-4}
 BLOCK=${BLOCK:-16}
 THREADS=${THREADS:-1}
 FREE=${FREE:-1}
+TEMPERATURE=${TEMPERATURE:-0}
+SEED=${SEED:-1}
 OUT=${OUT:-$BUILD/bench}
 mkdir -p "$OUT"
 TMP=$OUT/ch06-work
@@ -55,9 +62,10 @@ agreement() {
            printf "%.4f %d\n", m / n, first }' "$1" "$2"
 }
 
+sampling="--temperature $TEMPERATURE --seed $SEED"
 start=$(date +%s)
-$prog --kv-tokens "$TMP/full.tok" --json "$TMP/full.json"
-$prog --kv-force "$TMP/full.tok" --json "$TMP/full-forced.json"
+$prog $sampling --kv-tokens "$TMP/full.tok" --json "$TMP/full.json"
+$prog --kv-force "$TMP/full.tok" --kv-argmax "$TMP/full.best" --json "$TMP/full-forced.json"
 full_ppl=$(json_number "$TMP/full-forced.json" forced_perplexity)
 full_pos=$(json_number "$TMP/full.json" window_peak_positions)
 full_bytes=$(json_number "$TMP/full.json" window_peak_kv_bytes)
@@ -68,17 +76,23 @@ md=$OUT/ch06.md
 {
     echo "# Chapter 6 measurements: a bounded KV cache against the full cache"
     echo
-    echo "One greedy generation of $STEPS new tokens after \"$PROMPT\" (--ignore-eos), block size $BLOCK;"
+    if [ "$TEMPERATURE" = 0 ]; then
+        echo "One greedy generation of $STEPS new tokens after \"$PROMPT\" (--ignore-eos), block size $BLOCK;"
+    else
+        echo "One generation of $STEPS new tokens after \"$PROMPT\", sampled at temperature $TEMPERATURE (seed $SEED, --ignore-eos), block size $BLOCK;"
+    fi
     echo "the full cache held $full_pos positions ($full_bytes B in blocks, $bpt B per position);"
     echo "teacher-forced perplexity of its own continuation: $full_ppl."
     echo
-    echo "| budget B | policy | N | S | H | peak positions | peak KV (positions) | peak KV (blocks) | perplexity (forced) | greedy = full (forced) | greedy = full (free run) | first difference |"
+    echo "| budget B | policy | N | S | H | peak positions | peak KV (positions) | peak KV (blocks) | perplexity (forced) | greedy = full (forced) | tokens = full (free run) | first difference |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 } > "$md"
 json=$OUT/ch06.json
-printf '{\n  "steps": %s, "block_size": %s, "full_positions": %s, "full_kv_bytes": %s, "full_perplexity": %s,\n  "runs": [' \
-    "$STEPS" "$BLOCK" "$full_pos" "$full_bytes" "$full_ppl" > "$json"
+printf '{\n  "steps": %s, "temperature": %s, "seed": %s, "block_size": %s, "full_positions": %s, "full_kv_bytes": %s, "full_perplexity": %s,\n  "runs": [' \
+    "$STEPS" "$TEMPERATURE" "$SEED" "$BLOCK" "$full_pos" "$full_bytes" "$full_ppl" > "$json"
 sep=""
+plot_data=$TMP/runs.tsv # budget policy MiB perplexity agreement%: the plot's data
+: > "$plot_data"
 for b in $BUDGETS; do
     half=$((b / 2))
     for policy in window sinks h2o; do
@@ -88,28 +102,42 @@ for b in $BUDGETS; do
             h2o) n=$half; s=$SINKS; h=$((b - half - SINKS)); opts="--kv-window $n --kv-sinks $s --kv-evict h2o --kv-heavy $h" ;;
         esac
         tag=$policy-$b
-        $prog $opts --kv-force "$TMP/full.tok" --json "$TMP/$tag-forced.json"
+        $prog $opts --kv-force "$TMP/full.tok" --kv-argmax "$TMP/$tag.best" --json "$TMP/$tag-forced.json"
         f=$TMP/$tag-forced.json
         ppl=$(json_number "$f" forced_perplexity)
-        agree=$(json_number "$f" forced_agreement)
+        set -- $(agreement "$TMP/full.best" "$TMP/$tag.best")
+        agree=$1
         pos=$(json_number "$f" window_peak_positions)
         kvpos=$(json_number "$f" window_peak_kv_position_bytes)
         kvblk=$(json_number "$f" window_peak_kv_bytes)
         free="-"; first="-"
         if [ "$FREE" = 1 ]; then
-            $prog $opts --kv-tokens "$TMP/$tag.tok"
+            $prog $opts $sampling --kv-tokens "$TMP/$tag.tok"
             set -- $(agreement "$TMP/full.tok" "$TMP/$tag.tok")
             free=$1; first=$2
         fi
         echo "| $b | $policy | $n | $s | $h | $pos | $kvpos | $kvblk | $ppl | $agree | $free | $first |" >> "$md"
+        awk -v b="$b" -v p="$policy" -v kv="$kvpos" -v ppl="$ppl" -v a="$agree" \
+            'BEGIN { printf "%s %s %.4f %s %.2f\n", b, p, kv / 1048576, ppl, 100 * a }' >> "$plot_data"
         printf '%s\n    {"budget": %s, "policy": "%s", "window": %s, "sinks": %s, "heavy": %s, "peak_positions": %s, "peak_kv_position_bytes": %s, "peak_kv_block_bytes": %s, "forced_perplexity": %s, "forced_agreement": %s, "free_agreement": "%s", "first_difference": "%s"}' \
             "$sep" "$b" "$policy" "$n" "$s" "$h" "$pos" "$kvpos" "$kvblk" "$ppl" "$agree" "$free" "$first" >> "$json"
         sep=","
     done
 done
 printf '\n  ]\n}\n' >> "$json"
+
+# The plot (when gnuplot is installed): agreement and perplexity against
+# the KV held, one line per policy, the full cache dashed.
+if command -v gnuplot > /dev/null 2>&1; then
+    name=$(basename "${MODEL:-stories260K}")
+    name=${name%%.*}
+    full_mib=$(awk -v n="$full_pos" -v b="$bpt" 'BEGIN { printf "%.2f", n * b / 1048576 }')
+    sort -k2,2 -k1,1n "$plot_data" > "$plot_data.sorted"
+    gnuplot -e "data='$plot_data.sorted'; full_mib=$full_mib; full_ppl=$full_ppl; name='$name'; out='$OUT/ch06.svg'" \
+        "$(dirname "$0")/window-quality.gp"
+fi
 {
     echo
-    echo "Produced by: \`BUILD=$BUILD STEPS=$STEPS BUDGETS=\"$BUDGETS\" SINKS=$SINKS BLOCK=$BLOCK THREADS=$THREADS FREE=$FREE scripts/bench-ch06.sh\`${MODEL:+ with MODEL=$MODEL} in $(( $(date +%s) - start )) s."
+    echo "Produced by: \`BUILD=$BUILD STEPS=$STEPS BUDGETS=\"$BUDGETS\" SINKS=$SINKS BLOCK=$BLOCK THREADS=$THREADS FREE=$FREE TEMPERATURE=$TEMPERATURE SEED=$SEED scripts/bench-ch06.sh\`${MODEL:+ with MODEL=$MODEL} in $(( $(date +%s) - start )) s."
 } >> "$md"
 cat "$md"

@@ -4,6 +4,7 @@
  * program is chapter 4; bad options are refused in one line. */
 #include <check.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -402,7 +403,8 @@ START_TEST(program_refuses_bad_options)
                *fork[] = {"--kv-window", "8", "--n", "2", "--temperature", "1", NULL},
                *swap[] = {"--kv-window", "8", "--preempt", "swap", NULL},
                *force[] = {"--kv-force", "/nonexistent/tokens", NULL},
-               *hot[] = {"--kv-force", pf.reqs, "--temperature", "0.8", NULL};
+               *hot[] = {"--kv-force", pf.reqs, "--temperature", "0.8", NULL},
+               *argmax[] = {"--kv-argmax", "/tmp/kvlab-never-written", NULL};
     expect_refusal(&pf, none, "--kv-window");
     expect_refusal(&pf, neg, "--kv-window");
     expect_refusal(&pf, junk, "--kv-window");
@@ -416,19 +418,37 @@ START_TEST(program_refuses_bad_options)
     expect_refusal(&pf, swap, "swap");
     expect_refusal(&pf, force, "/nonexistent/tokens");
     expect_refusal(&pf, hot, "greedy");
+    expect_refusal(&pf, argmax, "--kv-argmax needs --kv-force");
     program_files_remove(&pf);
 }
 END_TEST
 
+/* Ids of a --kv-tokens/--kv-argmax file, in order (at most max). */
+static int read_ids(const char *path, int *out, int max)
+{
+    char *text = test_slurp(path);
+    int n = 0, off = 0, used;
+    while (n < max && sscanf(text + off, "%d%n", &out[n], &used) == 1) {
+        off += used;
+        n++;
+    }
+    free(text);
+    return n;
+}
+
 /* The program's report: the bound, and a forced run of the full cache's
- * own tokens agrees with them at every step. */
+ * own tokens agrees with them at every step: its --kv-argmax file is the
+ * tokens file itself, and a window's --kv-argmax file agrees with them in
+ * the share that its forced_agreement reports. */
 START_TEST(program_reports_bound_and_forced_agreement)
 {
     ProgramFiles pf;
     program_files(&pf);
-    char tok[PATH_MAX], json[PATH_MAX];
+    char tok[PATH_MAX], json[PATH_MAX], full_best[PATH_MAX], window_best[PATH_MAX];
     test_write_temp("", 0, tok);
     test_write_temp("", 0, json);
+    test_write_temp("", 0, full_best);
+    test_write_temp("", 0, window_best);
     const char *full[] = {"ch06-window", "--model", pf.model, "--tokenizer", pf.tok, "--requests", pf.reqs,
                           "--ignore-eos", "--quiet", "--kv-tokens", tok, NULL};
     ProgramResult r;
@@ -436,14 +456,18 @@ START_TEST(program_reports_bound_and_forced_agreement)
     ck_assert_msg(r.status == 0, "%s", r.err);
     test_result_free(&r);
     const char *forced[] = {"ch06-window", "--model", pf.model, "--tokenizer", pf.tok, "--requests", pf.reqs,
-                            "--ignore-eos", "--kv-force", tok, "--json", json, NULL};
+                            "--ignore-eos", "--kv-force", tok, "--kv-argmax", full_best, "--json", json, NULL};
     ck_assert_int_eq(test_run_program(forced, &r), 0);
     ck_assert_msg(r.status == 0, "%s", r.err);
     ck_assert_msg(strstr(r.err, "greedy token = forced token in 100.00%"), "%s", r.err);
     test_result_free(&r);
+    char *tok_text = test_slurp(tok), *best_text = test_slurp(full_best);
+    ck_assert_str_eq(best_text, tok_text); /* greedy forced through its own tokens chooses them again */
+    free(tok_text);
+    free(best_text);
     const char *windowed[] = {"ch06-window", "--model", pf.model, "--tokenizer", pf.tok, "--requests", pf.reqs,
                               "--ignore-eos", "--kv-force", tok, "--kv-window", "8", "--kv-sinks", "4",
-                              "--block-size", "4", "--json", json, NULL};
+                              "--block-size", "4", "--kv-argmax", window_best, "--json", json, NULL};
     ck_assert_int_eq(test_run_program(windowed, &r), 0);
     ck_assert_msg(r.status == 0, "%s", r.err);
     ck_assert_msg(strstr(r.err, "peak 12 positions held (bound 12 = N + S + H), peak 4 blocks (bound 4)"), "%s",
@@ -452,10 +476,22 @@ START_TEST(program_reports_bound_and_forced_agreement)
     char *text = test_slurp(json);
     ck_assert_msg(strstr(text, "\"window_peak_positions\": 12,"), "%s", text);
     ck_assert_msg(strstr(text, "\"forced_steps\": 115,"), "%s", text); /* 57 + 40 + 18 tokens */
-    ck_assert_msg(strstr(text, "\"forced_agreement\": "), "%s", text);
+    const char *agreement = strstr(text, "\"forced_agreement\": ");
+    ck_assert_msg(agreement, "%s", text);
+    int want[115], got[115], same = 0;
+    ck_assert_int_eq(read_ids(tok, want, 115), 115);
+    ck_assert_int_eq(read_ids(window_best, got, 115), 115);
+    for (int i = 0; i < 115; i++)
+        same += got[i] == want[i];
+    ck_assert_msg(same < 115, "a window of 8 + 4 sinks agreed at every step: the comparison cannot fail");
+    double reported = strtod(agreement + strlen("\"forced_agreement\": "), NULL);
+    ck_assert_msg(fabs(reported - same / 115.0) < 1e-6, "forced_agreement %g, --kv-argmax file %d of 115", reported,
+                  same);
     free(text);
     remove(tok);
     remove(json);
+    remove(full_best);
+    remove(window_best);
     program_files_remove(&pf);
 }
 END_TEST

@@ -11,7 +11,8 @@ static const CliProgram PROGRAM = {
     .name = "ch06-window",
     .summary = "Chapter 6: a sliding window with attention sinks, or heavy-hitter (H2O) eviction, over chapter 4's "
                "paged cache (--kv-window N --kv-sinks S --kv-evict h2o --kv-heavy H; --kv-tokens FILE writes the "
-               "generated ids, --kv-force FILE feeds them back and measures their perplexity).",
+               "generated ids, --kv-force FILE feeds them back and measures their perplexity, --kv-argmax FILE writes the "
+               "greedy id of every forced step).",
     .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_PAGED,
 };
 

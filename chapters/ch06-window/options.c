@@ -1,5 +1,5 @@
 /* Chapter 6's options: --kv-window, --kv-sinks, --kv-evict, --kv-heavy,
- * --kv-force, --kv-tokens, --ignore-eos. They are taken out of argv before the common
+ * --kv-force, --kv-tokens, --kv-argmax, --ignore-eos. They are taken out of argv before the common
  * parser sees the rest, so that common/ never learns of them. */
 #include <string.h>
 
@@ -47,8 +47,8 @@ static int parse_count(const char *name, const char *text, long min, int *out, E
 static int take_option(int i, int argc, char **argv, WindowOptions *o, int given[4], Err *err)
 {
     static const char *names[] = {"--kv-window", "--kv-sinks", "--kv-evict", "--kv-heavy", "--kv-force",
-                                  "--kv-tokens"};
-    for (int k = 0; k < 6; k++) {
+                                  "--kv-tokens", "--kv-argmax"};
+    for (int k = 0; k < 7; k++) {
         int used = 0;
         const char *v = option_value(names[k], i, argc, argv, &used, err);
         if (used < 0)
@@ -69,7 +69,8 @@ static int take_option(int i, int argc, char **argv, WindowOptions *o, int given
             break;
         case 3: status = parse_count(names[k], v, 1, &o->heavy, err); break;
         case 4: o->force_path = v; break;
-        default: o->tokens_path = v; break;
+        case 5: o->tokens_path = v; break;
+        default: o->argmax_path = v; break;
         }
         if (k < 4)
             given[k] = 1;
@@ -88,6 +89,8 @@ static int check_policy(const WindowOptions *o, const int given[4], Err *err)
         return err_set(err, "--kv-evict h2o needs --kv-heavy H (the heavy hitters kept besides the window)");
     if (given[3] && o->evict != WINDOW_EVICT_H2O)
         return err_set(err, "--kv-heavy needs --kv-evict h2o");
+    if (o->argmax_path && !o->force_path)
+        return err_set(err, "--kv-argmax needs --kv-force FILE (it writes the greedy id of every forced step)");
     return 0;
 }
 

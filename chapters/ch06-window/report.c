@@ -85,9 +85,30 @@ void window_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     }
 }
 
+/* --kv-argmax: per request, the greedy id of each of its forced steps. */
+static int write_argmax(const WindowCache *w, const ServingRun *run, Err *err)
+{
+    OutFile out;
+    if (outfile_open(&out, "--kv-argmax", w->opt.argmax_path, err))
+        return -1;
+    for (int i = 0; i < run->n_reqs; i++) {
+        const Request *r = &run->reqs[i];
+        int steps = r->n_tokens - r->n_prompt; /* a forced file longer than the request: only the steps taken */
+        if (steps > w->n_forced[i])
+            steps = w->n_forced[i];
+        const int *best = w->forced[i] ? w->argmax_buf + (w->forced[i] - w->force_buf) : NULL; /* [steps] */
+        for (int k = 0; k < steps; k++)
+            fprintf(out.f, k ? " %d" : "%d", best[k]);
+        fputc('\n', out.f);
+    }
+    return outfile_commit(&out, err);
+}
+
 int window_write_tokens(const WindowCache *w, const ServingRun *run, Err *err)
 {
     OutFile out;
+    if (w->opt.argmax_path && write_argmax(w, run, err))
+        return -1;
     if (!w->opt.tokens_path)
         return 0;
     if (outfile_open(&out, "--kv-tokens", w->opt.tokens_path, err))

@@ -29,7 +29,9 @@ static int read_forced(WindowCache *w, const char *path, int vocab, Err *err)
     int status = text ? infile_read_exact(fd, text, size, path, err) : err_set(err, "out of memory for %s", path);
     close(fd);
     w->force_buf = status ? NULL : mem_alloc_array(MEM_ACTIVATIONS, size / 2 + 1, sizeof(int)); /* [ids] */
-    if (!status && !w->force_buf)
+    if (!status && w->opt.argmax_path) /* [ids] the greedy choice beside each forced id */
+        w->argmax_buf = mem_alloc_array(MEM_ACTIVATIONS, size / 2 + 1, sizeof(int));
+    if (!status && (!w->force_buf || (w->opt.argmax_path && !w->argmax_buf)))
         status = err_set(err, "out of memory for %s", path);
     int n = 0, seq = 0;
     for (size_t i = 0; !status && i < size && seq < w->n_seqs;) {
@@ -96,6 +98,7 @@ void window_close(WindowCache *w)
     mem_free(w->n_forced);
     mem_free(w->fed);
     mem_free(w->force_buf);
+    mem_free(w->argmax_buf);
     memset(w, 0, sizeof *w);
 }
 
@@ -326,6 +329,8 @@ void window_force(WindowCache *w, ServingRun *run)
         w->nll_sum += neg_log_prob(logits, vocab, forced, (double)logits[best]);
         w->forced_steps++;
         w->forced_agree += best == forced;
+        if (w->argmax_buf) /* --kv-argmax: what this cache would have chosen, for comparing two caches */
+            w->argmax_buf[(w->forced[r->index] - w->force_buf) + step] = best;
         logits[forced] = FLT_MAX; /* greedy sampling (window_check() refuses others) now takes it */
     }
 }

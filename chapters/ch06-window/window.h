@@ -84,6 +84,7 @@ typedef struct {
     int heavy;             /**< --kv-heavy H: heavy hitters kept (h2o) */
     const char *force_path;  /**< --kv-force FILE: token ids to feed instead of the sampled ones */
     const char *tokens_path; /**< --kv-tokens FILE: write each request's generated ids */
+    const char *argmax_path; /**< --kv-argmax FILE: with --kv-force, write the greedy id of every forced step */
     int ignore_eos;          /**< --ignore-eos: BOS and EOS are never sampled; every request runs to its length */
 } WindowOptions;
 
@@ -102,6 +103,7 @@ typedef struct {
     int **forced;         /**< [n_seqs] token ids to force (--kv-force), or NULL */
     int *n_forced;        /**< [n_seqs] ids in forced */
     int *force_buf;       /**< all forced ids, one allocation */
+    int *argmax_buf;      /**< [as force_buf] the greedy id at each forced step (--kv-argmax), or NULL */
     double nll_sum;       /**< sum of -log p(forced token) over forced steps */
     long forced_steps;    /**< steps whose token was forced */
     long forced_agree;    /**< of which the greedy token was the forced one */
@@ -254,7 +256,9 @@ void window_report_json(JsonWriter *j, void *ctx, const ServingRun *run);
 
 /**
  * With `--kv-tokens FILE`: every request's generated ids, one line each,
- * space-separated (what `--kv-force` reads back).
+ * space-separated (what `--kv-force` reads back); with `--kv-argmax FILE`
+ * (and `--kv-force`), in the same form, the greedy id of each forced step:
+ * two caches forced through the same text are compared by these.
  * @param w    the books
  * @param run  the finished run
  * @param err  receives the reason on failure
