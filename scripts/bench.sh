@@ -608,6 +608,11 @@ publish() { # NAME STAGING
     rm -rf "$2"
 }
 
+# How busy the machine was: the 1-minute load average (runnable jobs,
+# ours included) when the run started and when it ended.
+load_average() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo unknown; }
+LOAD_START=$(load_average)
+
 wanted=${*:-$SECTIONS}
 for s in $wanted; do
     case " $SECTIONS " in
@@ -625,7 +630,8 @@ stage=$(staging report)
 {
     echo "# kvlab benchmarks"
     echo
-    echo "$(uname -m), $(nproc) CPUs, $(date -u +%Y-%m-%d). Timings are noisy: compare medians, read the spread."
+    echo "$(uname -m), $(nproc) CPUs, $(date -u +%Y-%m-%d), load average $LOAD_START when the run started and"
+    echo "$(load_average) when it ended. Timings are noisy: compare medians, read the spread."
     echo "Every kvlab program ran with --threads $THREADS unless its section says otherwise: on a small shared"
     echo "machine OpenMP's idle threads spin and make every other measurement noisier."
     echo
@@ -635,8 +641,8 @@ stage=$(staging report)
     done
 } > "$stage/report.md"
 {
-    printf '{\n  "machine": "%s, %s CPUs",\n  "date": "%s",\n  "threads": %s,\n  "sections": {' \
-        "$(uname -m)" "$(nproc)" "$(date -u +%Y-%m-%d)" "$THREADS"
+    printf '{\n  "machine": "%s, %s CPUs",\n  "date": "%s",\n  "load_average": [%s, %s],\n  "threads": %s,\n  "sections": {' \
+        "$(uname -m)" "$(nproc)" "$(date -u +%Y-%m-%d)" "$LOAD_START" "$(load_average)" "$THREADS"
     sep=""
     for s in $SECTIONS; do
         f=$FINAL/$(echo "$s" | tr _ -).json
