@@ -27,10 +27,10 @@
 #   BATCH_THREADS=1  thread counts of the batched section ("1 2" adds 2 threads: on a busy
 #                    2-core machine a 2-thread run of chapter 4 can take minutes)
 #
-# What it costs (2-core machine, main's kernels of 2026-12-01): limits
-# about 10 s; single_stream about 3 minutes with LLAMA2C and every shape
-# (the stories110M rounds are most of it); batched about 4 minutes with
-# every shape. ROUNDS=1 STEPS=32 cuts both to about a third.
+# What it costs (2-core machine, main's kernels of 2026-12-01, at a load
+# average of 6, every shape and LLAMA2C): limits about 10 s,
+# single_stream about 17 minutes (the 2-thread runs most of it), batched
+# about 6 minutes. ROUNDS=1 STEPS=32 cuts both to a fraction.
 
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-128}

@@ -34,13 +34,14 @@
 # to SECTIONS.
 #
 # Timings run on one thread (THREADS=1) unless a section says otherwise
-# (single_stream, batched and smollm2 run 1 and 2): on a small shared
+# (single_stream and smollm2 run 1 and 2, batched BATCH_THREADS): on a small shared
 # machine OpenMP's waiting threads spin and turn other work's noise into ours.
 #
-# What it costs: every section, with every model shape, LLAMA2C and
-# LLAMACPP_BENCH, about 25 minutes on the 2-core build machine; run only
-# the sections you want (scripts/bench.sh limits single_stream), or
-# shorten with ROUNDS=1 STEPS=32 RUNS=2.
+# What it costs: the three speed sections, with every model shape and
+# LLAMA2C, took 24 minutes on the 2-core build machine at a load average
+# of 6 (most of it the 2-thread runs); the others about 4 minutes on a
+# quiet machine. Run only the sections you want (scripts/bench.sh limits
+# single_stream), or shorten with ROUNDS=1 STEPS=32 RUNS=2.
 #
 # Variables:
 #   BUILD=build        where the programs are (and bench/ goes)
