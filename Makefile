@@ -17,7 +17,7 @@
 #   make check-handout  a handout, built and graded end to end in a scratch folder
 #   make docs         the book and API reference as one HTML site (html/)
 #   make check-book   run every command the book quotes in a checked ```sh block, check its figures
-#   make bench        benchmarks (not tests): writes build/bench/report.md
+#   make bench        benchmarks (not tests), beside the machine's measured limits: build/bench/report.md
 #   make demo         every chapter on the same requests, side by side (and the page build/demo-out/index.html)
 #   make test-browser that page in headless chromium, checked against the programs' --show-tables
 #   make models       fetch the larger real models: TinyStories checkpoints, SmolLM2 GGUF (needs internet or ../shared)
@@ -538,11 +538,21 @@ test-browser: all
 	@command -v chromium > /dev/null || scripts/deps.sh chromium
 	@BUILD=$(BUILD) scripts/test-browser.sh
 
-# Benchmarks are not tests: sections of scripts/bench.sh write build/bench/.
-# LLAMA2C_RUN=/path/to/run adds the comparison with llama2.c's run.c;
-# LLAMACPP_BENCH=/path/to/llama-bench adds llama.cpp beside chapter 2 on
-# SmolLM2 (SMOLLM2=FILE names the GGUF file when it is not in models/ or
-# ../shared/models/).
+# Benchmarks are not tests: sections of scripts/bench.sh write build/bench/
+# (report.md, report.json), every figure with its spread and beside this
+# machine's limits, measured in the same run (build/machine-limits: read
+# bandwidth and FMA peak). Variables, passed on to the script:
+#   SHAPES_DIR=DIR  stories15M.bin, stories42M.bin, stories110M.bin (each with
+#                   NAME-tok.bin or tokenizer.bin) for chapter 2 and 4 at those
+#                   shapes (default models/, then ../shared/models/; absent: skipped)
+#   LLAMA2C=PATH    a llama2.c checkout or its run.c: built into build/bench/llama2c/
+#                   with gcc -Ofast -march=native (its README's flags) and compared
+#                   with chapter 2 in alternating runs (absent: skipped, with how to get it)
+#   LLAMACPP_BENCH=/path/to/llama-bench  llama.cpp beside chapter 2 on SmolLM2
+#   SMOLLM2=FILE    the GGUF file when it is not in models/ or ../shared/models/
+#   ROUNDS=3 STEPS=128 RUNS=5  repetitions and lengths (scripts/bench.sh lists them all)
+# Every section takes about 25 minutes on the 2-core build machine;
+# `scripts/bench.sh limits single_stream batched` runs the speed sections only.
 bench: all
 	BUILD=$(BUILD) scripts/bench.sh
 

@@ -6,9 +6,13 @@
 #   scripts/bench.sh                  every section
 #   scripts/bench.sh ch01_vs_ch02     only the sections named
 #
-# Sections: ch01_vs_ch02 (time per step as t grows), llama2c (against
-# llama2.c's run), ch03_vs_ch04 (each reservation policy, and two with
-# continuous batching, against paging:
+# Sections: limits, single_stream and batched (scripts/bench-speed.sh:
+# this machine's read bandwidth and FMA peak, measured in the same run;
+# chapter 2's tokens/s on every model shape against the bandwidth-bound
+# ceiling and against llama2.c's run.c built with -Ofast -march=native;
+# chapter 4's GFLOP/s on the mixed requests against the FMA peak),
+# ch01_vs_ch02 (time per step as t grows), ch03_vs_ch04 (each reservation
+# policy, and two with continuous batching, against paging:
 # throughput and concurrency at one budget, three request files, three
 # model sizes), ch03_policies (scripts/bench-ch03.sh: chapter 3's memory
 # table at a tight budget), ch04_paged (scripts/bench-ch04.sh: chapter 4's
@@ -29,20 +33,28 @@
 # a section, write a function section_NAME that does the same and add NAME
 # to SECTIONS.
 #
-# Timings run on one thread (THREADS=1): on a small shared machine OpenMP's
-# waiting threads spin and turn other work's noise into ours.
+# Timings run on one thread (THREADS=1) unless a section says otherwise
+# (single_stream and smollm2 run 1 and 2, batched BATCH_THREADS): on a small shared
+# machine OpenMP's waiting threads spin and turn other work's noise into ours.
+#
+# What it costs: the three speed sections, with every model shape and
+# LLAMA2C, took 24 minutes on the 2-core build machine at a load average
+# of 6 (most of it the 2-thread runs); the others about 4 minutes on a
+# quiet machine. Run only the sections you want (scripts/bench.sh limits
+# single_stream), or shorten with ROUNDS=1 STEPS=32 RUNS=2.
 #
 # Variables:
 #   BUILD=build        where the programs are (and bench/ goes)
 #   RUNS=5             repetitions of every measurement (stories260K)
 #   RUNS_15M=3         repetitions on the synthetic stories15M shape
 #   RUNS_110M=2        repetitions on the synthetic stories110M shape (short requests only)
-#   THREADS=1          --threads for kvlab programs (1: stable, comparable with llama2.c's run)
+#   THREADS=1          --threads for kvlab programs (1: stable)
 #   MODEL, TOKENIZER   the checkpoint (default: stories260K.bin + tok512.bin from models/ or ../shared/models/)
 #   SMOLLM2=FILE       the SmolLM2 GGUF file (default: models/ or ../shared/models/SmolLM2-135M-Instruct.Q4_1.gguf)
 #   RUNS_SMOLLM2=5     repetitions on it (every program once per round, alternating)
 #   LLAMACPP_BENCH=PATH  llama.cpp's llama-bench, to compare with on the same file (-n 64 -p 0; -p 64 -n 0)
-#   LLAMA2C_RUN=PATH   llama2.c's `run` built with gcc -O3, to compare single-stream decode speed with
+#   ROUNDS, STEPS, STEPS_15M, STEPS_260K, SHAPES_DIR, LLAMA2C, LIMIT_PASSES
+#                      the speed sections' (scripts/bench-speed.sh says what each does)
 set -eu
 
 BUILD=${BUILD:-build}
@@ -54,11 +66,19 @@ OUT=$BUILD/bench
 FINAL=$OUT # where the results go; a section writes into a staging folder (see main)
 TMP=$OUT/tmp
 RUNS_SMOLLM2=${RUNS_SMOLLM2:-5}
-SECTIONS="ch01_vs_ch02 llama2c ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window attention smollm2"
+SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window attention smollm2"
 
 mkdir -p "$OUT" "$TMP"
 
 say() { printf '%s\n' "$*" >&2; }
+
+# The last lines of a section's Markdown: the command that produced it and,
+# when given, what each of its runs was.
+produced_by() { # COMMAND [EACH]
+    echo
+    if [ $# -gt 1 ]; then echo "Produced by: \`$1\` ($2)."; else echo "Produced by: \`$1\`."; fi
+    echo
+}
 
 find_model() {
     if [ -n "${MODEL:-}" ]; then
@@ -170,83 +190,6 @@ section_ch01_vs_ch02() {
     } >> "$md"
 }
 
-# ------------------------------------------------------------ chapter 2 vs llama2.c
-
-# Single-stream decode against llama2.c's run.c (gcc -O3), the yardstick:
-# same checkpoint, same prompt, same number of tokens, same output bytes.
-# run's -n counts positions including the prompt: ours --steps S with a
-# prompt of P tokens (BOS included) is its -n S + P - 1.
-section_llama2c() {
-    name=llama2c
-    if [ -z "${LLAMA2C_RUN:-}" ]; then
-        say "bench: llama2c: set LLAMA2C_RUN=/path/to/run (llama2.c's run.c built with gcc -O3) to compare"
-        rm -f "$OUT/$name.md" "$OUT/$name.json"
-        return 0
-    fi
-    find_model || { say "bench: llama2c needs stories260K (models/ or ../shared/models/)"; return 1; }
-    md=$OUT/$name.md
-    json=$OUT/$name.json
-    {
-        echo "## Single-stream decode: chapter 2 vs llama2.c run.c (-O3)"
-        echo
-        echo "Model $MODEL, greedy, $RUNS runs each; wall time of the whole process (load, prompt, generation)."
-        echo "tokens/s = generated tokens / median wall time. Own figures: ours is JSON tokens_per_s"
-        echo "(generated / generation loop); run's is its 'achieved tok/s' (positions after the first / ms timer)."
-        echo
-        echo "| prompt | new tokens | same text | program | wall ms median (min - max) | tokens/s (wall) | own tok/s median |"
-        echo "|---|---:|---|---|---|---:|---:|"
-    } > "$md"
-    printf '{\n  "model": "%s",\n  "runs": %s,\n  "cases": [' "$MODEL" "$RUNS" > "$json"
-    sep=""
-    for case in "150|Once upon a time" "1000|Sara"; do
-        steps=${case%%|*}
-        prompt=${case#*|}
-        "$BUILD/ch02-kvcache" --model "$MODEL" --tokenizer "$TOKENIZER" --prompt "$prompt" --steps "$steps" \
-            --threads 1 --quiet --json "$TMP/probe.json" > "$TMP/ours.txt"
-        n_prompt=$(json_number "$TMP/probe.json" prompt_tokens)
-        n_new=$(json_number "$TMP/probe.json" tokens_generated)
-        n_run=$((n_new + n_prompt - 1))
-        "$LLAMA2C_RUN" "$MODEL" -z "$TOKENIZER" -t 0 -n "$n_run" -i "$prompt" > "$TMP/theirs.txt" 2> /dev/null
-        if cmp -s "$TMP/ours.txt" "$TMP/theirs.txt"; then same=yes; else same=NO; fi
-        for prog in "ch02-kvcache --threads 1" "ch02-kvcache" "run"; do
-            : > "$TMP/wall"
-            : > "$TMP/own"
-            i=1
-            while [ "$i" -le "$RUNS" ]; do
-                start=$(now)
-                if [ "$prog" = run ]; then
-                    "$LLAMA2C_RUN" "$MODEL" -z "$TOKENIZER" -t 0 -n "$n_run" -i "$prompt" > /dev/null 2> "$TMP/run.err"
-                    end=$(now)
-                    awk '/achieved tok\/s/ { print $3 }' "$TMP/run.err" >> "$TMP/own"
-                else
-                    # shellcheck disable=SC2086
-                    "$BUILD"/$prog --model "$MODEL" --tokenizer "$TOKENIZER" --prompt "$prompt" --steps "$steps" \
-                        --quiet --json "$TMP/own.json" > /dev/null
-                    end=$(now)
-                    json_number "$TMP/own.json" tokens_per_s >> "$TMP/own"
-                fi
-                awk -v a="$start" -v b="$end" 'BEGIN { printf "%.4f\n", (b - a) * 1000 }' >> "$TMP/wall"
-                i=$((i + 1))
-            done
-            # shellcheck disable=SC2046 # "median min max" twice: split on purpose
-            set -- $(stats < "$TMP/wall") $(stats < "$TMP/own")
-            tps=$(awk -v n="$n_new" -v ms="$1" 'BEGIN { printf "%.0f", n / (ms / 1000) }')
-            label=$prog
-            [ "$prog" = run ] && label="llama2.c run -n $n_run"
-            echo "| $prompt | $n_new | $same | $label | $1 ($2 - $3) | $tps | $4 |" >> "$md"
-            printf '%s\n    {"prompt": "%s", "new_tokens": %s, "same_text": "%s", "program": "%s", "wall_ms": [%s, %s, %s], "tokens_per_s_wall": %s, "own_tokens_per_s_median": %s}' \
-                "$sep" "$prompt" "$n_new" "$same" "$label" "$1" "$2" "$3" "$tps" "$4" >> "$json"
-            sep=","
-        done
-    done
-    printf '\n  ]\n}\n' >> "$json"
-    {
-        echo
-        echo "Produced by: \`LLAMA2C_RUN=$LLAMA2C_RUN RUNS=$RUNS scripts/bench.sh llama2c\`."
-        echo
-    } >> "$md"
-}
-
 # ------------------------------------------------------------ SmolLM2 vs llama.cpp
 
 find_smollm2() {
@@ -279,7 +222,7 @@ section_smollm2() {
         rm -f "$OUT/$name.md" "$OUT/$name.json"
         return 0
     fi
-    [ -x "$BUILD/ch02-kvcache" ] && [ -x "$BUILD/ch04-paged" ] || { say "bench: run make first"; return 1; }
+    if [ ! -x "$BUILD/ch02-kvcache" ] || [ ! -x "$BUILD/ch04-paged" ]; then say "bench: run make first"; return 1; fi
     pp_prompt="The$(i=1; while [ "$i" -lt 64 ]; do printf ' the'; i=$((i + 1)); done)" # 64 tokens
     : > "$TMP/rows"
     # label|program|threads: ch02 decode (JSON tokens_per_s: 64 tokens over the generation loop),
@@ -496,16 +439,25 @@ section_ch03_vs_ch04() {
 
 # ------------------------------------------------------------ the chapters' own scripts
 
+# A chapter's own script, scripts/bench-chNN.sh ARGS..., run with its
+# results in $TMP/chNN/ (REPEATS=$RUNS, THREADS=$THREADS); then its
+# Markdown SRC, its title turned into the section's by the sed script SED
+# and the command line added, becomes $OUT/DEST.
+chapter_script() { # NN SRC DEST SED [ARGS...]
+    nn=$1 src=$2 dest=$3 sed_script=$4
+    shift 4
+    mkdir -p "$TMP/ch$nn"
+    OUT=$TMP/ch$nn BUILD=$BUILD THREADS=$THREADS REPEATS=$RUNS "scripts/bench-ch$nn.sh" "$@" > /dev/null
+    {
+        sed -e "$sed_script" "$TMP/ch$nn/$src"
+        produced_by "REPEATS=$RUNS THREADS=$THREADS scripts/bench-ch$nn.sh${*:+ $*}" \
+            "via \`scripts/bench.sh $(basename "$dest" .md | tr - _)\`"
+    } > "$OUT/$dest"
+}
+
 # Chapter 3's memory table at a tight budget (the book's table).
 section_ch03_policies() {
-    OUT=$OUT BUILD=$BUILD scripts/bench-ch03.sh --threads "$THREADS" > /dev/null
-    mv "$OUT/ch03-policies.md" "$TMP/ch03-policies.md"
-    {
-        cat "$TMP/ch03-policies.md"
-        echo
-        echo "Produced by: \`OUT=$OUT scripts/bench-ch03.sh --threads $THREADS\` (via \`scripts/bench.sh ch03_policies\`)."
-        echo
-    } > "$OUT/ch03-policies.md"
+    chapter_script 03 ch03-policies.md ch03-policies.md "" --threads "$THREADS"
     # The table's rows as JSON: one object per row, the cells as strings.
     awk -F'|' 'BEGIN { printf "{\n  \"rows\": [" }
         /^\| [a-z]/ && !/requests \| batching/ {
@@ -514,33 +466,20 @@ section_ch03_policies() {
             printf "]"
         }
         END { printf "\n  ],\n  \"columns\": [\"requests\", \"batching\", \"reserve\", \"max concurrent\", \"avg concurrent\", \"batches\", \"steps\", \"utilization (avg)\", \"token states\", \"reserved\", \"internal frag.\", \"external frag.\", \"held by finished\", \"requeues\", \"tokens/s\"]\n}\n" }' \
-        "$OUT/ch03-policies.md" > "$OUT/ch03-policies.json"
+        "$TMP/ch03/ch03-policies.md" > "$OUT/ch03-policies.json"
+}
+
+# Chapter 6's sliding window, sinks and H2O against the full cache.
+section_ch06_window() {
+    chapter_script 06 ch06.md ch06-window.md 's/^# Chapter 6 measurements/## Chapter 6/'
+    cp "$TMP/ch06/ch06.json" "$OUT/ch06-window.json"
 }
 
 # Chapter 4's targets, the block-size trade-off, running out of blocks and
 # forks (the book's tables).
-section_ch06_window() {
-    mkdir -p "$TMP/ch06"
-    OUT=$TMP/ch06 BUILD=$BUILD THREADS=$THREADS scripts/bench-ch06.sh > /dev/null
-    {
-        sed -e 's/^# Chapter 6 measurements/## Chapter 6/' "$TMP/ch06/ch06.md"
-        echo
-        echo "Produced by: \`THREADS=$THREADS scripts/bench-ch06.sh\` (via \`scripts/bench.sh ch06_window\`)."
-        echo
-    } > "$OUT/ch06-window.md"
-    cp "$TMP/ch06/ch06.json" "$OUT/ch06-window.json"
-}
-
 section_ch04_paged() {
-    mkdir -p "$TMP/ch04"
-    OUT=$TMP/ch04 BUILD=$BUILD THREADS=$THREADS REPEATS=$RUNS scripts/bench-ch04.sh > /dev/null
-    {
-        sed -e 's/^## /### /' -e 's/^# Chapter 4 measurements/## Chapter 4: paged KV, block sizes, preemption, forks/' \
-            "$TMP/ch04/ch04.md"
-        echo
-        echo "Produced by: \`REPEATS=$RUNS THREADS=$THREADS scripts/bench-ch04.sh\` (via \`scripts/bench.sh ch04_paged\`)."
-        echo
-    } > "$OUT/ch04-paged.md"
+    chapter_script 04 ch04.md ch04-paged.md \
+        's/^## /### /; s/^# Chapter 4 measurements/## Chapter 4: paged KV, block sizes, preemption, forks/'
     {
         printf '{\n  "block_sizes": ['
         sep=""
@@ -563,15 +502,8 @@ section_ch04_paged() {
 # ------------------------------------------------------------ chapter 5
 
 section_ch05_prefix() {
-    mkdir -p "$TMP/ch05"
-    OUT=$TMP/ch05 BUILD=$BUILD THREADS=$THREADS REPEATS=$RUNS scripts/bench-ch05.sh > /dev/null
-    {
-        sed -e 's/^## /### /' -e 's/^# Chapter 5 measurements/## Chapter 5: prefix caching, off against hash and radix/' \
-            "$TMP/ch05/ch05.md"
-        echo
-        echo "Produced by: \`REPEATS=$RUNS THREADS=$THREADS scripts/bench-ch05.sh\` (via \`scripts/bench.sh ch05_prefix\`)."
-        echo
-    } > "$OUT/ch05-prefix.md"
+    chapter_script 05 ch05.md ch05-prefix.md \
+        's/^## /### /; s/^# Chapter 5 measurements/## Chapter 5: prefix caching, off against hash and radix/'
     {
         printf '{\n  "block_sizes": ['
         sep=""
@@ -646,6 +578,12 @@ section_attention() {
     } >> "$md"
 }
 
+# ------------------------------------------------------------ the speed sections
+
+# limits, single_stream and batched live in their own file.
+# shellcheck source=scripts/bench-speed.sh
+. "$(dirname "$0")/bench-speed.sh"
+
 # ------------------------------------------------------------ main
 
 # A section writes its SECTION.md and SECTION.json into a staging folder
@@ -653,7 +591,13 @@ section_attention() {
 # ones (mv within one file system is a rename). An interrupted or failed
 # section leaves the previous results whole, never half a table; a section
 # that skipped itself (no llama2.c, no SmolLM2) removes its old results.
-publish() {
+# The joined report goes the same way.
+staging() { # NAME: a fresh staging folder, printed
+    rm -rf "$FINAL/.staging-$1"
+    mkdir -p "$FINAL/.staging-$1"
+    echo "$FINAL/.staging-$1"
+}
+publish() { # NAME STAGING
     base=$(echo "$1" | tr _ -)
     for ext in md json; do
         if [ -e "$2/$base.$ext" ]; then
@@ -665,40 +609,44 @@ publish() {
     rm -rf "$2"
 }
 
+# How busy the machine was: the 1-minute load average (runnable jobs,
+# ours included) when the run started and when it ended.
+load_average() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo unknown; }
+LOAD_START=$(load_average)
+
 wanted=${*:-$SECTIONS}
 for s in $wanted; do
     case " $SECTIONS " in
         *" $s "*)
-            stage=$FINAL/.staging-$s
-            rm -rf "$stage"
-            mkdir -p "$stage"
-            OUT=$stage
+            OUT=$(staging "$s")
             "section_$s"
-            OUT=$FINAL
-            publish "$s" "$stage" ;;
+            publish "$s" "$OUT"
+            OUT=$FINAL ;;
         *) say "bench: no section '$s' (sections: $SECTIONS)"; exit 1 ;;
     esac
 done
 
-# The joined reports the same way: written beside, then renamed.
+# The joined reports.
+stage=$(staging report)
 {
     echo "# kvlab benchmarks"
     echo
-    echo "$(uname -m), $(nproc) CPUs, $(date -u +%Y-%m-%d). Timings are noisy: compare medians, read the spread."
-    echo "Every kvlab program ran with --threads $THREADS: on a small shared machine OpenMP's idle threads spin"
-    echo "and make every other measurement noisier."
+    echo "$(uname -m), $(nproc) CPUs, $(date -u +%Y-%m-%d), load average $LOAD_START when the run started and"
+    echo "$(load_average) when it ended. Timings are noisy: compare medians, read the spread."
+    echo "Every kvlab program ran with --threads $THREADS unless its section says otherwise: on a small shared"
+    echo "machine OpenMP's idle threads spin and make every other measurement noisier."
     echo
     for s in $SECTIONS; do
-        f=$OUT/$(echo "$s" | tr _ -).md
+        f=$FINAL/$(echo "$s" | tr _ -).md
         if [ -r "$f" ]; then cat "$f"; fi
     done
-} > "$OUT/.report.md.tmp"
+} > "$stage/report.md"
 {
-    printf '{\n  "machine": "%s, %s CPUs",\n  "date": "%s",\n  "threads": %s,\n  "sections": {' \
-        "$(uname -m)" "$(nproc)" "$(date -u +%Y-%m-%d)" "$THREADS"
+    printf '{\n  "machine": "%s, %s CPUs",\n  "date": "%s",\n  "load_average": [%s, %s],\n  "threads": %s,\n  "sections": {' \
+        "$(uname -m)" "$(nproc)" "$(date -u +%Y-%m-%d)" "$LOAD_START" "$(load_average)" "$THREADS"
     sep=""
     for s in $SECTIONS; do
-        f=$OUT/$(echo "$s" | tr _ -).json
+        f=$FINAL/$(echo "$s" | tr _ -).json
         if [ -r "$f" ]; then
             printf '%s\n    "%s": ' "$sep" "$s"
             awk 'NR > 1 { printf "\n    " } { printf "%s", $0 }' "$f"
@@ -706,10 +654,8 @@ done
         fi
     done
     printf '\n  }\n}\n'
-} > "$OUT/.report.json.tmp"
-sync
-mv -f "$OUT/.report.md.tmp" "$OUT/report.md"
-mv -f "$OUT/.report.json.tmp" "$OUT/report.json"
+} > "$stage/report.json"
+publish report "$stage"
 rm -rf "$TMP"
-say "bench: wrote $OUT/report.md"
-cat "$OUT/report.md"
+say "bench: wrote $FINAL/report.md"
+cat "$FINAL/report.md"

@@ -94,9 +94,16 @@ START_TEST(help_lists_the_device_options)
 }
 END_TEST
 
-/* The GPU tools (built with CUDA) and the CPU attention benchmark: --help
- * works, and bad arguments are refused in one line before any device is
- * opened, so that a typo is an error (not a SKIP) where there is no GPU. */
+/* Whether a tool is built without CUDA too (the CPU benchmarks). */
+static int cpu_tool(const char *name)
+{
+    return strcmp(name, "paged_attention_bench") == 0 || strcmp(name, "machine-limits") == 0;
+}
+
+/* The GPU tools (built with CUDA) and the CPU benchmarks: --help works,
+ * and bad arguments are refused in one line before any device is opened
+ * (or any buffer allocated), so that a typo is an error (not a SKIP) where
+ * there is no GPU. */
 START_TEST(tools_take_help_and_refuse_bad_arguments)
 {
     static const char *const cases[][6] = {
@@ -112,10 +119,14 @@ START_TEST(tools_take_help_and_refuse_bad_arguments)
         {"paged_attention_bench", "64abc", NULL, NULL, NULL, "HEAD_DIM: '64abc' is not a whole number"},
         {"paged_attention_bench", "63", NULL, NULL, NULL, "HEAD_DIM must be even"},
         {"paged_attention_bench", "64", "3", "more", NULL, "too many arguments"},
+        {"machine-limits", "--mib", "0", NULL, NULL, "--mib: 0 is out of range [1, 65536]"},
+        {"machine-limits", "--threads", "2x", NULL, NULL, "not a whole number"},
+        {"machine-limits", "--passes", NULL, NULL, NULL, "--passes needs a value"},
+        {"machine-limits", "--read-only", "--bogus", NULL, NULL, "unknown argument '--bogus'"},
     };
-    static const char *const tools[] = {"decode-bench", "kernel-check", "paged_attention_bench"};
+    static const char *const tools[] = {"decode-bench", "kernel-check", "paged_attention_bench", "machine-limits"};
     for (size_t i = 0; i < sizeof tools / sizeof tools[0]; i++) {
-        if (tools[i][0] != 'p' && !device_compiled_in())
+        if (!cpu_tool(tools[i]) && !device_compiled_in())
             continue; /* built only with CUDA */
         const char *argv[] = {tools[i], "--help", NULL};
         ProgramResult r;
@@ -125,7 +136,7 @@ START_TEST(tools_take_help_and_refuse_bad_arguments)
         test_result_free(&r);
     }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (cases[i][0][0] != 'p' && !device_compiled_in())
+        if (!cpu_tool(cases[i][0]) && !device_compiled_in())
             continue;
         const char *argv[] = {cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], NULL};
         ProgramResult r;
