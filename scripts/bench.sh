@@ -19,7 +19,8 @@
 # targets, block sizes, preemption, forks), ch05_prefix
 # (scripts/bench-ch05.sh: prefix caching off, hash and radix on each
 # workload, hit rate against block size), ch06_window (scripts/bench-ch06.sh:
-# sliding window, sinks and H2O against the full cache on stories260K),
+# sliding window, sinks and H2O against the full cache on stories260K, and
+# on SmolLM2 when it is there: 2,000 tokens, the plot in ch06-window.svg),
 # attention (PagedAttention
 # against contiguous attention, three head widths), smollm2 (the real
 # SmolLM2-135M-Instruct GGUF file: chapter 2 decode and prompt speed on 1
@@ -472,7 +473,31 @@ section_ch03_policies() {
 # Chapter 6's sliding window, sinks and H2O against the full cache.
 section_ch06_window() {
     chapter_script 06 ch06.md ch06-window.md 's/^# Chapter 6 measurements/## Chapter 6/'
-    cp "$TMP/ch06/ch06.json" "$OUT/ch06-window.json"
+    smollm2_json=null
+    plot=$TMP/ch06/ch06.svg
+    # The real model (book/ch06-window.md, "On the real model"): 2,000
+    # tokens sampled at temperature 1.0, then every policy teacher-forced
+    # through them at three budgets; 11 runs of 2,000 steps, about 10 to 25
+    # minutes of one core (CH06_SMOLLM2_STEPS and CH06_SMOLLM2_BUDGETS
+    # shorten it).
+    if find_smollm2; then
+        say "bench: ch06_window on SmolLM2 (11 runs of ${CH06_SMOLLM2_STEPS:-2000} steps)"
+        mkdir -p "$TMP/ch06-smollm2"
+        steps=${CH06_SMOLLM2_STEPS:-2000} budgets=${CH06_SMOLLM2_BUDGETS:-256 512 1024}
+        smollm2_vars="MODEL=$SMOLLM2 STEPS=$steps BUDGETS=\"$budgets\" FREE=0 TEMPERATURE=1.0 SEED=1"
+        OUT=$TMP/ch06-smollm2 BUILD=$BUILD THREADS=$THREADS MODEL=$SMOLLM2 STEPS=$steps BUDGETS="$budgets" \
+            FREE=0 TEMPERATURE=1.0 SEED=1 scripts/bench-ch06.sh > /dev/null
+        {
+            sed -e 's/^# Chapter 6 measurements: \(.*\)/### SmolLM2-135M: \1/' "$TMP/ch06-smollm2/ch06.md"
+            produced_by "$smollm2_vars THREADS=$THREADS scripts/bench-ch06.sh" "via \`scripts/bench.sh ch06_window\`"
+        } >> "$OUT/ch06-window.md"
+        smollm2_json=$(cat "$TMP/ch06-smollm2/ch06.json")
+        plot=$TMP/ch06-smollm2/ch06.svg
+    else
+        say "bench: ch06_window: SmolLM2-135M-Instruct.Q4_1.gguf not found, stories260K only (make models, or SMOLLM2=FILE)"
+    fi
+    printf '{\n"stories260K": %s,\n"smollm2": %s\n}\n' "$(cat "$TMP/ch06/ch06.json")" "$smollm2_json" > "$OUT/ch06-window.json"
+    if [ -e "$plot" ]; then cp "$plot" "$OUT/ch06-window.svg"; fi # the plot: SmolLM2's when it ran (gnuplot)
 }
 
 # Chapter 4's targets, the block-size trade-off, running out of blocks and
@@ -599,7 +624,7 @@ staging() { # NAME: a fresh staging folder, printed
 }
 publish() { # NAME STAGING
     base=$(echo "$1" | tr _ -)
-    for ext in md json; do
+    for ext in md json svg; do
         if [ -e "$2/$base.$ext" ]; then
             mv -f "$2/$base.$ext" "$FINAL/$base.$ext"
         else
