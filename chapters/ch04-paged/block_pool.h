@@ -188,8 +188,9 @@ void block_pool_copy(BlockPool *p, int dst, int src);
  */
 static inline float *block_pool_keys(const BlockPool *p, int block, int layer)
 {
-    /* Inline: PagedAttention asks once per block of every head of every
-     * layer, and at small shapes a call costs as much as a row. */
+    /* Inline: PagedAttention asks once per block, for every head of every
+     * layer of every token; at small shapes a block is little work, and a
+     * call would be a visible part of it. */
     size_t rows = (size_t)p->shape.block_size * (size_t)p->shape.kv_dim; /* one [block_size][kv_dim] matrix */
     return p->storage + (size_t)block * p->floats_per_block + (size_t)layer * 2u * rows;
 }

@@ -1,6 +1,8 @@
 /* Chapter 4's K/V seam: paged_store() writes a token's K and V into the
  * slot its block table names, paged_attend() hands one query head to
- * paged_attention() (the lab, solutions/ch04/paged_attention.c). */
+ * paged_attention() (the lab, solutions/ch04/paged_attention.c), whose
+ * weighted sum of values takes a block at a time through
+ * paged_accumulate_rows(). */
 #include <string.h>
 
 #include "paged.h"
