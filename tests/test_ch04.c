@@ -208,6 +208,44 @@ static void same_tokens_every_block_size(const TestModel *f, const char *request
     }
 }
 
+/* paged_accumulate_rows() keeps its running sums in registers, eight and
+ * thirty-two floats at a time, with a scalar rest: at every head width
+ * that takes each path (and mixes of them), from a non-zero start, it must
+ * give exactly the bits of attention_accumulate() called row by row. */
+START_TEST(accumulate_rows_equals_row_by_row_bitwise)
+{
+    enum { MAX_DIM = 72, MAX_ROWS = 17, PAD = 5 };
+    const int widths[] = {1, 3, 7, 8, 9, 16, 31, 32, 33, 40, 64, 72};
+    const int row_counts[] = {0, 1, 2, 15, 16, 17};
+    unsigned long long rng = 777;
+    const int stride = 2 * MAX_DIM + PAD; /* rows wider than the head: the head is a slice */
+    float *rows = malloc((size_t)MAX_ROWS * stride * sizeof(float)); /* [MAX_ROWS][stride] */
+    float a[MAX_ROWS], start[MAX_DIM], want[MAX_DIM], got[MAX_DIM + 1];
+    for (int i = 0; i < MAX_ROWS * stride; i++)
+        rows[i] = sampler_random_f32(&rng) * 2.0f - 1.0f;
+    for (int j = 0; j < MAX_ROWS; j++)
+        a[j] = sampler_random_f32(&rng) / 3.0f;
+    for (int i = 0; i < MAX_DIM; i++)
+        start[i] = sampler_random_f32(&rng) * 4.0f - 2.0f;
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++)
+        for (size_t r = 0; r < sizeof row_counts / sizeof row_counts[0]; r++) {
+            int head_dim = widths[w], n_rows = row_counts[r];
+            const float *slice = rows + PAD; /* not aligned to a vector */
+            memcpy(want, start, sizeof want);
+            memcpy(got, start, sizeof want);
+            got[head_dim] = 12345.0f; /* one past the head: must stay as it is */
+            for (int j = 0; j < n_rows; j++)
+                attention_accumulate(want, a[j], slice + (size_t)j * stride, head_dim);
+            paged_accumulate_rows(got, a, slice, n_rows, stride, head_dim);
+            ck_assert_msg(memcmp(want, got, (size_t)head_dim * sizeof(float)) == 0,
+                          "head_dim %d, %d rows: paged_accumulate_rows() differs from attention_accumulate() row "
+                          "by row", head_dim, n_rows);
+            ck_assert_msg(got[head_dim] == 12345.0f, "head_dim %d, %d rows: wrote past the head", head_dim, n_rows);
+        }
+    free(rows);
+}
+END_TEST
+
 START_TEST(same_tokens_as_solo_synthetic_gqa)
 {
     TestModel f;
@@ -672,6 +710,7 @@ Suite *suite_ch04(void)
     TCase *tc = tcase_create("ch04");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, paged_attention_equals_contiguous_bitwise);
+    tcase_add_test(tc, accumulate_rows_equals_row_by_row_bitwise);
     tcase_add_test(tc, same_tokens_as_solo_synthetic_gqa);
     tcase_add_test(tc, same_tokens_as_solo_synthetic_mha);
     tcase_add_test(tc, same_tokens_as_solo_stories260k);

@@ -80,18 +80,6 @@ void block_pool_copy(BlockPool *p, int dst, int src)
            p->floats_per_block * sizeof(float));
 }
 
-float *block_pool_keys(const BlockPool *p, int block, int layer)
-{
-    size_t rows = (size_t)p->shape.block_size * (size_t)p->shape.kv_dim; /* one [block_size][kv_dim] matrix */
-    return p->storage + (size_t)block * p->floats_per_block + (size_t)layer * 2u * rows;
-}
-
-float *block_pool_values(const BlockPool *p, int block, int layer)
-{
-    size_t rows = (size_t)p->shape.block_size * (size_t)p->shape.kv_dim;
-    return p->storage + (size_t)block * p->floats_per_block + ((size_t)layer * 2u + 1u) * rows;
-}
-
 int block_pool_used(const BlockPool *p)
 {
     return p->n_blocks - p->n_free - p->n_parked;

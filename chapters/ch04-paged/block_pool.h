@@ -186,7 +186,14 @@ void block_pool_copy(BlockPool *p, int dst, int src);
  * @param layer  layer index
  * @return [block_size][kv_dim] key rows
  */
-float *block_pool_keys(const BlockPool *p, int block, int layer);
+static inline float *block_pool_keys(const BlockPool *p, int block, int layer)
+{
+    /* Inline: PagedAttention asks once per block, for every head of every
+     * layer of every token; at small shapes a block is little work, and a
+     * call would be a visible part of it. */
+    size_t rows = (size_t)p->shape.block_size * (size_t)p->shape.kv_dim; /* one [block_size][kv_dim] matrix */
+    return p->storage + (size_t)block * p->floats_per_block + (size_t)layer * 2u * rows;
+}
 
 /**
  * The values of one layer inside one block.
@@ -195,7 +202,11 @@ float *block_pool_keys(const BlockPool *p, int block, int layer);
  * @param layer  layer index
  * @return [block_size][kv_dim] value rows
  */
-float *block_pool_values(const BlockPool *p, int block, int layer);
+static inline float *block_pool_values(const BlockPool *p, int block, int layer)
+{
+    size_t rows = (size_t)p->shape.block_size * (size_t)p->shape.kv_dim;
+    return p->storage + (size_t)block * p->floats_per_block + ((size_t)layer * 2u + 1u) * rows;
+}
 
 /**
  * Blocks held by at least one table.

@@ -108,6 +108,22 @@ typedef struct {
 void paged_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v);
 
 /**
+ * out[i] += a[j] * rows[j][i] for j = 0, 1, ..., n_rows - 1 in turn: the
+ * same additions in the same order, so the same bits, as
+ * attention_accumulate() called once per row, but each running sum stays in
+ * a register over all the rows of a block instead of going through memory
+ * once per row (at small head_dim that round trip, not the arithmetic, is
+ * what the weighted sum of values costs).
+ * @param out       [head_dim] running sums, updated
+ * @param a         [n_rows] attention weights
+ * @param rows      [n_rows][stride] value rows; the head's slice starts at offset 0
+ * @param n_rows    rows to add (0 or more)
+ * @param stride    floats between consecutive rows
+ * @param head_dim  width
+ */
+void paged_accumulate_rows(float *out, const float *a, const float *rows, int n_rows, int stride, int head_dim);
+
+/**
  * PagedAttention of one query head over positions 0..n_pos-1 of a sequence,
  * reading keys and values straight out of the blocks its table names:
  * scores in position order, softmax, weighted sum of values in position

@@ -27,8 +27,8 @@ void paged_attention(const BlockPool *pool, const BlockTable *t, int layer, int 
     for (int i = 0; i < n_blocks; i++) {
         const float *values = block_pool_values(pool, t->blocks[i], layer) + head; /* [bs][kv_dim] */
         int rows = n_pos - i * bs < bs ? n_pos - i * bs : bs;
-        for (int j = 0; j < rows; j++)
-            attention_accumulate(out, scores[i * bs + j], values + (size_t)j * kv_dim, head_dim);
+        /* attention_accumulate() for each row in turn, the sums kept in registers */
+        paged_accumulate_rows(out, scores + i * bs, values, rows, kv_dim, head_dim);
     }
     // LAB STUB:
     // (void)t; (void)layer; (void)q; (void)scores; (void)n_blocks; (void)head; (void)kv_dim;
