@@ -3,6 +3,7 @@
  * sums in registers); these tests hold them to the plain scalar loops that
  * define their order, so that a faster version can never change a bit. */
 #include <check.h>
+#include <math.h>
 #include <string.h>
 
 #include "ops.h"
@@ -15,16 +16,23 @@ static void random_fill(float *x, int n, unsigned long long *rng)
         x[i] = 2.0f * sampler_random_f32(rng) - 1.0f;
 }
 
-/* dot()'s documented order: eight interleaved partial sums over the first
- * n - n % 8 elements, combined pairwise, then the tail in order. */
+/* dot()'s documented order: 32 partial sums, partial k collecting the
+ * products of elements k, k + 32, k + 64, ... in turn over the first
+ * n - n % 32 elements; partial k + 16 added to partial k, then k + 8 to k;
+ * the eight combined pairwise; then the tail in order. */
 static float dot_by_definition(const float *a, const float *b, int n)
 {
-    float acc[8] = {0};
+    float p[32] = {0};
     int j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++)
-            acc[l] += a[j + l] * b[j + l];
-    float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; j + 32 <= n; j += 32)
+        for (int k = 0; k < 32; k++)
+            p[k] += a[j + k] * b[j + k];
+    float q[16], r[8];
+    for (int k = 0; k < 16; k++)
+        q[k] = p[k] + p[k + 16];
+    for (int k = 0; k < 8; k++)
+        r[k] = q[k] + q[k + 8];
+    float sum = ((r[0] + r[4]) + (r[1] + r[5])) + ((r[2] + r[6]) + (r[3] + r[7]));
     for (; j < n; j++)
         sum += a[j] * b[j];
     return sum;
@@ -39,7 +47,7 @@ START_TEST(dot_follows_its_definition)
 {
     unsigned long long rng = 1;
     float a[300] = {0}, b[300] = {0};
-    for (int n = 0; n <= 300; n += (n < 40 ? 1 : 37)) {
+    for (int n = 0; n <= 300; n += (n < 100 ? 1 : 37)) {
         random_fill(a, n, &rng);
         random_fill(b, n, &rng);
         ck_assert_msg(same_bits(dot(a, b, n), dot_by_definition(a, b, n)), "dot of length %d differs", n);
@@ -47,16 +55,18 @@ START_TEST(dot_follows_its_definition)
 }
 END_TEST
 
+/* Shapes around the kernel's tiles (4 rows, 3 tokens, 32 columns) and
+ * batches of 1 to 8 tokens: every output must be the definition's bits. */
 START_TEST(matmul_rows_equal_dot_for_any_batch)
 {
     unsigned long long rng = 2;
-    static float w[64 * 64], x[3 * 64], out[3 * 64]; /* room for the largest shape below */
-    int shapes[][2] = {{45, 37}, {8, 4}, {16, 5}, {7, 3}, {64, 36}, {1, 1}};
+    static float w[96 * 67], x[8 * 96], out[8 * 67]; /* room for the largest shape below */
+    int shapes[][2] = {{45, 37}, {8, 4}, {16, 5}, {7, 3}, {64, 36}, {1, 1}, {96, 67}, {32, 9}, {63, 6}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int in = shapes[s][0], od = shapes[s][1];
         random_fill(w, in * od, &rng);
-        random_fill(x, 3 * in, &rng);
-        for (int n_tokens = 1; n_tokens <= 3; n_tokens++) {
+        random_fill(x, 8 * in, &rng);
+        for (int n_tokens = 1; n_tokens <= 8; n_tokens++) {
             matmul(out, x, w, n_tokens, in, od);
             for (int t = 0; t < n_tokens; t++)
                 for (int o = 0; o < od; o++)
@@ -68,13 +78,27 @@ START_TEST(matmul_rows_equal_dot_for_any_batch)
 }
 END_TEST
 
+/* attention_score() is dot() over the head, then the division. */
+START_TEST(attention_score_follows_its_definition)
+{
+    unsigned long long rng = 4;
+    float q[130], k[130];
+    for (int hd = 1; hd <= 130; hd += (hd < 70 ? 1 : 13)) {
+        random_fill(q, hd, &rng);
+        random_fill(k, hd, &rng);
+        float want = dot_by_definition(q, k, hd) / sqrtf((float)hd);
+        ck_assert_msg(same_bits(attention_score(q, k, hd), want), "attention_score of head_dim %d differs", hd);
+    }
+}
+END_TEST
+
 /* The attention reference against the per-position loop every chapter's
  * attend would write: scores, softmax, weighted sum from a zeroed output. */
 START_TEST(attention_reference_equals_the_plain_loop)
 {
     unsigned long long rng = 3;
-    static float keys[70 * 48], values[70 * 48], q[24], scores[70], want[24], got[24];
-    int head_dims[] = {1, 2, 7, 8, 10, 16, 24};
+    static float keys[70 * 96], values[70 * 96], q[48], scores[70], want[48], got[48];
+    int head_dims[] = {1, 2, 7, 8, 10, 16, 24, 33, 48};
     for (size_t h = 0; h < sizeof head_dims / sizeof head_dims[0]; h++) {
         int hd = head_dims[h], stride = 2 * hd;
         for (int n_pos = 1; n_pos <= 70; n_pos += 23) {
@@ -101,6 +125,7 @@ Suite *suite_ops_order(void)
     TCase *tc = tcase_create("bits");
     tcase_add_test(tc, dot_follows_its_definition);
     tcase_add_test(tc, matmul_rows_equal_dot_for_any_batch);
+    tcase_add_test(tc, attention_score_follows_its_definition);
     tcase_add_test(tc, attention_reference_equals_the_plain_loop);
     suite_add_tcase(s, tc);
     return s;

@@ -113,10 +113,11 @@ static void *random_matrix(WeightType t, int rows, int cols, unsigned long long 
     return data;
 }
 
-/* The documented order for the non-f32 types: 32 partial sums by position
- * in the block, folded k + 16 onto k, k + 8 onto k, dot()'s tree over the
- * eight, then the weights after the last whole block in order. Written
- * plainly here, from the exact dequantization of quant.c. */
+/* The documented order, the same for every type (f32 through dot()): 32
+ * partial sums by position in the block, folded k + 16 onto k, k + 8 onto
+ * k, a pairwise tree over the eight, then the weights after the last whole
+ * block in order. Written plainly here, from the exact dequantization of
+ * quant.c. */
 static float dot_blocked_by_definition(const float *w, const float *x, int n)
 {
     float p[32] = {0};
@@ -166,7 +167,7 @@ START_TEST(fused_matmul_equals_dequantize_then_dot)
                 for (int tok = 0; tok < n; tok++)
                     for (int r = 0; r < rows; r++) {
                         const float *wr = deq + (size_t)r * cols, *xt = x + (size_t)tok * cols;
-                        float want = t == WEIGHT_F32 ? dot(wr, xt, cols) : dot_blocked_by_definition(wr, xt, cols);
+                        float want = dot_blocked_by_definition(wr, xt, cols);
                         ck_assert_msg(same_bits(out[(size_t)tok * rows + r], want),
                                       "%s %dx%d, %d tokens: token %d row %d is %.9g, the definition gives %.9g",
                                       weight_type_name(t), rows, cols, n, tok, r,

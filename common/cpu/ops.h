@@ -17,9 +17,13 @@
 #include "quant.h"
 
 /**
- * Dot product in kvlab's fixed order: eight interleaved partial sums over
- * the first n - n%8 elements, combined pairwise, then the tail in order.
- * Eight independent sums let the compiler use vector registers without
+ * Dot product in kvlab's fixed order, the order of every matmul too: 32
+ * partial sums, partial k collecting the products of elements k, k + 32,
+ * k + 64, ... in turn over the first n - n%32 elements; then partial k + 16
+ * is added to partial k, then k + 8 to k, the eight are combined pairwise
+ * ((0+4) + (1+5)) + ((2+6) + (3+7)), and the tail is added in order.
+ * Thirty-two independent sums fill two AVX-512 registers (two chains of
+ * additions, so one row streams at full speed) without the compiler
  * reassociating anything.
  * @param a  [n]
  * @param b  [n]
@@ -31,8 +35,9 @@ float dot(const float *a, const float *b, int n);
 /**
  * Matrix product over a batch of tokens: out[t][o] = dot(w[o], x[t]).
  * Weights are read once per call, whatever the number of tokens: rows of W
- * are taken four at a time and applied to every token before moving on.
- * Each output equals dot() of its row and token exactly.
+ * are taken four at a time and applied to every token, three tokens at a
+ * time with all their partial sums in registers, before moving on. Each
+ * output equals dot() of its row and token exactly.
  * @param out       [n_tokens][out_dim]
  * @param x         [n_tokens][in_dim]
  * @param w         [out_dim][in_dim]
@@ -48,8 +53,8 @@ void matmul(float *out, const float *x, const float *w, int n_tokens, int in_dim
  * f32 weights go through matmul() (so a llama2.c checkpoint gives the same
  * bits as ever). Every other type is turned into f32 one block of 32
  * weights at a time, in registers, exactly as weight_dequantize_row()
- * does, and multiplied with f32 activations (never quantized) in this
- * fixed order: 32 partial sums, partial k collecting the products of
+ * does, and multiplied with f32 activations (never quantized) in
+ * dot()'s order: 32 partial sums, partial k collecting the products of
  * weights k, k + 32, k + 64, ... in turn; then partial k + 16 is added to
  * partial k, then k + 8 to k, then the eight are combined as in dot(), and
  * the weights past the last whole block (f16/bf16 rows only) are added in
@@ -160,7 +165,7 @@ void add_inplace(float *out, const float *other, int n);
 
 /**
  * Scaled attention score of one query head against one key head:
- * (q . k) / sqrt(head_dim), summed in order.
+ * dot(q, k, head_dim) / sqrt(head_dim), so in dot()'s order.
  * @param q         [head_dim]
  * @param k         [head_dim]
  * @param head_dim  width
@@ -168,10 +173,7 @@ void add_inplace(float *out, const float *other, int n);
  */
 static inline float attention_score(const float *q, const float *k, int head_dim)
 {
-    float s = 0.0f;
-    for (int i = 0; i < head_dim; i++)
-        s += q[i] * k[i];
-    return s / sqrtf((float)head_dim);
+    return dot(q, k, head_dim) / sqrtf((float)head_dim);
 }
 
 /**
