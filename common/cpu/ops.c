@@ -82,8 +82,7 @@ static inline float combine_block_partials(const Block16 *lo, const Block16 *hi)
         q[k] = p[k] + p[k + LANES];
     return combine_lanes(q);
 }
-#endif
-
+#else
 /* The same fold written on an array of DOT_LANES partial sums (builds
  * without vector extensions). */
 static inline float combine_partials(const float p[DOT_LANES])
@@ -93,6 +92,7 @@ static inline float combine_partials(const float p[DOT_LANES])
         q[k] = (p[k] + p[k + 16]) + (p[k + 8] + p[k + 24]);
     return combine_lanes(q);
 }
+#endif
 
 float dot(const float *a, const float *b, int n)
 {
