@@ -49,9 +49,14 @@ static void check_kv(const GgufFile *f, const GgufKv *kv)
                 abort();
             touch(s.data, s.len);
         }
-    if (kv->type == GGUF_ARRAY && kv->count > 0 && (kv->elem_type == GGUF_I32 || kv->elem_type == GGUF_F32)) {
-        sink ^= (unsigned char)(kv->elem_type == GGUF_I32 ? gguf_array_i32(kv, kv->count - 1)
-                                                          : (int)gguf_array_f32(kv, kv->count - 1));
+    if (kv->type == GGUF_ARRAY && kv->count > 0 && kv->elem_type == GGUF_I32)
+        sink ^= (unsigned char)gguf_array_i32(kv, kv->count - 1);
+    if (kv->type == GGUF_ARRAY && kv->count > 0 && kv->elem_type == GGUF_F32) {
+        /* Its bytes, not (int) of it: a float beyond int's range may not be converted. */
+        float last = gguf_array_f32(kv, kv->count - 1);
+        unsigned char bytes[sizeof last];
+        memcpy(bytes, &last, sizeof last);
+        sink ^= bytes[0];
     }
     /* Every getter on every key: a value or one line that says why not. */
     char key[256];
