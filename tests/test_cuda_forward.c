@@ -91,9 +91,9 @@ typedef struct {
     Model m;
     void *image;
     const char *name;
-} TestModel;
+} DeviceTestModel;
 
-static void model_open_synthetic(TestModel *t, ModelConfig cfg, const char *name)
+static void model_open_synthetic(DeviceTestModel *t, ModelConfig cfg, const char *name)
 {
     SynthSpec spec = {.cfg = cfg, .shared_classifier = 1, .seed = 42};
     size_t bytes;
@@ -103,7 +103,7 @@ static void model_open_synthetic(TestModel *t, ModelConfig cfg, const char *name
     t->name = name;
 }
 
-static void model_open_default(TestModel *t)
+static void model_open_default(DeviceTestModel *t)
 {
     memset(t, 0, sizeof *t);
     const char *path = test_shared_file("stories260K.bin");
@@ -122,7 +122,7 @@ static void model_open_default(TestModel *t)
  * attention kernels' odd group shapes. */
 static const ModelConfig ODD_HEADS = {96, 256, 2, 2, 1, 512, 128};
 
-static void model_close(TestModel *t)
+static void model_close(DeviceTestModel *t)
 {
     model_free(&t->m);
     mem_free(t->image);
@@ -247,7 +247,7 @@ static void step(DeviceSetup *s, const BatchEntry *e, int n, int use_graph)
 
 /* A prompt: the README's "Once upon a time" ids for stories260K, else
  * seeded random ids after BOS. */
-static int make_prompt(const TestModel *t, int *prompt)
+static int make_prompt(const DeviceTestModel *t, int *prompt)
 {
     static const int once[] = {1, 403, 407, 261, 378};
     if (strcmp(t->name, "stories260K") == 0) {
@@ -279,7 +279,7 @@ static const Precision PRECISIONS[] = {
 
 /* One device step over the whole teacher-forced sequence, logits of every
  * row, against the CPU, in every precision. */
-static void whole_sequence_matches(const TestModel *t, int n)
+static void whole_sequence_matches(const DeviceTestModel *t, int n)
 {
     int prompt[8];
     int n_prompt = make_prompt(t, prompt);
@@ -318,7 +318,7 @@ START_TEST(whole_sequence_matches_cpu)
 {
     if (!cuda_test_device_present("whole_sequence_matches_cpu"))
         return;
-    TestModel t;
+    DeviceTestModel t;
     model_open_default(&t);
     whole_sequence_matches(&t, 160);
     model_close(&t);
@@ -332,7 +332,7 @@ END_TEST
 
 /* Prefill the prompt, then one teacher-forced token per step, through
  * prepare() as the generation loop does. */
-static void contiguous_matches(const TestModel *t, int grow, Dtype kv_type, int n)
+static void contiguous_matches(const DeviceTestModel *t, int grow, Dtype kv_type, int n)
 {
     int prompt[8];
     int n_prompt = make_prompt(t, prompt), vocab = t->m.cfg.vocab_size;
@@ -383,7 +383,7 @@ START_TEST(contiguous_cache_matches_cpu)
 {
     if (!cuda_test_device_present("contiguous_cache_matches_cpu"))
         return;
-    TestModel t;
+    DeviceTestModel t;
     model_open_default(&t);
     contiguous_matches(&t, 0, DTYPE_F32, 80);
     contiguous_matches(&t, 1, DTYPE_F32, 80);
@@ -424,7 +424,7 @@ START_TEST(graphs_follow_their_store)
 {
     if (!cuda_test_device_present("graphs_follow_their_store"))
         return;
-    TestModel t;
+    DeviceTestModel t;
     model_open_default(&t);
     const ModelConfig *c = &t.m.cfg;
     int prompt[8], n = 24, vocab = c->vocab_size;
@@ -490,7 +490,7 @@ static void ensure_blocks(DeviceKv *kv, Tables *tb, int seq, int positions)
  * then one token of each per step; each sequence's logits must be its own
  * CPU logits. paged = 1 uses the block pool, with a fork of sequence 0 into
  * sequence 3 by copy-on-write after the prefill. */
-static void batch_matches(const TestModel *t, int paged, int use_graph)
+static void batch_matches(const DeviceTestModel *t, int paged, int use_graph)
 {
     const ModelConfig *c = &t->m.cfg;
     int vocab = c->vocab_size, total[SEQS] = {30, 42, 25}, prompt_len[SEQS] = {5, 9, 3};
@@ -579,7 +579,7 @@ START_TEST(arena_and_paged_batches_match_cpu)
 {
     if (!cuda_test_device_present("arena_and_paged_batches_match_cpu"))
         return;
-    TestModel t;
+    DeviceTestModel t;
     model_open_synthetic(&t, ODD_HEADS, "synthetic head 48 GQA");
     batch_matches(&t, 0, 0);
     batch_matches(&t, 1, 0);
@@ -741,7 +741,7 @@ START_TEST(device_memory_is_accounted)
 {
     if (!cuda_test_device_present("device_memory_is_accounted"))
         return;
-    TestModel t;
+    DeviceTestModel t;
     model_open_synthetic(&t, ODD_HEADS, "synthetic head 48 GQA");
     const ModelConfig *c = &t.m.cfg;
     size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, kv = (size_t)model_kv_dim(c), hid = (size_t)c->hidden_dim;
@@ -815,7 +815,7 @@ START_TEST(program_on_device_matches_cpu)
     ck_assert_int_gt(n_prompt, 0);
     ck_assert_mem_eq(ids_dev, ids_cpu, (size_t)n_prompt * sizeof(int));
     /* The CPU's logits along its own tokens tell where the near-ties are. */
-    TestModel t;
+    DeviceTestModel t;
     memset(&t, 0, sizeof t);
     Err err = {{0}};
     ck_assert_msg(model_load(&t.m, model_path, &err) == 0, "%s", err.msg);
