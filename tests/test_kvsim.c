@@ -29,7 +29,12 @@ START_TEST(dist_parse_and_format)
     ck_assert_str_eq(kvsim_dist_format(buf, sizeof buf, &d), "uniform:1:999");
     ck_assert(kvsim_dist_parse("lognormal:161.31:1", &d, &err) == 0 && d.kind == KVSIM_LOGNORMAL);
     ck_assert_str_eq(kvsim_dist_format(buf, sizeof buf, &d), "lognormal:161.31:1");
-    static const char *const bad[] = {"fixed", "fixed:", "fixed:0", "fixed:1.5", "fixed:12x", "uniform:5:4",
+    ck_assert(kvsim_dist_parse("gamma:337.99:0.91", &d, &err) == 0 && d.kind == KVSIM_GAMMA && d.b == 0.91);
+    ck_assert_str_eq(kvsim_dist_format(buf, sizeof buf, &d), "gamma:337.99:0.91");
+    ck_assert(kvsim_dist_parse("weibull:58.45:1", &d, &err) == 0 && d.kind == KVSIM_WEIBULL && d.a == 58.45);
+    ck_assert_str_eq(kvsim_dist_format(buf, sizeof buf, &d), "weibull:58.45:1");
+    static const char *const bad[] = {"gamma:100:0", "gamma:100:0.01", "gamma:100:5", "gamma:0.5:1", "gamma:100",
+                                      "weibull:100:0", "weibull:100:4.5", "weibull:100:-1", "fixed", "fixed:", "fixed:0", "fixed:1.5", "fixed:12x", "uniform:5:4",
                                       "uniform:0:4", "uniform:1", "lognormal:100:0", "lognormal:100", "normal:1:2",
                                       "lognormal:0.5:1", "sharegpt", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -71,6 +76,28 @@ START_TEST(draws_follow_their_distribution)
      * is parameterised by its mean, 100 (standard error about 0.17). */
     ck_assert_msg(fabs(sum_u / N - 15.0) < 0.05, "uniform mean %f", sum_u / N);
     ck_assert_msg(fabs(sum_l / N - 100.0) < 1.0, "lognormal mean %f", sum_l / N);
+    /* Gamma and Weibull are parameterised by mean and coefficient of
+     * variation: 100000 draws of mean 300 and CV 0.9 (untruncated: the
+     * window is far beyond the tail) have a mean within 300 +- 3 (about
+     * three standard errors) and a CV within 0.9 +- 0.02; a wrong shape
+     * (gamma's 1/CV instead of 1/CV^2, say) or scale would miss both. */
+    for (int f = 0; f < 2; f++) {
+        KvsimDist d = {f == 0 ? KVSIM_GAMMA : KVSIM_WEIBULL, 300, 0.9};
+        double s1 = 0, s2 = 0;
+        int small = 0;
+        for (int i = 0; i < N; i++) {
+            double v = kvsim_dist_draw(&d, 0, 1000000, &r);
+            s1 += v;
+            s2 += v * v;
+            small += v < 30;
+        }
+        double mean = s1 / N, cv = sqrt(s2 / N - mean * mean) / mean;
+        ck_assert_msg(fabs(mean - 300.0) < 3.0, "%s mean %f", f ? "weibull" : "gamma", mean);
+        ck_assert_msg(fabs(cv - 0.9) < 0.02, "%s cv %f", f ? "weibull" : "gamma", cv);
+        /* Unlike a lognormal of the same spread, both keep the short end:
+         * gamma of shape 1.23 puts 6.2% under 30, Weibull of shape 1.11 7.0%. */
+        ck_assert_msg(small > N / 25 && small < N / 12, "%s: %d under 30", f ? "weibull" : "gamma", small);
+    }
     /* Truncation redraws: a window of [90, 110] only ever gives values in it. */
     for (int i = 0; i < 1000; i++) {
         int v = kvsim_dist_draw(&logn, 90, 110, &r);
@@ -644,6 +671,17 @@ START_TEST(filter_keeps_the_means)
     /* Without the correction the filter would lower both means: mu above
      * ln(mean) - sigma^2 / 2. */
     ck_assert(fit.mu_input > log(161.31) - 0.5 && fit.mu_output > log(337.99) - 0.5);
+    /* The same solve for gamma and Weibull outputs (their own CDFs, not the
+     * lognormal's): the kept means are the given ones, and the scale moved
+     * up from the untruncated one. */
+    for (int f = 0; f < 2; f++) {
+        KvsimWorkload g = w;
+        g.output = (KvsimDist){f == 0 ? KVSIM_GAMMA : KVSIM_WEIBULL, 337.99, 0.91};
+        ck_assert_msg(kvsim_filter_solve(&g, 2048, &fit, &err) == 0, "%s", err.msg);
+        ck_assert_double_eq_tol(fit.mean_output, 337.99, 1e-6);
+        ck_assert(kvsim_dist_mean_at(&g.output, fit.mu_output) > 337.99);
+    }
+    ck_assert_msg(kvsim_filter_solve(&w, 2048, &fit, &err) == 0, "%s", err.msg);
     SimRequestSpec *reqs = malloc(sizeof *reqs * (size_t)w.n_requests);
     kvsim_make_requests(&w, 2048, &fit, reqs);
     double in = 0, out = 0;
@@ -795,10 +833,10 @@ START_TEST(program_fig2_scenario)
     ck_assert_msg(strcmp(r.out, again.out) == 0, "two runs of one seed differ");
     test_result_free(&again);
     static const char *const rows[] = {
-        "  Orca (Max)     ch03 orca-max         20.4 |  19.9  13.3 |  13.4  57.3 |  52.4   8.9 |  14.2   7.00 |   6.59",
-        "  Orca (Pow2)    ch03 orca-out-pow2    26.8 |  27.2  17.9 |  18.3  13.6 |  14.1  41.6 |  40.5   9.81 |   8.97",
-        "  Orca (Oracle)  ch03 orca-oracle      38.2 |  33.5  25.2 |  22.5   0.0 |   0.1  36.6 |  43.9  13.62 |  11.07",
-        "  vLLM           ch04 paged/16         96.3 |  69.2     - |   1.1     - |   0.0     - |  29.8  30.42 |  22.84"};
+        "  Orca (Max)     ch03 orca-max         20.4 |  18.2  13.3 |  11.9  57.3 |  58.2   8.9 |  11.7   7.00 |   6.78",
+        "  Orca (Pow2)    ch03 orca-out-pow2    26.8 |  24.8  17.9 |  16.3  13.6 |  14.3  41.6 |  44.6   9.81 |   9.24",
+        "  Orca (Oracle)  ch03 orca-oracle      38.2 |  35.0  25.2 |  23.0   0.0 |   0.1  36.6 |  42.0  13.62 |  13.04",
+        "  vLLM           ch04 paged/16         96.3 |  74.4     - |   1.3     - |   0.0     - |  24.3  30.42 |  27.71"};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         ck_assert_msg(strstr(r.out, rows[i]), "no row\n%s\nin:\n%.2000s", rows[i],
                       strstr(r.out, "against the PagedAttention paper, by") ? strstr(r.out, "against the Paged") : r.out);
@@ -828,7 +866,7 @@ START_TEST(program_fig2_scenario)
         if (k == 0)
             ck_assert_msg(v[3] >= 100.0 * 1392 / 15728 - 1e-9, "Orca-Max others %.3f%%", v[3]);
     }
-    ck_assert_msg(strstr(text, "\"fig13\": {") && strstr(text, "\"avg_batched_requests\": 6.5875"), "fig13: %.300s",
+    ck_assert_msg(strstr(text, "\"fig13\": {") && strstr(text, "\"avg_batched_requests\": 6.7839"), "fig13: %.300s",
                   strstr(text, "\"fig13\"") ? strstr(text, "\"fig13\"") : "(none)");
     free(text);
     remove(json);

@@ -110,12 +110,15 @@ static const Scenario SCENARIOS[] = {
      "--scenario paper-fig2)"},
     {"paper-fig2",
      "--preset opt-13b --dtype fp16 --gpu a100-40gb --weights 26GB --kv-budget 12GiB --input lognormal:161.31:1 "
-     "--output lognormal:337.99:1 --filter 4:1024:2048 --max-input 1024 --max-output 2044 --requests 7200 "
+     "--output gamma:337.99:0.91 --filter 4:1024:2048 --max-input 1024 --max-output 2044 --requests 7200 "
      "--rate-per-s 2 --step-ms 74 --arena buddy --strategies orca-max,orca-out-pow2,orca-oracle,paged",
      "the PagedAttention paper's Fig. 2 and Fig. 13 (ShareGPT) by its method: OPT-13B, 12 GiB of K/V, a one-hour "
-     "trace of Poisson arrivals at 2 requests/s, the paper's mean lengths after vLLM's benchmark filter (sigma 1 "
-     "assumed), Orca's regions from a buddy allocator, shares of the whole pool; 74 ms per step is assumed (the "
-     "paper's Fig. 13 Alpaca run, 132.44 requests batched at 30/s of 59.45 steps each, by Little's law)",
+     "trace of Poisson arrivals at 2 requests/s, the paper's mean lengths after vLLM's benchmark filter (prompts "
+     "lognormal, sigma 1 assumed; outputs gamma, the exponential-like family of production traces, their CV 0.91 "
+     "estimated from the paper's Orca-Max bar, which depends on the lengths alone: "
+     "scripts/kvsim-fig2-calibrate.sh), Orca's regions from a buddy allocator, shares of the whole pool; 74 ms per "
+     "step is assumed (the paper's Fig. 13 Alpaca run, 132.44 requests batched at 30/s of 59.45 steps each, by "
+     "Little's law)",
      {{0}}, 1, NULL},
 };
 
@@ -219,8 +222,9 @@ static void usage(void)
            "  --max-batch N        chapter 3's most requests per batch (default: no limit)\n"
            "requests\n"
            "  --workload NAME      sharegpt or alpaca: sets --input and --output (means from the PagedAttention paper)\n"
-           "  --input DIST         prompt lengths: fixed:N, uniform:LO:HI, lognormal:MEAN:SIGMA (default: sharegpt's)\n"
-           "  --output DIST        output lengths, tokens before EOS (default: sharegpt's)\n"
+           "  --input DIST         prompt lengths: fixed:N, uniform:LO:HI, lognormal:MEAN:SIGMA, gamma:MEAN:CV or\n"
+           "                       weibull:MEAN:CV (CV: standard deviation over mean) (default: sharegpt's)\n"
+           "  --output DIST        output lengths, tokens before EOS, the same forms (default: sharegpt's)\n"
            "  --max-input N        longest prompt (default: half the context length)\n"
            "  --max-output N       most new tokens (default: the rest of the context)\n"
            "  --max-new N|oracle   what each request asks for, which `request` and `pow2` reserve\n"
@@ -231,8 +235,9 @@ static void usage(void)
            "  --step-ms T          of one step (every step the same), so that --rate is R x T / 1000\n"
            "  --filter MIN:MAXIN:MAXTOTAL  drop and draw again (as a pair) every request with a prompt or output\n"
            "                       under MIN tokens, a prompt over MAXIN or prompt + output over MAXTOTAL, as\n"
-           "                       vLLM's benchmark script drops ShareGPT requests (4:1024:2048); lognormal\n"
-           "                       MEANs are then the means of the kept requests (mu is solved for them)\n"
+           "                       vLLM's benchmark script drops ShareGPT requests (4:1024:2048); lognormal,\n"
+           "                       gamma and weibull MEANs are then the means of the kept requests (their scale\n"
+           "                       is solved for them)\n"
            "  --seed N             seeds lengths and arrivals (default 1)\n"
            "output\n"
            "  --json FILE          the setup and every strategy's numbers as JSON\n"
@@ -590,8 +595,8 @@ static void print_setup(const Options *o, const SimRequestSpec *reqs)
         printf("          prompts %s, outputs %s: means of the kept requests; before the filter mu = %.4f and %.4f "
                "(means %.1f and %.1f); it keeps %.1f%%\n", kvsim_dist_format(a, sizeof a, &o->w.input),
                kvsim_dist_format(b, sizeof b, &o->w.output), o->fit.mu_input, o->fit.mu_output,
-               exp(o->fit.mu_input + 0.5 * o->w.input.b * o->w.input.b),
-               exp(o->fit.mu_output + 0.5 * o->w.output.b * o->w.output.b), 100.0 * o->fit.kept);
+               kvsim_dist_mean_at(&o->w.input, o->fit.mu_input),
+               kvsim_dist_mean_at(&o->w.output, o->fit.mu_output), 100.0 * o->fit.kept);
         printf("          drawn: prompts mean %.1f, outputs mean %.1f\n", in / n, out / n);
     } else {
         printf("          prompts %s in [1, %d]: mean %.1f drawn\n", kvsim_dist_format(a, sizeof a, &o->w.input),

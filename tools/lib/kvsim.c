@@ -63,8 +63,9 @@ int kvsim_dist_parse(const char *text, KvsimDist *d, Err *err)
         const char *name;
         KvsimDistKind kind;
         int n_numbers;
-    } kinds[] = {{"fixed", KVSIM_FIXED, 1}, {"uniform", KVSIM_UNIFORM, 2}, {"lognormal", KVSIM_LOGNORMAL, 2}};
-    const char *usage = "use fixed:N, uniform:LO:HI or lognormal:MEAN:SIGMA";
+    } kinds[] = {{"fixed", KVSIM_FIXED, 1}, {"uniform", KVSIM_UNIFORM, 2}, {"lognormal", KVSIM_LOGNORMAL, 2},
+                   {"gamma", KVSIM_GAMMA, 2}, {"weibull", KVSIM_WEIBULL, 2}};
+    const char *usage = "use fixed:N, uniform:LO:HI, lognormal:MEAN:SIGMA, gamma:MEAN:CV or weibull:MEAN:CV";
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         size_t len = strlen(kinds[k].name);
         if (strncmp(text, kinds[k].name, len) != 0 || text[len] != ':')
@@ -84,6 +85,8 @@ int kvsim_dist_parse(const char *text, KvsimDist *d, Err *err)
             return err_set(err, "'%s': uniform needs whole numbers 1 <= LO <= HI", text);
         if (d->kind == KVSIM_LOGNORMAL && (v[0] < 1 || v[0] > 1e7 || v[1] <= 0 || v[1] > 4))
             return err_set(err, "'%s': lognormal needs MEAN >= 1 and 0 < SIGMA <= 4", text);
+        if ((d->kind == KVSIM_GAMMA || d->kind == KVSIM_WEIBULL) && (v[0] < 1 || v[0] > 1e7 || v[1] < 0.05 || v[1] > 4))
+            return err_set(err, "'%s': gamma and weibull need MEAN >= 1 and 0.05 <= CV <= 4", text);
         return 0;
     }
     return err_set(err, "'%s' is not a length distribution (%s, or a workload name with --workload)", text, usage);
@@ -95,6 +98,8 @@ const char *kvsim_dist_format(char *buf, size_t n, const KvsimDist *d)
     case KVSIM_FIXED: snprintf(buf, n, "fixed:%.0f", d->a); break;
     case KVSIM_UNIFORM: snprintf(buf, n, "uniform:%.0f:%.0f", d->a, d->b); break;
     case KVSIM_LOGNORMAL: snprintf(buf, n, "lognormal:%g:%g", d->a, d->b); break;
+    case KVSIM_GAMMA: snprintf(buf, n, "gamma:%g:%g", d->a, d->b); break;
+    case KVSIM_WEIBULL: snprintf(buf, n, "weibull:%g:%g", d->a, d->b); break;
     }
     return buf;
 }
@@ -147,26 +152,107 @@ static double normal(KvsimRng *r)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-/* A lognormal's mu for a mean before truncation: mean = exp(mu + sigma^2 / 2). */
-static double mu_for_mean(const KvsimDist *d)
+/* Whether a distribution has a log-scale parameter mu that the filter
+ * solve moves: lognormal (mu of ln length), gamma and Weibull (mu = ln of
+ * the scale; the shape comes from the CV). */
+static int scaled(const KvsimDist *d)
 {
-    return log(d->a) - 0.5 * d->b * d->b;
+    return d->kind == KVSIM_LOGNORMAL || d->kind == KVSIM_GAMMA || d->kind == KVSIM_WEIBULL;
 }
 
-/* One length; a lognormal draws with the given mu. */
+/* The shape k for a coefficient of variation: gamma 1 / CV^2; Weibull
+ * solves CV^2 = Gamma(1 + 2/k) / Gamma(1 + 1/k)^2 - 1 (decreasing in k)
+ * by bisection on ln k. */
+static double shape_for_cv(const KvsimDist *d)
+{
+    double cv = d->b;
+    if (d->kind == KVSIM_GAMMA)
+        return 1.0 / (cv * cv);
+    double lo = log(0.05), hi = log(200.0), target = log1p(cv * cv);
+    for (int it = 0; it < 100; it++) {
+        double mid = 0.5 * (lo + hi), k = exp(mid);
+        double v = lgamma(1.0 + 2.0 / k) - 2.0 * lgamma(1.0 + 1.0 / k); /* ln(1 + CV^2) */
+        if (v > target)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return exp(0.5 * (lo + hi));
+}
+
+/* The untruncated mean for a given mu. */
+static double mean_at(const KvsimDist *d, double mu)
+{
+    switch (d->kind) {
+    case KVSIM_LOGNORMAL: return exp(mu + 0.5 * d->b * d->b);
+    case KVSIM_GAMMA: return exp(mu) * shape_for_cv(d);
+    case KVSIM_WEIBULL: return exp(mu + lgamma(1.0 + 1.0 / shape_for_cv(d)));
+    case KVSIM_UNIFORM: return 0.5 * (d->a + d->b);
+    case KVSIM_FIXED: break;
+    }
+    return d->a;
+}
+
+double kvsim_dist_mean_at(const KvsimDist *d, double mu)
+{
+    return mean_at(d, mu);
+}
+
+/* mu for a mean before truncation: lognormal mean = exp(mu + sigma^2 / 2);
+ * gamma k exp(mu); Weibull exp(mu) Gamma(1 + 1/k). */
+static double mu_for_mean(const KvsimDist *d)
+{
+    switch (d->kind) {
+    case KVSIM_LOGNORMAL: return log(d->a) - 0.5 * d->b * d->b;
+    case KVSIM_GAMMA: return log(d->a / shape_for_cv(d));
+    case KVSIM_WEIBULL: return log(d->a) - lgamma(1.0 + 1.0 / shape_for_cv(d));
+    default: return 0.0;
+    }
+}
+
+/* A standard gamma draw of shape k (scale 1): Marsaglia and Tsang (2000);
+ * below k = 1, a draw of shape k + 1 times U^(1/k). */
+static double gamma_std(double k, KvsimRng *r)
+{
+    double boost = 1.0;
+    if (k < 1.0) {
+        double u = 1.0 - kvsim_rng_uniform(r); /* (0, 1] */
+        boost = pow(u, 1.0 / k);
+        k += 1.0;
+    }
+    double dd = k - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * dd);
+    for (;;) {
+        double x, v;
+        do {
+            x = normal(r);
+            v = 1.0 + c * x;
+        } while (v <= 0.0);
+        v = v * v * v;
+        double u = 1.0 - kvsim_rng_uniform(r); /* (0, 1] */
+        if (u < 1.0 - 0.0331 * x * x * x * x || log(u) < 0.5 * x * x + dd * (1.0 - v + log(v)))
+            return boost * dd * v;
+    }
+}
+
+/* One length; lognormal, gamma and Weibull draw with the given mu. */
 static double draw_with_mu(const KvsimDist *d, double mu, KvsimRng *r)
 {
     switch (d->kind) {
     case KVSIM_FIXED: return d->a;
     case KVSIM_UNIFORM: return d->a + floor(kvsim_rng_uniform(r) * (d->b - d->a + 1.0));
     case KVSIM_LOGNORMAL: return floor(exp(mu + d->b * normal(r)) + 0.5);
+    case KVSIM_GAMMA: return floor(exp(mu) * gamma_std(shape_for_cv(d), r) + 0.5);
+    case KVSIM_WEIBULL: {
+        double u = 1.0 - kvsim_rng_uniform(r); /* (0, 1]: inverse CDF of 1 - exp(-(x / scale)^k) */
+        return floor(exp(mu) * pow(-log(u), 1.0 / shape_for_cv(d)) + 0.5);
+    }
     }
     return d->a;
 }
 
 static double draw_once(const KvsimDist *d, KvsimRng *r)
 {
-    return draw_with_mu(d, d->kind == KVSIM_LOGNORMAL ? mu_for_mean(d) : 0.0, r);
+    return draw_with_mu(d, scaled(d) ? mu_for_mean(d) : 0.0, r);
 }
 
 int kvsim_dist_draw(const KvsimDist *d, int lo, int hi, KvsimRng *r)
@@ -188,7 +274,9 @@ static int reaches(const KvsimDist *d, int lo, int hi)
     switch (d->kind) {
     case KVSIM_FIXED: return d->a >= lo && d->a <= hi;
     case KVSIM_UNIFORM: return d->b >= lo && d->a <= hi;
-    case KVSIM_LOGNORMAL: return 1;
+    case KVSIM_LOGNORMAL:
+    case KVSIM_GAMMA:
+    case KVSIM_WEIBULL: return 1;
     }
     return 0;
 }
@@ -257,19 +345,70 @@ static double std_normal_cdf(double z)
     return 0.5 * erfc(-z / sqrt(2.0));
 }
 
-/* pmf[k], k = 0..n: the chance that one draw is k (a lognormal rounds
- * exp(N(mu, sigma^2)) to the nearest integer). */
+/* The regularized lower incomplete gamma P(a, x), the gamma's CDF: below
+ * x = a + 1 its power series, sum x^n / (a (a+1) ... (a+n)), converges
+ * fast; above, 1 - Q(a, x) by Legendre's continued fraction for Q,
+ * evaluated with the modified Lentz method. */
+static double gamma_p(double a, double x)
+{
+    if (x <= 0.0)
+        return 0.0;
+    double lnpre = a * log(x) - x - lgamma(a);
+    if (x < a + 1.0) {
+        double ap = a, sum = 1.0 / a, del = sum;
+        for (int n = 0; n < 10000; n++) {
+            ap += 1.0;
+            del *= x / ap;
+            sum += del;
+            if (fabs(del) < fabs(sum) * 1e-16)
+                break;
+        }
+        return sum * exp(lnpre);
+    }
+    double b = x + 1.0 - a, c = 1.0 / 1e-300, dd = 1.0 / b, h = dd;
+    for (int i = 1; i < 10000; i++) {
+        double an = -i * (i - a);
+        b += 2.0;
+        dd = an * dd + b;
+        if (fabs(dd) < 1e-300)
+            dd = 1e-300;
+        c = b + an / c;
+        if (fabs(c) < 1e-300)
+            c = 1e-300;
+        dd = 1.0 / dd;
+        double del = dd * c;
+        h *= del;
+        if (fabs(del - 1.0) < 1e-16)
+            break;
+    }
+    return 1.0 - exp(lnpre) * h;
+}
+
+/* The CDF of the unrounded draw at x > 0, for the scaled families. */
+static double scaled_cdf(const KvsimDist *d, double mu, double shape, double x)
+{
+    switch (d->kind) {
+    case KVSIM_LOGNORMAL: return std_normal_cdf((log(x) - mu) / d->b);
+    case KVSIM_GAMMA: return gamma_p(shape, x / exp(mu));
+    case KVSIM_WEIBULL: return -expm1(-pow(x / exp(mu), shape));
+    default: return 0.0;
+    }
+}
+
+/* pmf[k], k = 0..n: the chance that one draw is k (a lognormal, gamma or
+ * Weibull draw rounds to the nearest integer). */
 static void length_pmf(const KvsimDist *d, double mu, double *pmf, int n)
 {
+    double shape = d->kind == KVSIM_GAMMA || d->kind == KVSIM_WEIBULL ? shape_for_cv(d) : 0.0;
     for (int k = 0; k <= n; k++) {
         if (d->kind == KVSIM_FIXED)
             pmf[k] = k == (int)d->a;
         else if (d->kind == KVSIM_UNIFORM)
             pmf[k] = k >= d->a && k <= d->b ? 1.0 / (d->b - d->a + 1.0) : 0.0;
         else if (k == 0)
-            pmf[k] = std_normal_cdf((log(0.5) - mu) / d->b);
+            pmf[k] = scaled_cdf(d, mu, shape, 0.5);
         else
-            pmf[k] = std_normal_cdf((log(k + 0.5) - mu) / d->b) - std_normal_cdf((log(k - 0.5) - mu) / d->b);
+            pmf[k] = scaled_cdf(d, mu, shape, k + 0.5) - scaled_cdf(d, mu, shape, k - 0.5);
     }
 }
 
@@ -308,8 +447,8 @@ int kvsim_filter_solve(const KvsimWorkload *w, int seq_len, KvsimFilterFit *fit,
     if (!buf)
         return err_set(err, "out of memory for the length distributions");
     double *pin = buf, *pout = pin + n_in + 1, *cum = pout + n_out + 1, *cumx = cum + n_out + 1;
-    double mu_in = w->input.kind == KVSIM_LOGNORMAL ? mu_for_mean(&w->input) : 0.0;
-    double mu_out = w->output.kind == KVSIM_LOGNORMAL ? mu_for_mean(&w->output) : 0.0;
+    double mu_in = scaled(&w->input) ? mu_for_mean(&w->input) : 0.0;
+    double mu_out = scaled(&w->output) ? mu_for_mean(&w->output) : 0.0;
     for (int it = 0; it < 200; it++) {
         length_pmf(&w->input, mu_in, pin, n_in);
         length_pmf(&w->output, mu_out, pout, n_out);
@@ -317,9 +456,9 @@ int kvsim_filter_solve(const KvsimWorkload *w, int seq_len, KvsimFilterFit *fit,
         if (fit->kept < 1e-3)
             break;
         /* A larger mu moves the kept mean up: step by the ratio missing. */
-        if (w->input.kind == KVSIM_LOGNORMAL)
+        if (scaled(&w->input))
             mu_in += log(w->input.a / fit->mean_input);
-        if (w->output.kind == KVSIM_LOGNORMAL)
+        if (scaled(&w->output))
             mu_out += log(w->output.a / fit->mean_output);
     }
     mem_free(buf);
@@ -330,12 +469,13 @@ int kvsim_filter_solve(const KvsimWorkload *w, int seq_len, KvsimFilterFit *fit,
         return err_set(err, "--filter %d:%d:%d keeps %.2g of the requests drawn from --input %s and --output %s",
                        w->filter.min, w->filter.max_input, w->filter.max_total, fit->kept,
                        kvsim_dist_format(a, sizeof a, &w->input), kvsim_dist_format(b, sizeof b, &w->output));
-    int off_in = w->input.kind == KVSIM_LOGNORMAL && fabs(fit->mean_input / w->input.a - 1.0) > 1e-6;
-    int off_out = w->output.kind == KVSIM_LOGNORMAL && fabs(fit->mean_output / w->output.a - 1.0) > 1e-6;
+    int off_in = scaled(&w->input) && fabs(fit->mean_input / w->input.a - 1.0) > 1e-6;
+    int off_out = scaled(&w->output) && fabs(fit->mean_output / w->output.a - 1.0) > 1e-6;
     if (off_in || off_out)
-        return err_set(err, "--filter %d:%d:%d: no lognormal of sigma %g and %g keeps requests of mean %g and %g "
-                       "(the closest keep %.1f and %.1f)", w->filter.min, w->filter.max_input, w->filter.max_total,
-                       w->input.b, w->output.b, w->input.a, w->output.a, fit->mean_input, fit->mean_output);
+        return err_set(err, "--filter %d:%d:%d: no --input %s and --output %s of any scale keep requests of those "
+                       "means (the closest keep %.1f and %.1f)", w->filter.min, w->filter.max_input,
+                       w->filter.max_total, kvsim_dist_format(a, sizeof a, &w->input),
+                       kvsim_dist_format(b, sizeof b, &w->output), fit->mean_input, fit->mean_output);
     return 0;
 }
 

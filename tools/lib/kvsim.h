@@ -61,7 +61,9 @@ const char *kvsim_gpu_names(void);
 typedef enum {
     KVSIM_FIXED,     /**< always the same length */
     KVSIM_UNIFORM,   /**< every integer in [lo, hi] equally likely */
-    KVSIM_LOGNORMAL  /**< exp(N(mu, sigma^2)), rounded to an integer */
+    KVSIM_LOGNORMAL, /**< exp(N(mu, sigma^2)), rounded to an integer */
+    KVSIM_GAMMA,     /**< gamma of shape 1/CV^2 and scale exp(mu), rounded */
+    KVSIM_WEIBULL    /**< Weibull of the shape giving CV and scale exp(mu), rounded */
 } KvsimDistKind;
 
 /** A distribution of token counts. */
@@ -89,6 +91,17 @@ int kvsim_dist_parse(const char *text, KvsimDist *d, Err *err);
  * @return buf
  */
 const char *kvsim_dist_format(char *buf, size_t n, const KvsimDist *d);
+
+/**
+ * The mean of a distribution before any filter, at a given log-scale: what
+ * kvsim prints as "before the filter".
+ * @param d  the distribution (for lognormal, gamma and Weibull its kind and
+ *           spread; their MEAN is not used, @p mu stands for it)
+ * @param mu the log-scale: the lognormal's mu, or ln of the gamma's or Weibull's
+ *           scale (ignored for fixed and uniform)
+ * @return the mean of the unrounded, untruncated draw (fixed and uniform: their own mean)
+ */
+double kvsim_dist_mean_at(const KvsimDist *d, double mu);
 
 /** A named workload: input and output length distributions and where they come from. */
 typedef struct {
