@@ -234,32 +234,36 @@ static double gamma_std(double k, KvsimRng *r)
     }
 }
 
-/* One length; lognormal, gamma and Weibull draw with the given mu. */
-static double draw_with_mu(const KvsimDist *d, double mu, KvsimRng *r)
+/* The shape parameter a draw needs: gamma's and Weibull's from the CV
+ * (a bisection for Weibull, so callers compute it once, not per draw); 0
+ * for the others. */
+static double shape_of(const KvsimDist *d)
+{
+    return d->kind == KVSIM_GAMMA || d->kind == KVSIM_WEIBULL ? shape_for_cv(d) : 0.0;
+}
+
+/* One length; lognormal, gamma and Weibull draw with the given mu, gamma
+ * and Weibull with shape = shape_of(d). */
+static double draw_with_mu(const KvsimDist *d, double mu, double shape, KvsimRng *r)
 {
     switch (d->kind) {
     case KVSIM_FIXED: return d->a;
     case KVSIM_UNIFORM: return d->a + floor(kvsim_rng_uniform(r) * (d->b - d->a + 1.0));
     case KVSIM_LOGNORMAL: return floor(exp(mu + d->b * normal(r)) + 0.5);
-    case KVSIM_GAMMA: return floor(exp(mu) * gamma_std(shape_for_cv(d), r) + 0.5);
+    case KVSIM_GAMMA: return floor(exp(mu) * gamma_std(shape, r) + 0.5);
     case KVSIM_WEIBULL: {
         double u = 1.0 - kvsim_rng_uniform(r); /* (0, 1]: inverse CDF of 1 - exp(-(x / scale)^k) */
-        return floor(exp(mu) * pow(-log(u), 1.0 / shape_for_cv(d)) + 0.5);
+        return floor(exp(mu) * pow(-log(u), 1.0 / shape) + 0.5);
     }
     }
     return d->a;
 }
 
-static double draw_once(const KvsimDist *d, KvsimRng *r)
-{
-    return draw_with_mu(d, scaled(d) ? mu_for_mean(d) : 0.0, r);
-}
-
 int kvsim_dist_draw(const KvsimDist *d, int lo, int hi, KvsimRng *r)
 {
-    double v = lo;
+    double v = lo, mu = scaled(d) ? mu_for_mean(d) : 0.0, shape = shape_of(d);
     for (int attempt = 0; attempt < 100; attempt++) {
-        v = draw_once(d, r);
+        v = draw_with_mu(d, mu, shape, r);
         if (v >= lo && v <= hi)
             return (int)v;
     }
@@ -399,7 +403,7 @@ static double scaled_cdf(const KvsimDist *d, double mu, double shape, double x)
  * Weibull draw rounds to the nearest integer). */
 static void length_pmf(const KvsimDist *d, double mu, double *pmf, int n)
 {
-    double shape = d->kind == KVSIM_GAMMA || d->kind == KVSIM_WEIBULL ? shape_for_cv(d) : 0.0;
+    double shape = shape_of(d);
     for (int k = 0; k <= n; k++) {
         if (d->kind == KVSIM_FIXED)
             pmf[k] = k == (int)d->a;
@@ -480,14 +484,15 @@ int kvsim_filter_solve(const KvsimWorkload *w, int seq_len, KvsimFilterFit *fit,
 }
 
 /* A kept pair: drawn again as a pair until the filter keeps it (a
- * benchmark drops the whole request). */
-static void draw_kept_pair(const KvsimWorkload *w, const KeptSet *k, const KvsimFilterFit *fit, KvsimRng *r,
-                           int *prompt, int *output)
+ * benchmark drops the whole request). shape[0], shape[1]: shape_of() the
+ * input and the output distribution. */
+static void draw_kept_pair(const KvsimWorkload *w, const KeptSet *k, const KvsimFilterFit *fit,
+                           const double shape[2], KvsimRng *r, int *prompt, int *output)
 {
     double p = 0, o = 0;
     for (long attempt = 0; attempt < 1000000; attempt++) {
-        p = draw_with_mu(&w->input, fit->mu_input, r);
-        o = draw_with_mu(&w->output, fit->mu_output, r);
+        p = draw_with_mu(&w->input, fit->mu_input, shape[0], r);
+        o = draw_with_mu(&w->output, fit->mu_output, shape[1], r);
         if (p < 1e7 && o < 1e7 && kept(k, (int)p, (int)o))
             break;
     }
@@ -505,11 +510,12 @@ void kvsim_make_requests(const KvsimWorkload *w, int seq_len, const KvsimFilterF
     /* A separate stream: the lengths do not change with the rate. */
     kvsim_rng_seed(&arrivals, w->seed ^ 0x5851f42d4c957f2dULL);
     KeptSet k = kept_set(w, seq_len);
+    const double shape[2] = {shape_of(&w->input), shape_of(&w->output)};
     double t = 0.0;
     for (int i = 0; i < w->n_requests; i++) {
         int prompt, output;
         if (w->filter.max_total > 0 && fit) {
-            draw_kept_pair(w, &k, fit, &lengths, &prompt, &output);
+            draw_kept_pair(w, &k, fit, shape, &lengths, &prompt, &output);
         } else {
             prompt = kvsim_dist_draw(&w->input, 1, w->max_input, &lengths);
             int room = seq_len - prompt;

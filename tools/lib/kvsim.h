@@ -185,19 +185,20 @@ typedef struct {
 
 /** What kvsim_filter_solve() found. */
 typedef struct {
-    double mu_input;   /**< mu of ln(prompt length) before the filter */
-    double mu_output;  /**< mu of ln(output length) before the filter */
+    double mu_input;   /**< log-scale of the prompts before the filter: a lognormal's mu, ln of a gamma's or Weibull's scale */
+    double mu_output;  /**< log-scale of the outputs before the filter, the same way */
     double mean_input;  /**< mean prompt of the kept requests (the target, when it converged) */
     double mean_output; /**< mean output of the kept requests */
     double kept;        /**< share of the drawn pairs the filter keeps */
 } KvsimFilterFit;
 
 /**
- * For a workload with a filter: the parameters mu of the lognormal input
- * and output distributions whose kept pairs have means input.a and
- * output.a, found by iterating mu += ln(target / mean kept) on the exact
- * distribution of the rounded lengths (no sampling). A distribution that
- * is not lognormal is taken as it is.
+ * For a workload with a filter: the log-scales mu of the input and output
+ * distributions (lognormal, gamma or Weibull, their spread kept) whose kept
+ * pairs have means input.a and output.a, found by iterating
+ * mu += ln(target / mean kept) on the exact distribution of the rounded
+ * lengths (each family's own CDF, no sampling). A fixed or uniform
+ * distribution is taken as it is.
  * @param w        the workload (filter.max_total > 0)
  * @param seq_len  the model's longest sequence (no kept pair is longer)
  * @param fit      receives the parameters and what they give
