@@ -16,7 +16,7 @@
  * The caller says which chapter (serve.h). It provides
  *
  * - GPU presets, in GB = 10^9 bytes as vendors print them;
- * - length distributions (fixed, uniform, lognormal) with a seeded
+ * - length distributions (fixed, uniform, lognormal, gamma, Weibull) with a seeded
  *   generator, and named workloads shaped like ShareGPT and Alpaca;
  * - Poisson arrivals at a rate in requests per simulated step;
  * - kvsim_run(): one strategy over one workload, and its numbers.
@@ -68,14 +68,16 @@ typedef enum {
 
 /** A distribution of token counts. */
 typedef struct {
-    KvsimDistKind kind; /**< fixed, uniform or lognormal */
-    double a;           /**< fixed: the length; uniform: lo; lognormal: the mean before truncation */
-    double b;           /**< uniform: hi; lognormal: sigma of ln(length) */
+    KvsimDistKind kind; /**< fixed, uniform, lognormal, gamma or Weibull */
+    double a;           /**< fixed: the length; uniform: lo; lognormal, gamma, Weibull: the mean before truncation */
+    double b;           /**< uniform: hi; lognormal: sigma of ln(length); gamma, Weibull: the CV (sd / mean) */
 } KvsimDist;
 
 /**
- * Parses "fixed:N", "uniform:LO:HI" or "lognormal:MEAN:SIGMA" (MEAN is the
- * mean of the lognormal before truncation, so mu = ln(MEAN) - SIGMA^2 / 2).
+ * Parses "fixed:N", "uniform:LO:HI", "lognormal:MEAN:SIGMA" (MEAN is the
+ * mean of the lognormal before truncation, so mu = ln(MEAN) - SIGMA^2 / 2),
+ * "gamma:MEAN:CV" or "weibull:MEAN:CV" (MEAN before truncation, CV the
+ * standard deviation over the mean, 0.05 to 4; the shape follows from CV).
  * @param text  the description
  * @param d     receives the distribution
  * @param err   receives the reason on failure
@@ -159,9 +161,9 @@ int kvsim_dist_draw(const KvsimDist *d, int lo, int hi, KvsimRng *r);
  * prompt or output is shorter than @c min, whose prompt is longer than
  * @c max_input or whose prompt + output is longer than @c max_total is
  * dropped, and the pair is drawn again (vLLM's benchmark script drops
- * ShareGPT requests this way: 4, 1024, 2048). With a filter, a lognormal's
- * MEAN is the mean of the requests the filter keeps: its parameter mu is
- * solved for that (kvsim_filter_solve()), so the filter does not bias the
+ * ShareGPT requests this way: 4, 1024, 2048). With a filter, a lognormal's,
+ * gamma's or Weibull's MEAN is the mean of the requests the filter keeps:
+ * its log-scale mu is solved for that (kvsim_filter_solve()), so the filter does not bias the
  * means.
  */
 typedef struct {
