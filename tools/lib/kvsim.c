@@ -180,8 +180,7 @@ static double shape_for_cv(const KvsimDist *d)
     return exp(0.5 * (lo + hi));
 }
 
-/* The untruncated mean for a given mu. */
-static double mean_at(const KvsimDist *d, double mu)
+double kvsim_dist_mean_at(const KvsimDist *d, double mu)
 {
     switch (d->kind) {
     case KVSIM_LOGNORMAL: return exp(mu + 0.5 * d->b * d->b);
@@ -191,11 +190,6 @@ static double mean_at(const KvsimDist *d, double mu)
     case KVSIM_FIXED: break;
     }
     return d->a;
-}
-
-double kvsim_dist_mean_at(const KvsimDist *d, double mu)
-{
-    return mean_at(d, mu);
 }
 
 /* mu for a mean before truncation: lognormal mean = exp(mu + sigma^2 / 2);
