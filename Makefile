@@ -179,7 +179,9 @@ endif
 lab_default = $(if $(wildcard solutions/ch0$(1)/*.c),solutions,exercises)
 lab_dir = $(if $(LAB_ONLY),$(if $(filter $(1),$(LAB_ONLY)),$(LAB),$(call lab_default,$(1))),$(if $(LAB_GIVEN),$(LAB),$(call lab_default,$(1))))
 lab_srcs = $(sort $(wildcard $(call lab_dir,$(1))/ch0$(1)/*.c))
-chapter_srcs = $(filter-out %/main.c,$(sort $(wildcard chapters/ch0$(1)-*/*.c)))
+# A chapter's core is its folder; its extensions (later features, each
+# turned on by an option) are in its ext/ folder, and link with it.
+chapter_srcs = $(filter-out %/main.c,$(sort $(wildcard chapters/ch0$(1)-*/*.c chapters/ch0$(1)-*/ext/*.c)))
 ch_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(call chapter_srcs,$(1)) $(call lab_srcs,$(1)))
 CH_OBJS_1 := $(call ch_objs,1)
 CH_OBJS_2 := $(call ch_objs,2)
@@ -498,7 +500,7 @@ check-exercises:
 # Doxygen silently skips the functions of a header without a @file comment,
 # so that is checked first.
 # kernels/*.cuh are device-side helpers for the .cu files, not API: not documented.
-DOC_HEADERS = $(wildcard common/*/*.h chapters/*/*.h kernels/*.h kernels/check/kv_ref.h tools/lib/*.h)
+DOC_HEADERS = $(wildcard common/*/*.h chapters/*/*.h chapters/*/ext/*.h kernels/*.h kernels/check/kv_ref.h tools/lib/*.h)
 docs:
 	@scripts/deps.sh doxygen
 	@status=0; for h in $(DOC_HEADERS); do grep -q '@file' "$$h" || { \

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "beam.h"
+#include "ext/beam.h"
 #include "helpers.h"
 #include "mem.h"
 #include "paged.h"

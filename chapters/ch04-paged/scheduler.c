@@ -12,7 +12,7 @@
  * the moment they finish. */
 #include <string.h>
 
-#include "beam.h"
+#include "ext/beam.h"
 #include "paged.h"
 #include "trace.h"
 

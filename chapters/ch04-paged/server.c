@@ -3,7 +3,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include "beam.h"
+#include "ext/beam.h"
 #include "mem.h"
 #include "paged.h"
 
