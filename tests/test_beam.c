@@ -254,7 +254,7 @@ START_TEST(beam_one_is_greedy)
         ck_assert_msg(n == a->n_tokens - a->n_prompt && memcmp(want, a->tokens + a->n_prompt, (size_t)n * sizeof(int)) == 0,
                       "request %d: --beam 1 differs from the solo reference", i);
         ck_assert_int_eq(a->finish, finish[i]);
-        ck_assert_int_eq(beam_best(br.server->sharing->beam, i), i);
+        ck_assert_int_eq(beam_best(br.server->beam, i), i);
     }
     beam_run_close(&br);
     test_model_free(&f);
@@ -265,7 +265,7 @@ END_TEST
  * and finishes as it does. */
 static void expect_reference(const TestModel *f, BeamRun *br, int w)
 {
-    const BeamSearch *b = br->server->sharing->beam;
+    const BeamSearch *b = br->server->beam;
     for (int line = 0; line < br->rf.count; line++) {
         const Request *first = &br->run.reqs[line * w];
         Hyp ref;
@@ -351,7 +351,7 @@ START_TEST(sharing_fraction_by_hand)
         beam_run(&br, &f, "1\tthe end of it\n", o);
         ck_assert_int_eq(br.server->sharing->logical_at_peak, w * blocks);
         ck_assert_int_eq(br.server->sharing->saved_at_peak, (w - 1) * blocks);
-        ck_assert_ptr_null(br.server->sharing->beam);
+        ck_assert_ptr_null(br.server->beam);
         beam_run_close(&br);
     }
     /* Without --n or --beam nothing is kept (the default report is as before). */

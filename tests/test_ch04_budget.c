@@ -14,6 +14,8 @@
 
 #include "helpers.h"
 #include "mem.h"
+#include "ext/budget.h"
+#include "ext/swap.h"
 #include "paged.h"
 #include "serving.h"
 #include "suites.h"
@@ -91,8 +93,7 @@ static void run_open(Run *r, const TestModel *f, const char *requests, CliOption
     ck_assert_msg(request_file_parse(&r->rf, requests, strlen(requests), "t", &err) == 0, "%s", err.msg);
     r->o = o;
     ck_assert_msg(serving_run_init(&r->run, &f->m, &f->t, &r->o, &r->rf, &err) == 0, "%s", err.msg);
-    r->run.observe = watch_step;
-    r->run.observe_ctx = &r->watch;
+    ck_assert_msg(serving_add_observer(&r->run, watch_step, &r->watch, NULL, &err) == 0, "%s", err.msg);
     ck_assert_msg(paged_serve(&r->run, &r->server, NULL, &err) == 0,
                   "budget %d, block size %d, preempt %s, KV budget %zu: %s", o.max_num_batched_tokens, o.block_size,
                   o.preempt ? o.preempt : "-", o.kv_budget, err.msg);
@@ -103,9 +104,9 @@ static void run_close(Run *r)
 {
     PagedServer *s = r->server;
     ck_assert_int_eq(s->kv.pool.n_free, s->kv.pool.n_blocks);
-    if (s->sched && s->sched->swap.n_slots > 0)
-        ck_assert_msg(s->sched->swap.n_free == s->sched->swap.n_slots, "%d of %d swap blocks still held",
-                      s->sched->swap.n_slots - s->sched->swap.n_free, s->sched->swap.n_slots);
+    if (s->swap)
+        ck_assert_msg(s->swap->n_free == s->swap->n_slots, "%d of %d swap blocks still held",
+                      s->swap->n_slots - s->swap->n_free, s->swap->n_slots);
     paged_close(r->server);
     serving_run_free(&r->run);
     request_file_free(&r->rf);
@@ -236,7 +237,7 @@ START_TEST(prompt_in_chunks_behind_decodes)
     ck_assert_int_eq(b->finished_step, 6);
     ck_assert_int_eq(a->finished_step, 29);
     ck_assert_int_eq(r.watch.max_entries, 8);
-    const PagedSched *sc = r.server->sched;
+    const PagedBudget *sc = r.server->budget;
     ck_assert_ptr_nonnull(sc);
     ck_assert_int_eq(sc->max_step_tokens, 8);
     ck_assert_int_eq(sc->steps_mixed, 3);
@@ -246,7 +247,7 @@ START_TEST(prompt_in_chunks_behind_decodes)
     ck_assert_int_eq(sc->max_step_kv_reads, 6 + (20 + 26) * 7 / 2);
     long lo, hi;
     double mid;
-    ck_assert_int_eq(paged_first_token_steps(r.server, &r.run, &lo, &mid, &hi), 2);
+    ck_assert_int_eq(budget_first_token_steps(r.server, &r.run, &lo, &mid, &hi), 2);
     ck_assert_int_eq(lo, 1);
     ck_assert_int_eq(hi, 4);
     ck_assert_double_eq(mid, 2.5);
@@ -330,12 +331,12 @@ START_TEST(same_tokens_every_budget)
                     expect_solo(&r, solo, what);
                     ck_assert_msg(r.watch.max_entries <= budgets[b], "%s: a step of %d tokens", what,
                                   r.watch.max_entries);
-                    ck_assert_int_eq(r.server->sched->max_step_tokens, r.watch.max_entries);
+                    ck_assert_int_eq(r.server->budget->max_step_tokens, r.watch.max_entries);
                     if (p == 0)
                         ck_assert_int_eq(r.server->preemptions, 0);
                     preemptions += r.server->preemptions;
-                    swaps += r.server->sched->swaps_out;
-                    fallbacks += r.server->sched->swap_fallbacks;
+                    swaps += r.server->swap ? r.server->swap->swaps_out : 0;
+                    fallbacks += r.server->swap ? r.server->swap->swap_fallbacks : 0;
                     run_close(&r);
                 }
     }
@@ -364,7 +365,7 @@ START_TEST(budget_caps_running_requests)
         run_open(&r, &f, REQUESTS, o);
         expect_solo(&r, &solo, "capped");
         ck_assert_int_eq(r.run.max_concurrent, expect[k]);
-        ck_assert_int_eq(paged_max_running(r.server, &r.run), expect[k]);
+        ck_assert_int_eq(budget_max_running(r.server, &r.run), expect[k]);
         ck_assert_int_le(r.watch.max_entries, budgets[k] ? budgets[k] : 2048);
         run_close(&r);
     }
@@ -390,31 +391,32 @@ START_TEST(swap_moves_what_recomputation_frees)
     Run r;
     run_open(&r, &f, REQUESTS, options(bs, tight, 0, "recompute", 0));
     expect_solo(&r, &solo, "recompute");
-    PagedSched a = *r.server->sched; /* its numbers */
+    PagedBudget a = *r.server->budget; /* its numbers */
     long preemptions = r.server->preemptions;
     run_close(&r);
     ck_assert_int_gt(preemptions, 5);
 
     run_open(&r, &f, REQUESTS, options(bs, tight, 0, "swap", 0));
-    const PagedSched *b = r.server->sched;
+    const PagedBudget *b = r.server->budget;
+    const SwapSpace *sw = r.server->swap;
     expect_solo(&r, &solo, "swap");
     ck_assert_int_eq(r.server->preemptions, preemptions);
-    ck_assert_int_eq(b->swaps_out, preemptions);
-    ck_assert_int_eq(b->swaps_in, b->swaps_out);
-    ck_assert_int_eq(b->swap_fallbacks, 0);
+    ck_assert_int_eq(sw->swaps_out, preemptions);
+    ck_assert_int_eq(sw->swaps_in, sw->swaps_out);
+    ck_assert_int_eq(sw->swap_fallbacks, 0);
     ck_assert_int_eq(b->recomputed_tokens, 0);
-    ck_assert_int_eq(b->swap_blocks_out, a.recompute_blocks);
-    ck_assert_int_eq(b->swap_blocks_in, b->swap_blocks_out);
-    ck_assert_int_eq(b->swapped_tokens, a.recomputed_tokens);
-    ck_assert_double_eq(b->swapped_flops, a.recompute_flops);
+    ck_assert_int_eq(sw->swap_blocks_out, a.recompute_blocks);
+    ck_assert_int_eq(sw->swap_blocks_in, sw->swap_blocks_out);
+    ck_assert_int_eq(sw->swapped_tokens, a.recomputed_tokens);
+    ck_assert_double_eq(sw->swapped_flops, a.recompute_flops);
     /* Recomputation feeds every dropped position again; a swap-in feeds
      * only what was never computed. */
     ck_assert_int_gt(a.max_step_kv_reads, b->max_step_kv_reads);
     /* The default swap space is as large as the KV budget, and it is
      * counted at MEM_SWAP, not on the host. */
     size_t block = r.server->kv.pool.bytes_per_block;
-    ck_assert_int_eq(b->swap.n_slots, r.server->kv.pool.n_blocks);
-    ck_assert_uint_eq(mem_current(MEM_KV, MEM_SWAP), (size_t)b->swap.n_slots * block);
+    ck_assert_int_eq(sw->n_slots, r.server->kv.pool.n_blocks);
+    ck_assert_uint_eq(mem_current(MEM_KV, MEM_SWAP), (size_t)sw->n_slots * block);
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), (size_t)r.server->kv.pool.n_blocks * block);
     ck_assert_uint_gt(mem_current(MEM_KV_METADATA, MEM_SWAP), 0);
     run_close(&r);
@@ -432,14 +434,14 @@ START_TEST(full_swap_space_falls_back_to_recomputation)
     size_t tight = (size_t)block_count_for_tokens(72, bs) * (size_t)bs * per_token(&f);
     Run r;
     run_open(&r, &f, REQUESTS, options(bs, tight, 0, "swap", (size_t)3 * bs * per_token(&f)));
-    const PagedSched *sc = r.server->sched;
+    const SwapSpace *sw = r.server->swap;
     expect_solo(&r, &solo, "swap into 3 blocks");
-    ck_assert_int_eq(sc->swap.n_slots, 3);
-    ck_assert_int_gt(sc->swaps_out, 0);
-    ck_assert_int_gt(sc->swap_fallbacks, 0);
-    ck_assert_int_eq(sc->swaps_out + sc->swap_fallbacks, r.server->preemptions);
-    ck_assert_int_gt(sc->recomputed_tokens, 0);
-    ck_assert_int_le(sc->swap_blocks_out, 3 * sc->swaps_out);
+    ck_assert_int_eq(sw->n_slots, 3);
+    ck_assert_int_gt(sw->swaps_out, 0);
+    ck_assert_int_gt(sw->swap_fallbacks, 0);
+    ck_assert_int_eq(sw->swaps_out + sw->swap_fallbacks, r.server->preemptions);
+    ck_assert_int_gt(r.server->budget->recomputed_tokens, 0);
+    ck_assert_int_le(sw->swap_blocks_out, 3 * sw->swaps_out);
     run_close(&r);
     test_model_free(&f);
 }
@@ -567,9 +569,9 @@ START_TEST(forks_swap_and_keep_their_tokens)
         o.temperature = 1.0f;
         Run r;
         run_open(&r, &f, requests, o);
-        const PagedSched *sc = r.server->sched;
-        ck_assert_int_gt(sc->swaps_out, 0);
-        ck_assert_int_eq(sc->swap_fallbacks, 0);
+        const SwapSpace *sw = r.server->swap;
+        ck_assert_int_gt(sw->swaps_out, 0);
+        ck_assert_int_eq(sw->swap_fallbacks, 0);
         for (int j = 0; j < 4; j++) {
             const Request *q = &r.run.reqs[j];
             int want[64];
@@ -606,14 +608,13 @@ START_TEST(accounting_only_with_budget_and_swap)
     Err err = {{0}};
     ck_assert(serving_sim_init(&run, &m, &o, model_kv_bytes_per_token(&m.cfg, 2), specs, 6, &err) == 0);
     StepWatch w = {0};
-    run.observe = watch_step;
-    run.observe_ctx = &w;
+    ck_assert(serving_add_observer(&run, watch_step, &w, NULL, &err) == 0);
     ck_assert_msg(paged_serve(&run, &s, NULL, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(run.n_done, 6);
     ck_assert_int_le(w.max_entries, 48);
     ck_assert_int_gt(s->preemptions, 0);
-    ck_assert_int_eq(s->sched->swaps_out, s->preemptions);
-    ck_assert_ptr_null(s->sched->swap.storage);
+    ck_assert_int_eq(s->swap->swaps_out, s->preemptions);
+    ck_assert_ptr_null(s->swap->storage);
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_SWAP), 0);
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), 0);
     paged_close(s);

@@ -16,6 +16,7 @@
 #include "helpers.h"
 #include "mem.h"
 #include "ops.h"
+#include "ext/budget.h"
 #include "prefix.h"
 #include "serving.h"
 #include "suites.h"
@@ -230,10 +231,10 @@ START_TEST(chunked_prefill_same_tokens_within_the_budget)
                     PrefixRun pr;
                     prefix_run(&pr, &f, SYNTH_SHARED, o, MODES[m]);
                     expect_solo_tokens(&pr, ss);
-                    ck_assert_ptr_nonnull(pr.server->sched);
-                    ck_assert_msg(pr.server->sched->max_step_tokens <= budgets[b],
+                    ck_assert_ptr_nonnull(pr.server->budget);
+                    ck_assert_msg(pr.server->budget->max_step_tokens <= budgets[b],
                                   "a step ran %d tokens with --max-num-batched-tokens %d",
-                                  pr.server->sched->max_step_tokens, budgets[b]);
+                                  pr.server->budget->max_step_tokens, budgets[b]);
                     if (MODES[m] != PREFIX_CACHE_OFF) {
                         hits += pr.cache->hit_tokens;
                         if (tight) {

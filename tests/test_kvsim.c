@@ -458,8 +458,7 @@ static long expect_same_decisions(const Synthetic *s, ServeChapter ch, const Cli
     ServingRun real;
     ck_assert_msg(serving_run_init(&real, &s->m, &s->t, o, &rf, &err) == 0, "%s", err.msg);
     StepLog real_log = {0}, sim_log = {0};
-    real.observe = log_step;
-    real.observe_ctx = &real_log;
+    ck_assert(serving_add_observer(&real, log_step, &real_log, NULL, &err) == 0);
     ck_assert_msg(serve_run(ch, &real, NULL, &err) == 0, "%s: %s", what, err.msg);
 
     int n = real.n_reqs;
@@ -471,8 +470,7 @@ static long expect_same_decisions(const Synthetic *s, ServeChapter ch, const Cli
     }
     ServingRun sim;
     ck_assert(serving_sim_init(&sim, &s->m, o, real.kv_bytes_per_token, specs, n, &err) == 0);
-    sim.observe = log_step;
-    sim.observe_ctx = &sim_log;
+    ck_assert(serving_add_observer(&sim, log_step, &sim_log, NULL, &err) == 0);
     ck_assert_msg(serve_run(ch, &sim, NULL, &err) == 0, "%s: %s", what, err.msg);
 
     ck_assert_msg(sim.step == real.step, "%s: %ld simulated steps, %ld real", what, sim.step, real.step);

@@ -7,6 +7,7 @@
 
 #include "helpers.h"
 #include "kvsim_swap.h"
+#include "ext/swap.h"
 #include "paged.h"
 #include "suites.h"
 

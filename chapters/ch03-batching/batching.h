@@ -166,6 +166,7 @@
 
 #include "buddy.h"
 #include "kv_arena.h"
+#include "device_kv.h" /* TEMP */
 #include "serving.h"
 
 /** Where one request's K/V live. */
@@ -587,9 +588,6 @@ typedef struct BatchingTrace {
     int *cached;              /**< [n_reqs] positions with K/V, as the last line said */
     int *map_index;           /**< [n_reqs] scratch for a delta's indexes */
     long *map_value;          /**< [n_reqs] and values */
-    void (*prev_observe)(void *ctx, const ServingRun *run); /**< the observer that was there, called after */
-    void *prev_observe_ctx;   /**< its context */
-    void (*prev_observe_free)(void *ctx); /**< and what freed it */
 } BatchingTrace;
 
 /**

@@ -149,8 +149,6 @@ static void observe_step(void *ctx, const ServingRun *run)
                 run->step);
         bt->shown = 1;
     }
-    if (bt->prev_observe)
-        bt->prev_observe(bt->prev_observe_ctx, run);
 }
 
 /* ------------------------------------------------------------ open */
@@ -175,8 +173,6 @@ static void free_watcher(void *ctx)
     mem_free(bt->cached);
     mem_free(bt->map_index);
     mem_free(bt->map_value);
-    if (bt->prev_observe_free)
-        bt->prev_observe_free(bt->prev_observe_ctx);
     mem_free(bt);
 }
 
@@ -191,12 +187,8 @@ int batching_trace_open(BatchingState *b, ServingRun *run, FILE *log, Err *err)
     bt->show_step = run->opts->show_tables;
     bt->show = log ? log : stderr;
     /* From here the run owns it, whatever happens next. */
-    bt->prev_observe = run->observe;
-    bt->prev_observe_ctx = run->observe_ctx;
-    bt->prev_observe_free = run->observe_free;
-    run->observe = observe_step;
-    run->observe_ctx = bt;
-    run->observe_free = free_watcher;
+    if (serving_add_observer(run, observe_step, bt, free_watcher, err))
+        return -1;
     if (!run->trace)
         return 0;
     size_t n = (size_t)run->n_reqs;

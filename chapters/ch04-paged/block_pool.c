@@ -90,26 +90,6 @@ int block_pool_available(const BlockPool *p)
     return p->n_free + p->n_parked;
 }
 
-/* Parking is for a cache above the pool; these three keep the pool's
- * books whole: every block is held, parked, or on the free stack. */
-void block_pool_park(BlockPool *p, int block)
-{
-    p->ref_count[block] = 0;
-    p->n_parked++;
-}
-
-void block_pool_hold_parked(BlockPool *p, int block)
-{
-    p->ref_count[block] = 1;
-    p->n_parked--;
-}
-
-void block_pool_free_parked(BlockPool *p, int block)
-{
-    p->free_stack[p->n_free++] = block;
-    p->n_parked--;
-}
-
 /* ------------------------------------------------------------ block tables */
 
 size_t block_tables_bytes(int count, int capacity)

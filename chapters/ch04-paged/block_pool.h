@@ -76,12 +76,11 @@ typedef struct {
     int *free_stack;         /**< [n_blocks] ids of the free blocks; the next one handed out is at n_free - 1 */
     int n_free;              /**< free blocks on the stack */
     /**
-     * Free blocks that a cache above the pool keeps off the free stack,
-     * because they still hold K/V it may hand out again (block_pool_park()).
-     * They have no holder and count as free (block_pool_available()); the
-     * cache puts one back on the stack when it is asked for room
-     * (block_pool_free_parked()). Always 0 in chapter 4, where the pool is
-     * exactly its free stack.
+     * Free blocks that are not on the free stack: no table holds them, but
+     * a cache above the pool (ext/paged_cache.h) keeps them for the K/V
+     * they still hold. They count as free (block_pool_available()). Always
+     * 0 in chapter 4, where the pool is exactly its free stack; chapter 5
+     * parks blocks here.
      */
     int n_parked;
     int *ref_count;          /**< [n_blocks] block tables holding each block; 0 = free */
@@ -216,37 +215,12 @@ static inline float *block_pool_values(const BlockPool *p, int block, int layer)
 int block_pool_used(const BlockPool *p);
 
 /**
- * Blocks that are free: on the free stack, or parked (a cache above the
- * pool keeps their K/V until it is asked for the block).
+ * Blocks that are free: on the free stack, or kept off it by a cache
+ * above the pool until it is asked for the block (BlockPool.n_parked).
  * @param p  the pool
  * @return n_free + n_parked
  */
 int block_pool_available(const BlockPool *p);
-
-/**
- * The last holder of @p block lets go, but the block stays off the free
- * stack with its K/V: a cache above the pool keeps it (reference count
- * 1 -> 0, n_parked + 1).
- * @param p      the pool
- * @param block  a block with exactly one holder
- */
-void block_pool_park(BlockPool *p, int block);
-
-/**
- * A parked block is handed out again as it is, K/V included: it gets one
- * holder (n_parked - 1).
- * @param p      the pool
- * @param block  a parked block
- */
-void block_pool_hold_parked(BlockPool *p, int block);
-
-/**
- * A parked block goes back on the free stack: what it held is forgotten
- * (n_parked - 1, n_free + 1).
- * @param p      the pool
- * @param block  a parked block
- */
-void block_pool_free_parked(BlockPool *p, int block);
 
 /**
  * Allocates @p count empty tables of @p capacity entries (charged to

@@ -1,74 +1,14 @@
-/* Chapter 4's books and report: where the KV memory is after each step
- * (paged_account()), and the chapter's lines of the memory table and keys
- * of the JSON report. */
+/* Chapter 4's report: the chapter's lines of the memory table and keys of
+ * the JSON report, from the books account.c keeps. An extension that is
+ * on adds its own lines after the chapter's (ext/budget.c) or a key among
+ * them (ext/beam.c). */
 #include <stdio.h>
 
+#include "ext/beam.h"
+#include "ext/budget.h"
+#include "ext/swap.h"
 #include "mem.h"
 #include "paged.h"
-
-/* ------------------------------------------------------------ accounting */
-
-/* Rows filled in each held block, the largest over the tables holding it
- * (shared blocks hold the same rows for every holder). Only running
- * requests hold blocks (those that finished in this step are still on the
- * list: they let go in paged_finished(), after this). */
-static int fill_block_rows(PagedServer *s, const ServingRun *run)
-{
-    const BlockPool *p = &s->kv.pool;
-    const int bs = p->shape.block_size;
-    int logical = 0;
-    for (int b = 0; b < p->n_blocks; b++)
-        s->block_filled[b] = 0;
-    for (int k = 0; k < s->n_running; k++) {
-        int i = s->running[k];
-        const BlockTable *t = &s->kv.tables.tables[i];
-        int cached = run->reqs[i].n_cached;
-        for (int j = 0; j < t->n_blocks; j++) {
-            int rows = cached - j * bs;
-            rows = rows < 0 ? 0 : rows > bs ? bs : rows;
-            if (t->blocks[j] == BLOCK_HOLE) /* a block a later chapter gave back: nothing held */
-                continue;
-            if (rows > s->block_filled[t->blocks[j]])
-                s->block_filled[t->blocks[j]] = rows;
-            logical++;
-        }
-    }
-    return logical;
-}
-
-void paged_account(PagedServer *s, ServingRun *run)
-{
-    const BlockPool *p = &s->kv.pool;
-    int logical = fill_block_rows(s, run);
-    size_t used_rows = 0;
-    for (int b = 0; b < p->n_blocks; b++) {
-        if (p->ref_count[b] == 0)
-            continue;
-        used_rows += (size_t)s->block_filled[b];
-        kv_track_step(&s->block_track[b], (size_t)s->block_filled[b] * paged_bytes_per_token(s));
-    }
-    int physical = block_pool_used(p);
-    kv_timeline_record(&run->timeline, run->step, (size_t)physical * p->bytes_per_block,
-                       used_rows * paged_bytes_per_token(s));
-    if (physical > s->blocks_peak_used) {
-        s->blocks_peak_used = physical;
-        s->blocks_peak_step = run->step;
-        if (s->sharing) { /* what the same sequences would hold unshared, then */
-            s->sharing->saved_at_peak = logical - physical;
-            s->sharing->logical_at_peak = logical;
-        }
-    }
-    if (s->sharing)
-        s->sharing->logical_sum += logical;
-    int saved = logical - physical;
-    if (saved > s->blocks_saved_peak)
-        s->blocks_saved_peak = saved;
-    s->blocks_saved_sum += saved;
-    size_t slack = (size_t)physical * (size_t)p->shape.block_size - used_rows;
-    if (slack > s->slack_tokens_peak)
-        s->slack_tokens_peak = slack;
-    s->steps_accounted++;
-}
 
 /* ------------------------------------------------------------ report */
 
@@ -124,18 +64,17 @@ void paged_report_table(FILE *f, void *ctx, const ServingRun *run)
             cli_format_bytes(a, sizeof a, (double)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity)),
             cli_format_bytes(b, sizeof b, (double)mem_current(MEM_KV_METADATA, MEM_HOST)));
     fprintf(f, "  preemptions    %ld (%s)\n", s->preemptions,
-            s->sched && s->sched->preempt == PAGED_PREEMPT_SWAP
-                ? "blocks swapped to the host and back, or recomputed when the swap space was full"
-                : "recomputed from prompt + generated tokens when readmitted");
+            s->swap ? swap_preemption_note() /* --preempt swap (ext/swap.c) */
+                    : "recomputed from prompt + generated tokens when readmitted");
     fprintf(f, "  sharing        forks saved up to %d blocks at once (%.1f on average); %ld copy-on-write copies\n",
             s->blocks_saved_peak, s->steps_accounted ? s->blocks_saved_sum / (double)s->steps_accounted : 0.0,
             s->cow_copies);
     if (s->sharing)
         fprintf(f, "                 %.1f%% of the blocks the same sequences would hold unshared, at peak use "
                    "(step %ld); %.1f%% over all steps%s\n", 100.0 * saved_fraction_at_peak(s->sharing),
-                s->blocks_peak_step, 100.0 * saved_fraction_avg(s), s->sharing->beam ? " (beams fork and share)" : "");
-    if (s->sched) /* the token budget and swapping (sched.c) */
-        paged_sched_report_table(f, s, run);
+                s->blocks_peak_step, 100.0 * saved_fraction_avg(s), s->sharing->note ? s->sharing->note : "");
+    if (s->budget) /* --max-num-batched-tokens, --max-num-seqs, --preempt (ext/budget.c) */
+        budget_report_table(f, s, run);
 }
 
 static void json_blocks_timeline(JsonWriter *j, const PagedServer *s, const KvTimeline *t)
@@ -167,11 +106,11 @@ void paged_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     json_double(j, "blocks_saved_by_sharing_avg",
                 s->steps_accounted ? s->blocks_saved_sum / (double)s->steps_accounted : 0.0);
     json_int(j, "cow_copies", s->cow_copies);
-    if (s->sharing) { /* --n or --beam only: the default report stays as it was */
+    if (s->sharing) { /* with forks only (PagedServer.sharing): the default report stays as it was */
         json_double(j, "sharing_saved_fraction", saved_fraction_at_peak(s->sharing));
         json_double(j, "sharing_saved_fraction_avg", saved_fraction_avg(s));
-        if (s->sharing->beam)
-            json_int(j, "beam_width", run->opts->beam_width);
+        if (s->beam) /* --beam (ext/beam.c) */
+            beam_report_json(j, s->beam);
     }
     json_int(j, "watermark_blocks", s->watermark_blocks);
     json_int(j, "max_batched_tokens", s->max_batched_tokens);
@@ -179,6 +118,6 @@ void paged_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     json_int(j, "block_table_bytes", (long long)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity));
     json_int(j, "kv_metadata_bytes", (long long)mem_current(MEM_KV_METADATA, MEM_HOST));
     json_blocks_timeline(j, s, &run->timeline);
-    if (s->sched)
-        paged_sched_report_json(j, s, run);
+    if (s->budget) /* --max-num-batched-tokens, --max-num-seqs, --preempt (ext/budget.c) */
+        budget_report_json(j, s, run);
 }

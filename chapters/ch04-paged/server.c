@@ -1,15 +1,23 @@
 /* Chapter 4's server: setting up the pool, the block tables and the queue
- * for a run, and one step of the serving loop, written out in full. */
+ * for a run, and one step of the serving loop, written out in full. The
+ * extensions its options ask for are opened, planned with and closed here,
+ * each behind the guard paged.h lists. */
 #include <limits.h>
 #include <string.h>
 
 #include "ext/beam.h"
+#include "ext/budget.h"
+#include "ext/paged_device.h"
+#include "ext/paged_trace.h"
 #include "mem.h"
-#include "paged.h"
+#include "scheduler.h"
 
-/* vLLM's default step budget: a whole prompt of the model's full length
- * must fit in one step (there is no chunked prefill here), and 2048 tokens
- * keep the matmuls busy when prompts are short. */
+/* The step budget of the chapter's own schedule, which admits whole
+ * prompts only: a prompt of the model's full length must fit in one step,
+ * and 2048 tokens keep the matmuls busy when prompts are short. kvlab
+ * takes max(seq_len, 2048) as its own default; vLLM's default has changed
+ * over its versions (and with chunked prefill, ext/budget.c, the budget is
+ * whatever --max-num-batched-tokens says). */
 #define PAGED_MIN_BATCHED_TOKENS 2048
 
 /* ------------------------------------------------------------ set-up */
@@ -21,28 +29,18 @@ static int cache_blocks_at_most(const Request *r, int block_size)
     return block_count_for_tokens(r->max_tokens - 1, block_size);
 }
 
-/* "" by default; ", for each of W beams" with --beam W > 1, for the messages. */
-static const char *beams_note(const CliOptions *o, char *buf, size_t size)
-{
-    buf[0] = '\0';
-    if (beam_group_size(o) > 1)
-        snprintf(buf, size, ", for each of %d beams", beam_group_size(o));
-    return buf;
-}
-
-static void reject_never_fitting(PagedServer *s, ServingRun *run)
+void paged_reject_unfitting(PagedServer *s, ServingRun *run, int width, const char *note)
 {
     const BlockPool *p = &s->kv.pool;
     int usable = p->n_blocks - s->watermark_blocks;
-    char beams[48];
     for (int i = 0; i < run->n_reqs; i++) {
         Request *r = &run->reqs[i];
-        int need = cache_blocks_at_most(r, p->shape.block_size) * beam_group_size(run->opts);
+        int need = cache_blocks_at_most(r, p->shape.block_size) * width;
         if (r->phase == REQ_WAITING && need > usable)
             serving_reject(run, r,
                            "it may need %d blocks of %d tokens (%d positions%s) but the whole pool has %d "
-                           "(%d above the watermark)", need, p->shape.block_size, r->max_tokens - 1,
-                           beams_note(run->opts, beams, sizeof beams), p->n_blocks, usable);
+                           "(%d above the watermark)", need, p->shape.block_size, r->max_tokens - 1, note,
+                           p->n_blocks, usable);
     }
 }
 
@@ -67,8 +65,8 @@ void paged_print_setup(const PagedServer *s, const ServingRun *run, const char *
             s->kv.tables.capacity,
             cli_format_bytes(a, sizeof a, (double)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity)),
             kv_bytes_note);
-    if (s->sched)
-        paged_sched_print_setup(log, s, run, name);
+    if (s->budget) /* ext/budget.c */
+        budget_print_setup(log, s, run, name);
 }
 
 /* The pool's element size follows the run's bytes per token, so that the
@@ -116,11 +114,11 @@ static int pool_blocks(const ServingRun *run, BlockShape *shape, int *n_blocks, 
     return 0;
 }
 
-int paged_check(const ServingRun *run, Err *err)
+int paged_check_fits(const ServingRun *run, int width, const char *note, Err *err)
 {
     BlockShape shape;
     int n_blocks;
-    if (paged_sched_check(run, err) || pool_blocks(run, &shape, &n_blocks, err))
+    if (pool_blocks(run, &shape, &n_blocks, err))
         return -1;
     /* As chapter 3 does: a pool that no request fits would reject them all. */
     int usable = n_blocks - watermark_blocks(n_blocks, run->opts->watermark), smallest = -1;
@@ -128,7 +126,7 @@ int paged_check(const ServingRun *run, Err *err)
         const Request *r = &run->reqs[i];
         if (r->phase != REQ_WAITING)
             continue;
-        if (cache_blocks_at_most(r, shape.block_size) * beam_group_size(run->opts) <= usable)
+        if (cache_blocks_at_most(r, shape.block_size) * width <= usable)
             return 0;
         if (smallest < 0 || r->max_tokens < run->reqs[smallest].max_tokens)
             smallest = i;
@@ -136,13 +134,22 @@ int paged_check(const ServingRun *run, Err *err)
     if (smallest < 0)
         return 0;
     const Request *r = &run->reqs[smallest];
-    char a[32], beams[48];
+    char a[32];
     return err_set(err,
                    "--kv-budget %s holds no request: the smallest (request %d) may need %d blocks of %d tokens "
                    "(%d positions%s) but the whole pool has %d (%d above the watermark)",
                    cli_format_bytes(a, sizeof a, (double)serving_kv_budget(run)), r->spec->id,
-                   cache_blocks_at_most(r, shape.block_size) * beam_group_size(run->opts), shape.block_size,
-                   r->max_tokens - 1, beams_note(run->opts, beams, sizeof beams), n_blocks, usable);
+                   cache_blocks_at_most(r, shape.block_size) * width, shape.block_size, r->max_tokens - 1, note,
+                   n_blocks, usable);
+}
+
+int paged_check(const ServingRun *run, Err *err)
+{
+    if (budget_wanted(run->opts) && budget_check(run, err)) /* ext/budget.c */
+        return -1;
+    if (run->opts->beam_width > 0) /* --beam: a prompt's beams run together (ext/beam.c) */
+        return beam_check(run, err);
+    return paged_check_fits(run, 1, "", err);
 }
 
 static int open_pool(PagedServer *s, ServingRun *run, Err *err)
@@ -155,15 +162,6 @@ static int open_pool(PagedServer *s, ServingRun *run, Err *err)
         return -1;
     int capacity = block_count_for_tokens(run->model->cfg.seq_len, shape.block_size);
     return block_tables_init(&s->kv.tables, run->n_reqs, capacity, err);
-}
-
-/* Tokens of every request at its longest: no step can feed more. */
-static int all_positions(const ServingRun *run)
-{
-    long n = 0;
-    for (int i = 0; i < run->n_reqs; i++)
-        n += run->reqs[i].max_tokens;
-    return n < 1 ? 1 : n > INT_MAX ? INT_MAX : (int)n;
 }
 
 /* The queue and the measurement books are the scheduler's, not K/V
@@ -196,36 +194,34 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err)
     s->watermark_blocks = watermark_blocks(s->kv.pool.n_blocks, o->watermark);
     int seq_len = run->model->cfg.seq_len;
     s->max_batched_tokens = seq_len > PAGED_MIN_BATCHED_TOKENS ? seq_len : PAGED_MIN_BATCHED_TOKENS;
-    /* --max-num-batched-tokens, --max-num-seqs, --preempt (sched.c). */
-    if (paged_sched_open(s, run, err))
-        return -1;
-    reject_never_fitting(s, run);
-    if (log)
-        paged_print_setup(s, run, "ch04-paged", log);
     /* Decodes always run (one token per running request); admission keeps
      * decodes + prompts within the budget, so a step never exceeds the
-     * larger of the two (with --max-num-batched-tokens, the budget itself:
-     * no more requests run than it has tokens). */
-    int decodes = paged_max_running(s, run);
-    int max_step_tokens = s->max_batched_tokens > decodes ? s->max_batched_tokens : decodes;
-    if (s->sched && max_step_tokens > all_positions(run))
-        max_step_tokens = all_positions(run); /* a budget larger than the whole file needs no larger buffers */
+     * larger of the two. */
+    int max_step_tokens = s->max_batched_tokens > run->n_reqs ? s->max_batched_tokens : run->n_reqs;
+    if (budget_wanted(o) && budget_open(s, run, &max_step_tokens, err)) /* ext/budget.c */
+        return -1;
     if ((o->n_samples > 1 || o->beam_width > 0) && !(s->sharing = mem_alloc(MEM_ACTIVATIONS, sizeof *s->sharing)))
         return err_set(err, "out of memory");
-    if (o->beam_width > 0 && beam_open(s, run, &max_step_tokens, err)) /* beam.c */
+    if (o->beam_width > 0 && beam_open(s, run, &max_step_tokens, err)) /* --beam (ext/beam.c) */
         return -1;
+    paged_reject_unfitting(s, run, 1, "");
+    if (log)
+        paged_print_setup(s, run, "ch04-paged", log);
     if (serving_open_steps(run, max_step_tokens, run->n_reqs, err))
         return -1;
-    if (run->device && paged_device_open(s, run, err))
+    if (run->device && paged_device_open(s, run, err)) /* --device cuda (ext/device.c) */
         return -1;
-    return paged_trace_open(s, run, log, err); /* --trace, --show-tables: the steps watched (trace.c) */
+    if ((run->trace || o->show_tables >= 0) && paged_trace_open(s, run, log, err)) /* ext/trace.c */
+        return -1;
+    return 0;
 }
 
 void paged_close(PagedServer *s)
 {
     if (!s)
         return;
-    paged_sched_close(s->sched);
+    budget_close(s);
+    beam_close(s->beam);
     for (int i = 0; i < s->kv.tables.count; i++)
         block_table_release(&s->kv.pool, &s->kv.tables.tables[i], NULL, NULL);
     block_tables_free(&s->kv.tables);
@@ -233,24 +229,28 @@ void paged_close(PagedServer *s)
     mem_free(s->running);
     mem_free(s->block_filled);
     mem_free(s->block_track);
-    if (s->sharing)
-        beam_close(s->sharing->beam);
     mem_free(s->sharing);
     mem_free(s);
 }
 
 /* ------------------------------------------------------------ one step */
 
+int paged_plan(PagedServer *s, ServingRun *run, Err *err)
+{
+    if (s->budget) /* --max-num-batched-tokens, --max-num-seqs, --preempt: its own scheduler (ext/budget.c) */
+        return budget_schedule(s, run, err);
+    return paged_schedule(s, run, err);
+}
+
 int paged_step(PagedServer *s, ServingRun *run, Err *err)
 {
+    if (s->beam) /* --beam: a scheduler of its own, over scheduler.h's phases (ext/beam.c) */
+        return beam_step(s, run, err);
     if (!serving_step_begin(run)) /* requests that arrived join the queue; none left: done */
         return 0;
     /* Room for every running request's next token, then admissions
      * (scheduler.c): the step's batch, in run->entries. */
-    if (paged_schedule(s, run, err))
-        return -1;
-    /* --device cuda: the device learns the block tables the schedule left. */
-    if (run->device && paged_device_sync(s, run, err))
+    if (paged_plan(s, run, err))
         return -1;
     /* The batch through the model. Attention reads K and V through the
      * block tables: the seam's attend is paged_attend(), which calls
@@ -258,13 +258,8 @@ int paged_step(PagedServer *s, ServingRun *run, Err *err)
     KvSeam seam = paged_seam(&s->kv);
     if (serving_step_forward(run, &seam, err))
         return -1;
-    if (s->sharing && s->sharing->beam)
-        beam_select(s, run);      /* --beam: each group keeps its best continuations (beam.c) */
-    else
-        serving_step_sample(run); /* every fed request takes its next token */
-    if (s->sched)
-        paged_sched_note_tokens(s, run); /* first tokens, for the steps to the first token */
-    paged_account(s, run);    /* blocks held, rows filled, the breakdown (report.c) */
+    serving_step_sample(run); /* every fed request takes its next token */
+    paged_account(s, run);    /* blocks held, rows filled, the breakdown (account.c) */
     int n_finished = serving_step_finished(run);
     for (int i = 0; i < n_finished; i++) /* their blocks go back to the pool at once */
         paged_finished(s, run, &run->reqs[run->finished_now[i]]);

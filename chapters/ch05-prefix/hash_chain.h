@@ -42,6 +42,7 @@
 #include <stdint.h>
 
 #include "block_pool.h"
+#include "parking.h"
 #include "err.h"
 
 /** The "previous key" of a sequence's first block. */

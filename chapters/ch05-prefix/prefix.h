@@ -74,6 +74,7 @@
 
 #include <stdint.h>
 
+#include "ext/paged_cache.h"
 #include "hash_chain.h"
 #include "paged.h"
 #include "radix_tree.h"
@@ -137,9 +138,6 @@ typedef struct {
     PrefixSample samples[PREFIX_TIMELINE_CAP]; /**< the blocks over time, oldest first */
     int n_samples;          /**< samples kept */
     long stride;            /**< one step in stride is kept */
-    /** The run's observer before this cache took the place (called after it). */
-    void (*next_observe)(void *ctx, const ServingRun *run);
-    void *next_observe_ctx; /**< passed to next_observe */
 } PrefixCache;
 
 /**
@@ -170,7 +168,8 @@ int prefix_check(const ServingRun *run, Err *err);
 
 /**
  * Puts a cache above an open chapter-4 server: the server's PagedCache
- * hooks and the run's observer (the previous observer is called after it). With PREFIX_CACHE_OFF only the books are
+ * hooks and an observer of the run (serving_add_observer(); the cache
+ * keeps it and prefix_cache_close() takes it off). With PREFIX_CACHE_OFF only the books are
  * kept and the server behaves as chapter 4's.
  * @param s      the server (paged_open(), no step run yet)
  * @param run    its run

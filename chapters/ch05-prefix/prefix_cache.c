@@ -1,7 +1,8 @@
 /* Chapter 5: the prefix cache on chapter 4's server. The scheduler is
- * chapter 4's; this file fills the extension points it offers (paged.h:
- * PagedCache; block_pool.h: BlockPool.reclaim), registers full blocks as
- * they are scheduled, and keeps the books. */
+ * chapter 4's; this file fills the hooks it offers a cache above its pool
+ * (chapter 4's ext/paged_cache.h: PagedCache), parks the blocks it keeps
+ * (parking.h), registers full blocks as they are scheduled, and keeps the
+ * books. */
 #include <string.h>
 
 #include "mem.h"
@@ -295,8 +296,6 @@ static void cache_observe(void *ctx, const ServingRun *run)
         c->cached_free_peak = parked;
     record_sample(c, run->step, held, parked);
     note_first_tokens(c, run);
-    if (c->next_observe)
-        c->next_observe(c->next_observe_ctx, run);
 }
 
 /* ------------------------------------------------------------ open, close */
@@ -346,11 +345,7 @@ int prefix_cache_open(PagedServer *s, ServingRun *run, PrefixCacheMode mode, Pre
     c->hooks = (PagedCache){.ctx = c, .lookup = cache_lookup, .admitted = cache_admitted, .release = cache_release,
                             .reclaim = cache_reclaim};
     s->cache = &c->hooks;
-    c->next_observe = run->observe;
-    c->next_observe_ctx = run->observe_ctx;
-    run->observe = cache_observe;
-    run->observe_ctx = c;
-    return 0;
+    return serving_add_observer(run, cache_observe, c, NULL, err); /* prefix_cache_close() takes it off */
 }
 
 void prefix_cache_close(PrefixCache *c)
@@ -359,10 +354,8 @@ void prefix_cache_close(PrefixCache *c)
         return;
     if (c->server && c->server->cache == &c->hooks)
         c->server->cache = NULL;
-    if (c->run && c->run->observe_ctx == c) {
-        c->run->observe = c->next_observe;
-        c->run->observe_ctx = c->next_observe_ctx;
-    }
+    if (c->run)
+        serving_remove_observer(c->run, c);
     hash_chain_free(&c->hash);
     radix_free(&c->radix);
     mem_free(c->n_known);

@@ -39,6 +39,7 @@
 #define KVLAB_CH05_RADIX_TREE_H
 
 #include "block_pool.h"
+#include "parking.h"
 #include "err.h"
 
 /** The root's node index. */

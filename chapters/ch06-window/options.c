@@ -126,6 +126,9 @@ int window_check(const WindowOptions *o, const ServingRun *run, Err *err)
     const CliOptions *c = run->opts;
     if (o->force_path && c->temperature > 0.0f)
         return err_set(err, "--kv-force needs greedy sampling (--temperature 0): the forced id must win the choice");
+    if (c->beam_width > 0) /* chapter 4's beam search steps on its own (ext/beam.c), never through window_step() */
+        return err_set(err, "--beam is chapter 4's (build/ch04-paged --beam %d): this chapter's step samples each "
+                            "request on its own", c->beam_width);
     if (!o->window)
         return 0;
     if (o->window + o->sinks + o->heavy > run->model->cfg.seq_len)

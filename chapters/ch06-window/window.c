@@ -342,7 +342,7 @@ int window_step(WindowCache *w, ServingRun *run, Err *err)
     PagedServer *s = w->server;
     if (!serving_step_begin(run))
         return 0;
-    if (paged_schedule(s, run, err)) /* chapter 4: room for every next token, admissions */
+    if (paged_plan(s, run, err)) /* chapter 4: room for every next token, admissions */
         return -1;
     KvSeam seam = window_seam(w);
     if (serving_step_forward(run, &seam, err))

@@ -130,7 +130,9 @@ int window_parse_options(int *argc, char **argv, WindowOptions *o, Err *err);
 /**
  * Refuses what the chapter cannot combine with a window: `--n` above 1
  * (shared blocks), `--preempt swap`, `--device cuda`, a window with more
- * positions than the model's context, `--kv-force` without greedy sampling.
+ * positions than the model's context, `--kv-force` without greedy sampling;
+ * and `--beam` with or without one (chapter 4's beam search has a step of
+ * its own, which window_step() is not).
  * @param o    the options
  * @param run  the run (its options and model)
  * @param err  receives one line on failure
@@ -192,7 +194,7 @@ void window_attention(WindowCache *w, int seq, int layer, int head, const float 
 void window_evict(WindowCache *w, ServingRun *run);
 
 /**
- * One step of the windowed server: chapter 4's paged_schedule(), the batch
+ * One step of the windowed server: chapter 4's paged_plan(), the batch
  * through the model with window_seam(), teacher forcing (window_force()),
  * sampling, paged_account(), window_evict(), and the finished
  * requests' blocks back to the pool.

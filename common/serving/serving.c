@@ -287,8 +287,10 @@ int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const 
 
 void serving_run_free(ServingRun *run)
 {
-    if (run->observe_free)
-        run->observe_free(run->observe_ctx);
+    for (int i = 0; i < run->n_observers; i++)
+        if (run->observers[i].free_ctx)
+            run->observers[i].free_ctx(run->observers[i].ctx);
+    run->n_observers = 0;
     if (run->reqs)
         for (int i = 0; i < run->n_reqs; i++) {
             mem_free(run->reqs[i].tokens);
@@ -549,9 +551,38 @@ void serving_step_sample(ServingRun *run)
 
 int serving_step_finished(ServingRun *run)
 {
-    if (run->observe)
-        run->observe(run->observe_ctx, run);
+    for (int i = run->n_observers - 1; i >= 0; i--) /* newest first */
+        run->observers[i].observe(run->observers[i].ctx, run);
     return run->n_finished;
+}
+
+int serving_add_observer(ServingRun *run, void (*observe)(void *ctx, const ServingRun *run), void *ctx,
+                         void (*free_ctx)(void *ctx), Err *err)
+{
+    if (run->n_observers == SERVING_MAX_OBSERVERS) {
+        if (free_ctx)
+            free_ctx(ctx);
+        return err_set(err, "a run watched by more than %d observers", SERVING_MAX_OBSERVERS);
+    }
+    run->observers[run->n_observers++] = (ServingObserver){.observe = observe, .ctx = ctx, .free_ctx = free_ctx};
+    return 0;
+}
+
+void serving_remove_observer(ServingRun *run, const void *ctx)
+{
+    for (int i = 0; i < run->n_observers; i++)
+        if (run->observers[i].ctx == ctx) {
+            memmove(run->observers + i, run->observers + i + 1,
+                    (size_t)(run->n_observers - i - 1) * sizeof run->observers[0]);
+            run->n_observers--;
+            return;
+        }
+}
+
+void serving_note_fork(ServingRun *run, const Request *parent, const Request *child)
+{
+    long child_index = child->index;
+    trace_event_values(run->trace, "fork", parent->index, 1, &child_index);
 }
 
 void serving_step_end(ServingRun *run)

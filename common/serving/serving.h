@@ -49,7 +49,6 @@
 
 #include "chat.h"
 #include "cli.h"
-#include "device_kv.h"
 #include "err.h"
 #include "forward.h"
 #include "json.h"
@@ -154,6 +153,25 @@ typedef struct {
 } Request;
 
 /** The state of a serving run, shared by the loop and the chapter. */
+struct ServingRun;
+
+/** Most observers one run keeps (serving_add_observer()). */
+#define SERVING_MAX_OBSERVERS 6
+
+/**
+ * One observer of a run's steps: called by serving_step_finished(), after
+ * the chapter has accounted the step and before the requests that finished
+ * let go of their memory. A chapter's watcher of the steps (`--trace`,
+ * `--show-tables`), a later chapter's books (chapter 5's cache) and the
+ * capacity simulator's measures (tools/lib/kvsim.c) all look at a step
+ * this way.
+ */
+typedef struct {
+    void (*observe)(void *ctx, const struct ServingRun *run); /**< the call */
+    void *ctx;                                                /**< passed to observe */
+    void (*free_ctx)(void *ctx); /**< frees ctx when the run is freed (NULL: its adder keeps it) */
+} ServingObserver;
+
 typedef struct ServingRun {
     const Model *model;         /**< the model (NULL when simulating) */
     const Tokenizer *tokenizer; /**< encodes the prompts; decodes --out text; says which tokens stop */
@@ -194,16 +212,8 @@ typedef struct ServingRun {
     struct ServingDevice *device; /**< --device cuda: where the steps run (serving_device.h); NULL: the CPU */
     double progress_shown_s;   /**< when serving_show_progress() last wrote a line */
     double step_started_s;     /**< when the current step began (serving_step_begin()) */
-    /**
-     * Optional observer (NULL: none): called by serving_step_finished(),
-     * after the chapter has accounted the step and before the requests
-     * that finished let go of their memory. The capacity simulator measures
-     * what finished requests still hold this way (tools/lib/kvsim.c).
-     * @param ctx  observe_ctx
-     * @param run  the run
-     */
-    void (*observe)(void *ctx, const struct ServingRun *run);
-    void *observe_ctx;         /**< passed to observe */
+    ServingObserver observers[SERVING_MAX_OBSERVERS]; /**< serving_add_observer(), oldest first */
+    int n_observers;           /**< entries of observers */
     /**
      * Optional (NULL: every request): whether request @p r gets a line in
      * `--out`. Chapter 4's beam search writes only each prompt's best beam.
@@ -220,15 +230,42 @@ typedef struct ServingRun {
      */
     void (*out_extra)(void *ctx, JsonWriter *j, const Request *r);
     void *out_ctx;             /**< passed to out_keep and out_extra */
-    /**
-     * Optional (NULL: the run does not own observe_ctx): frees observe_ctx
-     * when the run is freed (serving_run_free()). A chapter's watcher of
-     * the steps (`--trace`, `--show-tables`) lives as long as the run.
-     * @param ctx  observe_ctx
-     */
-    void (*observe_free)(void *ctx);
     struct ServingTrace *trace; /**< `--trace`: where the step's events go (trace.h); NULL: no trace */
 } ServingRun;
+
+/**
+ * Adds an observer of the steps (ServingObserver). Observers are called
+ * newest first. One rule of ownership for all of them: when @p free_ctx
+ * is given, the run owns @p ctx from this call on and frees it in
+ * serving_run_free() (at once when it cannot be added); without one, the
+ * adder keeps @p ctx and takes the observer off (serving_remove_observer())
+ * before freeing it.
+ * @param run       the run
+ * @param observe   called after each step's accounting
+ * @param ctx       passed to @p observe
+ * @param free_ctx  frees @p ctx with the run, or NULL
+ * @param err       receives the reason on failure
+ * @return 0, or -1 when the run has SERVING_MAX_OBSERVERS already
+ */
+int serving_add_observer(ServingRun *run, void (*observe)(void *ctx, const ServingRun *run), void *ctx,
+                         void (*free_ctx)(void *ctx), Err *err);
+
+/**
+ * Takes off the observer whose context is @p ctx (none: nothing changes).
+ * The run no longer calls it, nor frees @p ctx.
+ * @param run  the run
+ * @param ctx  the context it was added with
+ */
+void serving_remove_observer(ServingRun *run, const void *ctx);
+
+/**
+ * Records a fork in the trace (`--trace`): request @p child's table now
+ * shares every block of @p parent's.
+ * @param run     the run
+ * @param parent  the request whose blocks are shared
+ * @param child   the request that shares them
+ */
+void serving_note_fork(ServingRun *run, const Request *parent, const Request *child);
 
 /**
  * Adds the tokens of @p r that have no K/V yet (positions n_cached ..
@@ -405,7 +442,7 @@ void serving_step_sample(ServingRun *run);
 
 /**
  * The requests that finished this step, for the chapter to release: their
- * indexes are run->finished_now[0..n-1]. Tells the run's observer first.
+ * indexes are run->finished_now[0..n-1]. Tells the run's observers first.
  * @param run  the run, after the chapter's accounting
  * @return how many finished
  */

@@ -672,9 +672,9 @@ int kvsim_run(ServeChapter ch, const Model *shape, const CliOptions *o, size_t k
         serving_run_free(&run);
         return -1;
     }
-    run.observe = watch_step;
-    run.observe_ctx = &watch;
-    int rc = serve_check(ch, &run, err);
+    int rc = serving_add_observer(&run, watch_step, &watch, NULL, err);
+    if (rc == 0)
+        rc = serve_check(ch, &run, err);
     if (rc == 0)
         rc = serve_run(ch, &run, log, err);
     if (rc == 0)

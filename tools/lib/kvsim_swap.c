@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "json.h"
+#include "ext/swap.h"
 #include "paged.h"
 
 #define SCENARIO "paper-fig19"

@@ -1,15 +1,19 @@
-/* Chapter 4: beam search over the paged KV cache (--beam W). See beam.h
- * for the rules; the scheduler and the step call in here only when --beam
- * is given (paged_schedule(), paged_step()). A prompt's W beams are the W
- * consecutive requests of its group, and they are admitted, run and
- * preempted together, so a group's running beams are consecutive in the
- * server's running list too. */
+/* Chapter 4 extension: beam search over the paged KV cache (--beam W), a
+ * scheduler and a step of its own over the core's phases (scheduler.h),
+ * the way chapter 6's window_step() runs chapter 4's step with its own
+ * seam. See beam.h for the rules; the core calls in here only when --beam
+ * is given (paged_check(), paged_open(), paged_step(), the report). A
+ * prompt's W beams are the W consecutive requests of its group, and they
+ * are admitted, run and preempted together, so a group's running beams are
+ * consecutive in the server's running list too. */
 #include "beam.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "mem.h"
+#include "scheduler.h"
 
 struct BeamSearch {
     int width;             /* W: requests (slots) per group */
@@ -206,9 +210,14 @@ static void select_group(PagedServer *s, ServingRun *run, BeamSearch *b, int g)
         pick_best(b, run, g);
 }
 
-void beam_select(PagedServer *s, ServingRun *run)
+/* After the forward pass, instead of sampling: each running group keeps
+ * its best proposals (beam_choose()), forks the tables of the beams that
+ * continue in another slot, frees those of the beams that ended, and
+ * finishes the hypotheses that ended; a group with no beam left picks its
+ * best hypothesis. */
+static void beam_select(PagedServer *s, ServingRun *run)
 {
-    BeamSearch *b = s->sharing->beam;
+    BeamSearch *b = s->beam;
     run->n_finished = 0;
     for (int i = 0; i < run->n_reqs; i++)
         b->row_of[i] = -1;
@@ -278,7 +287,9 @@ static int admit_group(PagedServer *s, ServingRun *run, const BeamSearch *b, int
 /* First come, first served over groups: the first waiting group that does
  * not fit (blocks above the watermark, the step's token budget unless the
  * step is empty, logits rows) stops admission, as does the first that has
- * not arrived. */
+ * not arrived. The blocks free are the pool's free stack only: a cache
+ * above the pool (chapter 5) could reclaim more, which this test does not
+ * count. */
 static int admit_groups(PagedServer *s, ServingRun *run, const BeamSearch *b, Err *err)
 {
     const int bs = s->kv.pool.shape.block_size;
@@ -314,9 +325,12 @@ static int admit_groups(PagedServer *s, ServingRun *run, const BeamSearch *b, Er
     return 0;
 }
 
-int beam_schedule(PagedServer *s, ServingRun *run, Err *err)
+/* Room for every live beam of each running group, oldest group first,
+ * preempting the newest groups whole when the pool runs dry; then
+ * first-come, first-served admission of waiting groups. */
+static int beam_schedule(PagedServer *s, ServingRun *run, Err *err)
 {
-    const BeamSearch *b = s->sharing->beam;
+    const BeamSearch *b = s->beam;
     int preempted = 0;
     for (int k = 0; k < s->n_running;) {
         int m = 1;
@@ -331,6 +345,24 @@ int beam_schedule(PagedServer *s, ServingRun *run, Err *err)
     }
     /* A step that had to preempt is short of blocks (as without --beam). */
     return preempted ? 0 : admit_groups(s, run, b, err);
+}
+
+int beam_step(PagedServer *s, ServingRun *run, Err *err)
+{
+    if (!serving_step_begin(run)) /* requests that arrived join the queue; none left: done */
+        return 0;
+    if (beam_schedule(s, run, err)) /* every live beam's next token, then whole groups admitted */
+        return -1;
+    KvSeam seam = paged_seam(&s->kv); /* the chapter's PagedAttention, unchanged */
+    if (serving_step_forward(run, &seam, err))
+        return -1;
+    beam_select(s, run);   /* instead of sampling: each group keeps its best continuations */
+    paged_account(s, run); /* blocks held, rows filled, what the beams' sharing saves */
+    int n_finished = serving_step_finished(run);
+    for (int i = 0; i < n_finished; i++)
+        paged_finished(s, run, &run->reqs[run->finished_now[i]]);
+    serving_step_end(run);
+    return 0;
 }
 
 /* ------------------------------------------------------------ set-up and --out */
@@ -358,6 +390,27 @@ static void write_beam_keys(void *ctx, JsonWriter *j, const Request *r)
         json_double(j, "beam_score", b->score[r->index]);
 }
 
+/* "" for one beam; ", for each of W beams" for W, in the messages. */
+static const char *beams_note(int w, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (w > 1)
+        snprintf(buf, size, ", for each of %d beams", w);
+    return buf;
+}
+
+int beam_check(const ServingRun *run, Err *err)
+{
+    char note[48];
+    int w = beam_group_size(run->opts);
+    return paged_check_fits(run, w, beams_note(w, note, sizeof note), err);
+}
+
+void beam_report_json(JsonWriter *j, const BeamSearch *b)
+{
+    json_int(j, "beam_width", b->width);
+}
+
 int beam_open(PagedServer *s, ServingRun *run, int *max_step_tokens, Err *err)
 {
     const int w = run->opts->beam_width, n = run->n_reqs;
@@ -367,10 +420,13 @@ int beam_open(PagedServer *s, ServingRun *run, int *max_step_tokens, Err *err)
         return err_set(err, "--beam %d: %d requests are not whole groups of beams", w, n);
     if (w > run->model->cfg.vocab_size)
         return err_set(err, "--beam %d: more beams than the vocabulary's %d tokens", w, run->model->cfg.vocab_size);
+    char note[48];
+    paged_reject_unfitting(s, run, w, beams_note(w, note, sizeof note)); /* a group runs whole, or never */
     BeamSearch *b = mem_alloc(MEM_ACTIVATIONS, sizeof *b);
     if (!b)
         return err_set(err, "out of memory for beam search");
-    s->sharing->beam = b;
+    s->beam = b;
+    s->sharing->note = " (beams fork and share)";
     b->width = w;
     b->n_groups = n / w;
     b->vocab = run->model->cfg.vocab_size;

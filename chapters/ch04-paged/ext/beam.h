@@ -1,7 +1,23 @@
 /**
  * @file beam.h
- * @brief Chapter 4: beam search (`--beam W`) over the paged KV cache, the
- *        way vLLM's first engine shares memory between beams.
+ * @brief Chapter 4 extension: beam search (`--beam W`) over the paged KV
+ *        cache, the way vLLM's first engine shares memory between beams.
+ *
+ * **Adds** a scheduler and a step of their own, written over the core's
+ * phases (scheduler.h) as chapter 6's window_step() is written over
+ * chapter 4's step: the core's pool, forks, copy-on-write, preemption and
+ * PagedAttention, unchanged; the choice of tokens and which groups run are
+ * this file's.
+ *
+ * **Turned on by** `--beam W` (greedy; it takes neither `--n`,
+ * `--temperature` nor the token budget's options).
+ *
+ * **Taught in** book/ch04-paged.md, "Extension: beam search".
+ *
+ * **Where the core calls it** (each behind `--beam`, or `if (s->beam)`):
+ * paged_check() beam_check(), paged_open() beam_open(), paged_step()
+ * beam_step(), paged_report_json() beam_report_json(), paged_close()
+ * beam_close().
  *
  * Each prompt runs as a **group** of W requests, one per beam. The prompt
  * runs once and every beam's block table points at its blocks (a fork,
@@ -85,9 +101,11 @@ void beam_choose(const float *const *rows, const double *cum, int n_live, int vo
 
 /**
  * Sets up beam search for a run (paged_open() calls it with --beam):
- * per-request scores, scratch for a step, and the `--out` hooks that keep
- * only each prompt's best beam; raises @p max_step_tokens so that a whole
- * preempted group can be recomputed in one step.
+ * rejects the groups whose W beams could never fit the pool together
+ * (paged_reject_unfitting()), per-request scores, scratch for a step, and
+ * the `--out` hooks that keep only each prompt's best beam; raises
+ * @p max_step_tokens so that a whole preempted group can be recomputed in
+ * one step. Sets s->beam.
  * @param s                the server (s->sharing allocated)
  * @param run              the run (W requests per prompt)
  * @param max_step_tokens  the step's capacity, raised if needed
@@ -103,27 +121,36 @@ int beam_open(PagedServer *s, ServingRun *run, int *max_step_tokens, Err *err);
 void beam_close(BeamSearch *b);
 
 /**
- * Plans one step under --beam (paged_schedule() calls it): room for every
- * live beam of each running group, oldest group first, preempting the
- * newest groups whole when the pool runs dry; then first-come,
- * first-served admission of waiting groups.
- * @param s    the server
- * @param run  the run
+ * Refuses, before anything is printed, a KV budget in which no prompt's W
+ * beams fit together (paged_check_fits() with a width of W).
+ * @param run  the run (requests initialised)
  * @param err  receives the reason on failure
- * @return 0 on success, -1 on failure
+ * @return 0 when the pool can be made and some group fits, -1 otherwise
  */
-int beam_schedule(PagedServer *s, ServingRun *run, Err *err);
+int beam_check(const ServingRun *run, Err *err);
 
 /**
- * After the forward pass, under --beam (instead of sampling): each running
+ * One step under --beam, instead of paged_step()'s: room for every live
+ * beam of each running group (the newest groups preempted whole while the
+ * pool is dry), first-come, first-served admission of waiting groups, the
+ * batch through the model with paged_seam(), then instead of sampling each
  * group keeps its best proposals (beam_choose()), forks the tables of the
  * beams that continue in another slot, frees those of the beams that
- * ended, and finishes the hypotheses that ended; a group with no beam left
- * picks its best hypothesis.
- * @param s    the server
- * @param run  the run, after serving_step_forward()
+ * ended, and finishes the hypotheses that ended; then paged_account() and
+ * the finished requests' blocks back to the pool.
+ * @param s    the server (s->beam set)
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success (also when every request is already done), -1 on failure
  */
-void beam_select(PagedServer *s, ServingRun *run);
+int beam_step(PagedServer *s, ServingRun *run, Err *err);
+
+/**
+ * The search's key of the JSON report: beam_width.
+ * @param j  the writer (inside the report object)
+ * @param b  the search
+ */
+void beam_report_json(JsonWriter *j, const BeamSearch *b);
 
 /**
  * The best finished hypothesis of the group of request @p i.

@@ -1,20 +1,27 @@
-/* Chapter 4's scheduler options: the token budget with chunked prefill
- * (--max-num-batched-tokens), the cap on running requests
- * (--max-num-seqs) and preemption by swapping (--preempt, --swap-space):
- * their rules, their books, and what the report says about them. The
- * scheduling itself is in scheduler.c, the swap space in swap.c. */
+/* Chapter 4 extension: the token budget with chunked prefill
+ * (--max-num-batched-tokens), the cap on running requests (--max-num-seqs)
+ * and preemption's costs (--preempt, --swap-space: swapping itself is in
+ * swap.c). A scheduler of its own over the core's phases (scheduler.h):
+ * decodes first, then the next chunk of a prompt still being prefilled,
+ * then first-come, first-served admission while blocks, the step's token
+ * budget and --max-num-seqs allow. Decodes always go first, so a long
+ * prompt never holds running requests back by more than the budget. See
+ * budget.h. */
+#include "budget.h"
+
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mem.h"
-#include "paged.h"
+#include "scheduler.h"
+#include "swap.h"
 
 /* ------------------------------------------------------------ options */
 
-static int wants_swap(const CliOptions *o)
+int budget_wanted(const CliOptions *o)
 {
-    return o->preempt && strcmp(o->preempt, "swap") == 0;
+    return o->max_num_batched_tokens || o->max_num_seqs || o->preempt || o->swap_space;
 }
 
 /* Running requests the options allow: --max-num-seqs, or the budget (one
@@ -24,40 +31,11 @@ static int running_limit(const CliOptions *o)
     return o->max_num_seqs ? o->max_num_seqs : o->max_num_batched_tokens;
 }
 
-/* Host blocks of --swap-space (by default as many as the KV budget's). */
-static size_t swap_slots(const ServingRun *run, size_t bytes_per_block)
-{
-    size_t bytes = run->opts->swap_space ? run->opts->swap_space : serving_kv_budget(run);
-    return bytes / bytes_per_block;
-}
-
-/* A swap space that holds no block, more than a slot id names, or (with
- * bytes to hold) more than the machine's memory. */
-static int check_swap_space(const ServingRun *run, Err *err)
-{
-    const CliOptions *o = run->opts;
-    size_t per_block = (size_t)o->block_size * run->kv_bytes_per_token, slots = swap_slots(run, per_block);
-    size_t ram = mem_physical_bytes();
-    char a[32], b[32];
-    if (slots < 1)
-        return err_set(err, "--swap-space %s holds no block of %s",
-                       cli_format_bytes(a, sizeof a, (double)o->swap_space),
-                       cli_format_bytes(b, sizeof b, (double)per_block));
-    if (slots > INT_MAX / BLOCK_SIZE_MAX)
-        return err_set(err, "--swap-space %s is %zu blocks, more than the swap space can index",
-                       cli_format_bytes(a, sizeof a, (double)o->swap_space), slots);
-    if (!run->simulated && ram > 0 && slots * per_block > ram)
-        return err_set(err, "--swap-space %s is more than this machine's memory (%s)",
-                       cli_format_bytes(a, sizeof a, (double)(slots * per_block)),
-                       cli_format_bytes(b, sizeof b, (double)ram));
-    return 0;
-}
-
-int paged_sched_check(const ServingRun *run, Err *err)
+int budget_check(const ServingRun *run, Err *err)
 {
     const CliOptions *o = run->opts;
     int budget = o->max_num_batched_tokens, seqs = o->max_num_seqs, limit = running_limit(o);
-    if (o->swap_space && !wants_swap(o))
+    if (o->swap_space && !swap_wanted(o))
         return err_set(err, "--swap-space needs --preempt swap (recomputation keeps nothing on the host)");
     if (budget && seqs > budget)
         return err_set(err,
@@ -67,77 +45,331 @@ int paged_sched_check(const ServingRun *run, Err *err)
     if (limit && o->n_samples > limit)
         return err_set(err, "--n %d: the samples of a prompt are admitted together, but at most %d requests may run "
                        "(%s)", o->n_samples, limit, seqs ? "--max-num-seqs" : "--max-num-batched-tokens");
-    return wants_swap(o) ? check_swap_space(run, err) : 0;
+    return swap_wanted(o) ? swap_check(run, err) : 0;
 }
 
-int paged_max_running(const PagedServer *s, const ServingRun *run)
+int budget_max_running(const PagedServer *s, const ServingRun *run)
 {
-    if (!s->sched || s->sched->max_num_seqs > run->n_reqs)
+    if (s->budget->max_num_seqs > run->n_reqs)
         return run->n_reqs;
-    return s->sched->max_num_seqs;
+    return s->budget->max_num_seqs;
 }
 
-static int open_swap(PagedServer *s, const ServingRun *run, Err *err)
+/* Tokens of every request at its longest: no step can feed more. */
+static int all_positions(const ServingRun *run)
 {
-    const BlockPool *p = &s->kv.pool;
-    /* paged_sched_check() refused a swap space that holds no block or too many. */
-    int slots = (int)swap_slots(run, p->bytes_per_block);
-    /* On the device the host holds the swapped bytes; in a simulation nobody does. */
-    int with_storage = p->storage != NULL || run->device != NULL;
-    return swap_space_init(&s->sched->swap, p, slots, run->n_reqs, s->kv.tables.capacity, with_storage, err);
+    long n = 0;
+    for (int i = 0; i < run->n_reqs; i++)
+        n += run->reqs[i].max_tokens;
+    return n < 1 ? 1 : n > INT_MAX ? INT_MAX : (int)n;
 }
 
-int paged_sched_open(PagedServer *s, const ServingRun *run, Err *err)
+static void note_first_tokens(void *ctx, const ServingRun *run);
+
+int budget_open(PagedServer *s, ServingRun *run, int *max_step_tokens, Err *err)
 {
     const CliOptions *o = run->opts;
-    s->sched = NULL;
-    if (!o->max_num_batched_tokens && !o->max_num_seqs && !o->preempt && !o->swap_space)
-        return 0; /* the chapter as it was: nothing more allocated, nothing more reported */
-    if (paged_sched_check(run, err))
+    if (budget_check(run, err))
         return -1;
-    PagedSched *sc = mem_alloc(MEM_ACTIVATIONS, sizeof *sc);
-    if (!sc)
+    PagedBudget *b = mem_alloc(MEM_ACTIVATIONS, sizeof *b);
+    if (!b)
         return err_set(err, "out of memory");
-    s->sched = sc;
-    sc->chunked_prefill = o->max_num_batched_tokens > 0;
-    if (sc->chunked_prefill)
+    s->budget = b;
+    b->chunked_prefill = o->max_num_batched_tokens > 0;
+    if (b->chunked_prefill)
         s->max_batched_tokens = o->max_num_batched_tokens;
-    sc->max_num_seqs = running_limit(o) ? running_limit(o) : run->n_reqs;
-    sc->preempt = wants_swap(o) ? PAGED_PREEMPT_SWAP : PAGED_PREEMPT_RECOMPUTE;
-    sc->follows = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
-    sc->first_token_step = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(long));
-    sc->sorted_steps = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(long));
-    if (!sc->follows || !sc->first_token_step || !sc->sorted_steps)
+    b->max_num_seqs = running_limit(o) ? running_limit(o) : run->n_reqs;
+    b->follows = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(int));
+    b->first_token_step = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(long));
+    b->sorted_steps = mem_alloc_array(MEM_ACTIVATIONS, (size_t)run->n_reqs, sizeof(long));
+    if (!b->follows || !b->first_token_step || !b->sorted_steps)
         return err_set(err, "out of memory for the books of %d requests", run->n_reqs);
     for (int i = 0; i < run->n_reqs; i++) {
-        sc->follows[i] = -1;
-        sc->first_token_step[i] = -1;
+        b->follows[i] = -1;
+        b->first_token_step[i] = -1;
     }
-    return sc->preempt == PAGED_PREEMPT_SWAP ? open_swap(s, run, err) : 0;
+    /* Decodes always run (one token per running request); admission keeps
+     * decodes + prompts within the budget, so a step never exceeds the
+     * larger of the two (with --max-num-batched-tokens, the budget itself:
+     * no more requests run than it has tokens), nor what the whole file
+     * holds (a budget larger than that needs no larger buffers). */
+    int decodes = budget_max_running(s, run);
+    *max_step_tokens = s->max_batched_tokens > decodes ? s->max_batched_tokens : decodes;
+    if (*max_step_tokens > all_positions(run))
+        *max_step_tokens = all_positions(run);
+    if (serving_add_observer(run, note_first_tokens, b, NULL, err))
+        return -1;
+    return swap_wanted(o) ? swap_open(s, run, err) : 0;
 }
 
-void paged_sched_close(PagedSched *sc)
+void budget_close(PagedServer *s)
 {
-    if (!sc)
+    PagedBudget *b = s->budget;
+    if (!b)
         return;
-    swap_space_free(&sc->swap);
-    mem_free(sc->follows);
-    mem_free(sc->first_token_step);
-    mem_free(sc->sorted_steps);
-    mem_free(sc);
+    swap_close(s);
+    mem_free(b->follows);
+    mem_free(b->first_token_step);
+    mem_free(b->sorted_steps);
+    mem_free(b);
+    s->budget = NULL;
 }
 
-void paged_sched_print_setup(FILE *log, const PagedServer *s, const ServingRun *run, const char *name)
+void budget_print_setup(FILE *log, const PagedServer *s, const ServingRun *run, const char *name)
 {
-    const PagedSched *sc = s->sched;
-    char a[32];
     fprintf(log, "%s: scheduler: a budget of %d tokens a step, %s; at most %d running; ", name, s->max_batched_tokens,
-            sc->chunked_prefill ? "decodes first, then prompts in chunks" : "whole prompts", paged_max_running(s, run));
-    if (sc->preempt == PAGED_PREEMPT_SWAP)
-        fprintf(log, "preemption swaps to %d host blocks (%s)\n", sc->swap.n_slots,
-                cli_format_bytes(a, sizeof a, (double)sc->swap.n_slots * (double)sc->swap.bytes_per_block));
+            s->budget->chunked_prefill ? "decodes first, then prompts in chunks" : "whole prompts",
+            budget_max_running(s, run));
+    if (s->swap)
+        swap_print_setup(log, s->swap);
     else
         fprintf(log, "preemption recomputes\n");
+}
+
+/* ------------------------------------------------------------ preemption */
+
+/* What a recomputation will cost, for the report next to the swaps. */
+static void count_recomputation(PagedServer *s, const Request *r)
+{
+    PagedBudget *b = s->budget;
+    b->recomputed_tokens += r->n_cached;
+    b->recompute_flops += paged_recompute_flops(&s->kv.cfg, r->n_cached);
+    b->recompute_blocks += s->kv.tables.tables[r->index].n_blocks;
+}
+
+/* The most recently admitted request goes back to the queue: with
+ * --preempt swap its blocks wait on the host (swap.c), else they are
+ * freed now and its prompt and generated tokens are recomputed when it is
+ * admitted again. */
+static Request *preempt_newest(PagedServer *s, ServingRun *run, Err *err)
+{
+    Request *victim = &run->reqs[s->running[s->n_running - 1]];
+    int swapped = 0;
+    if (s->swap && victim->n_cached > 0 && (swapped = swap_out_request(s, run, victim, err)) < 0)
+        return NULL;
+    if (!swapped)
+        count_recomputation(s, victim);
+    s->budget->follows[victim->index] = -1; /* a fork waiting for a prompt starts again with it */
+    paged_preempt(s, run, victim);          /* a swapped-out table is empty already */
+    return victim;
+}
+
+/* ------------------------------------------------------------ room for positions */
+
+/* The core's room, and with --preempt swap the note that the blocks about
+ * to be written are no longer their host copies. */
+static int room_for_token(PagedServer *s, Request *r)
+{
+    if (paged_make_room(s, r))
+        return -1;
+    if (s->swap)
+        swap_note_writes(s, &s->kv.tables.tables[r->index], r->n_tokens - 1, r->n_tokens);
+    return 0;
+}
+
+static int room_upto(PagedServer *s, Request *r, int end)
+{
+    if (paged_make_room_upto(s, r, end))
+        return -1;
+    if (s->swap)
+        swap_note_writes(s, &s->kv.tables.tables[r->index], r->n_cached, end);
+    return 0;
+}
+
+/* ------------------------------------------------------------ feeding */
+
+/* Forked samples of r's prompt that waited for its last chunk: now that
+ * the chunk is in this step, their tables point at r's blocks and they
+ * sample from r's logits row, as when the whole prompt ran at once. */
+static int release_followers(PagedServer *s, ServingRun *run, const Request *r, Err *err)
+{
+    for (int k = 0; k < s->n_running; k++) {
+        Request *f = &run->reqs[s->running[k]];
+        if (s->budget->follows[f->index] != r->index)
+            continue;
+        s->budget->follows[f->index] = -1;
+        paged_fork(s, run, r, f);
+        if (serving_share_logits(run, r, f, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* Feeds r's positions n_cached..end-1; a prompt's last chunk also lets
+ * its waiting forks go. */
+static int feed_until(PagedServer *s, ServingRun *run, Request *r, int end, Err *err)
+{
+    if (serving_feed_upto(run, r, end, err))
+        return -1;
+    return end == r->n_tokens ? release_followers(s, run, r, err) : 0;
+}
+
+/* A fork waiting for its prompt's last chunk: nothing of its own to feed. */
+static int is_following(const PagedServer *s, const Request *r)
+{
+    return s->budget->follows[r->index] >= 0;
+}
+
+/* ------------------------------------------------------------ decodes */
+
+/* As the core's paged_schedule_decodes(), with this scheduler's
+ * preemption and its feeding (a prompt's last position can be a decode's
+ * one token, and its forks then go). Decodes come first and are never
+ * cut: --max-num-seqs <= --max-num-batched-tokens leaves room for all. */
+static int schedule_decodes(PagedServer *s, ServingRun *run, int *preempted, Err *err)
+{
+    for (int i = 0; i < s->n_running; i++) {
+        Request *r = &run->reqs[s->running[i]];
+        if (r->n_tokens - r->n_cached != 1 || is_following(s, r))
+            continue; /* a prompt still in chunks (next pass), a fork that waits, or one fed already */
+        int evicted_self = 0;
+        while (!evicted_self && room_for_token(s, r) != 0) {
+            Request *victim = preempt_newest(s, run, err);
+            if (!victim)
+                return -1;
+            evicted_self = victim == r;
+            *preempted = 1;
+        }
+        if (evicted_self)
+            break;
+        if (feed_until(s, run, r, r->n_tokens, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ prompt chunks */
+
+/* Tokens this step still has room for. */
+static int budget_left(const PagedServer *s, const ServingRun *run)
+{
+    return s->max_batched_tokens - run->n_entries;
+}
+
+/* The end of r's next chunk: as many of its positions without K/V as the
+ * budget left and the free blocks allow (a shared block at its start needs
+ * one for its copy). */
+static int chunk_end(const PagedServer *s, const ServingRun *run, const Request *r)
+{
+    const BlockPool *p = &s->kv.pool;
+    const BlockTable *t = &s->kv.tables.tables[r->index];
+    int bs = p->shape.block_size, start = r->n_cached;
+    int cow = start < t->n_blocks * bs && block_table_blocks_to_write(p, t, start);
+    int room = (t->n_blocks + block_pool_available(p) - cow) * bs, end = r->n_tokens;
+    if (end > start + budget_left(s, run))
+        end = start + budget_left(s, run);
+    if (end > room)
+        end = room;
+    if (end > t->capacity * bs)
+        end = t->capacity * bs;
+    return end;
+}
+
+/* Prompts (or recomputations) admitted in an earlier step and not yet
+ * complete take the budget the decodes left, oldest first; at most the
+ * newest admission is one. They never preempt: the decodes before them
+ * were fed already, and the oldest requests come first. */
+static int schedule_prompt_chunks(PagedServer *s, ServingRun *run, Err *err)
+{
+    for (int i = 0; i < s->n_running && budget_left(s, run) > 0; i++) {
+        Request *r = &run->reqs[s->running[i]];
+        if (r->n_tokens - r->n_cached <= 1 || is_following(s, r))
+            continue;
+        int end = chunk_end(s, run, r);
+        if (end <= r->n_cached || room_upto(s, r, end))
+            continue; /* no block free for it this step */
+        if (feed_until(s, run, r, end, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ admission */
+
+/* Admits request i and the samples forked from it, feeding i's positions
+ * up to @p end (its whole prompt, or with a strict budget a first chunk):
+ * a swapped-out request first gets its blocks back, then room for the
+ * positions; each sibling's table points at the same blocks (one more
+ * holder each) and it samples from i's logits row, once i's prompt is
+ * complete: in this step, or (chunked) in the step of its last chunk. */
+static int admit_group(PagedServer *s, ServingRun *run, int i, int group, int end, const PagedCachedPrefix *hit,
+                       Err *err)
+{
+    Request *r = &run->reqs[i];
+    if (swap_is_out(s, i) && swap_in_request(s, run, r, err))
+        return -1;
+    if (paged_admit_first(s, run, r, end, hit))
+        return 1; /* not admitted (only an unfinished lab allocator gets here) */
+    if (s->swap)
+        swap_note_writes(s, &s->kv.tables.tables[i], r->n_cached, end);
+    for (int k = 1; k < group; k++) {
+        Request *sibling = &run->reqs[i + k];
+        paged_start_running(s, run, sibling);
+        if (end < r->n_tokens)
+            s->budget->follows[sibling->index] = r->index; /* forked when the prompt's last chunk runs */
+        else
+            paged_fork(s, run, r, sibling);
+    }
+    if (serving_feed_upto(run, r, end, err))
+        return -1;
+    for (int k = 1; k < group && end == r->n_tokens; k++)
+        if (serving_share_logits(run, r, &run->reqs[i + k], err))
+            return -1;
+    return 0;
+}
+
+/* The first position admission feeds, and the blocks it takes up to end:
+ * those of a swapped-out request come back from the host, the others as
+ * the core counts them (a cache above the pool may hold some). */
+static int admission_start(const PagedServer *s, const ServingRun *run, int i, const PagedCachedPrefix *hit)
+{
+    if (swap_is_out(s, i))
+        return s->swap->cached[i];
+    return hit->n_blocks ? hit->n_blocks * s->kv.pool.shape.block_size : run->reqs[i].n_cached;
+}
+
+static int admission_blocks(const PagedServer *s, int i, int start, int end, const PagedCachedPrefix *hit)
+{
+    return swap_is_out(s, i) ? swap_blocks_to_admit(s, i, start, end) : paged_blocks_to_admit(s, end, hit);
+}
+
+/* The core's first come, first served over the waiting requests, with a
+ * first chunk of a prompt when the budget is strict (it is then the last
+ * admission of the step) and at most --max-num-seqs running. */
+static int admit_waiting(PagedServer *s, ServingRun *run, Err *err)
+{
+    int max_running = budget_max_running(s, run), i = paged_first_waiting(s, run);
+    while ((i = paged_next_waiting(run, i)) >= 0) {
+        Request *r = &run->reqs[i];
+        int group = paged_fork_group_size(run, i);
+        PagedCachedPrefix hit = paged_cached_prefix(s, r);
+        int start = admission_start(s, run, i, &hit), end = r->n_tokens;
+        if (s->budget->chunked_prefill && end > start + budget_left(s, run))
+            end = start + budget_left(s, run);
+        if (s->n_running + group > max_running ||
+            !paged_admission_fits(s, run, start, end, admission_blocks(s, i, start, end, &hit)))
+            break;
+        int rc = admit_group(s, run, i, group, end, &hit, err);
+        if (rc != 0)
+            return rc < 0 ? -1 : 0;
+        i += group;
+    }
+    return 0;
+}
+
+static void note_step(PagedBudget *b, const ServingRun *run);
+
+int budget_schedule(PagedServer *s, ServingRun *run, Err *err)
+{
+    int preempted = 0;
+    if (schedule_decodes(s, run, &preempted, err) || schedule_prompt_chunks(s, run, err))
+        return -1;
+    /* A step that had to preempt is short of blocks: admitting now would
+     * only preempt again (vLLM's v1 scheduler does the same). */
+    if (!preempted && admit_waiting(s, run, err))
+        return -1;
+    note_step(s->budget, run);
+    return 0;
 }
 
 /* ------------------------------------------------------------ books */
@@ -152,7 +384,7 @@ static int is_decode(const ServingRun *run, const BatchEntry *e)
 
 /* Keeps a step's size; when full, every other sample goes and the stride
  * doubles, so that recording never allocates (as KvTimeline does). */
-static void keep_step(PagedSched *sc, long step, int tokens, int prompt)
+static void keep_step(PagedBudget *sc, long step, int tokens, int prompt)
 {
     if (sc->timeline_stride == 0)
         sc->timeline_stride = 1;
@@ -169,7 +401,7 @@ static void keep_step(PagedSched *sc, long step, int tokens, int prompt)
     sc->timeline[sc->timeline_n++] = (PagedStepSample){step, tokens, prompt};
 }
 
-void paged_sched_note_step(PagedSched *sc, const ServingRun *run)
+static void note_step(PagedBudget *sc, const ServingRun *run)
 {
     int decodes = 0;
     long reads = 0;
@@ -190,21 +422,14 @@ void paged_sched_note_step(PagedSched *sc, const ServingRun *run)
     }
 }
 
-void paged_sched_note_tokens(PagedServer *s, const ServingRun *run)
+/* The run's observer, after each step's sampling: the step in which each
+ * request took its first token. */
+static void note_first_tokens(void *ctx, const ServingRun *run)
 {
+    PagedBudget *b = ctx;
     for (int i = 0; i < run->n_takers; i++)
-        if (s->sched->first_token_step[run->taker_req[i]] < 0)
-            s->sched->first_token_step[run->taker_req[i]] = run->step;
-}
-
-double paged_recompute_flops(const ModelConfig *c, long n_positions)
-{
-    double dim = c->dim, kv_dim = model_kv_dim(c), hidden = c->hidden_dim, n = (double)n_positions;
-    double weights_per_layer = 2.0 * dim * dim + 2.0 * dim * kv_dim + 3.0 * dim * hidden;
-    double projections = 2.0 * weights_per_layer * n;
-    /* Position p reads p + 1 positions: sum over p < n is n (n + 1) / 2. */
-    double attention = 4.0 * dim * n * (n + 1.0) / 2.0;
-    return c->n_layers * (projections + attention);
+        if (b->first_token_step[run->taker_req[i]] < 0)
+            b->first_token_step[run->taker_req[i]] = run->step;
 }
 
 static int compare_long(const void *a, const void *b)
@@ -213,9 +438,9 @@ static int compare_long(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int paged_first_token_steps(const PagedServer *s, const ServingRun *run, long *min, double *median, long *max)
+int budget_first_token_steps(const PagedServer *s, const ServingRun *run, long *min, double *median, long *max)
 {
-    const PagedSched *sc = s->sched;
+    const PagedBudget *sc = s->budget;
     int n = 0;
     for (int i = 0; i < run->n_reqs; i++)
         if (sc->first_token_step[i] >= 0)
@@ -236,83 +461,64 @@ int paged_first_token_steps(const PagedServer *s, const ServingRun *run, long *m
 
 static void print_budget(FILE *f, const PagedServer *s, const ServingRun *run)
 {
-    const PagedSched *sc = s->sched;
+    const PagedBudget *sc = s->budget;
     fprintf(f, "scheduler\n");
     fprintf(f, "  token budget   %d a step, %s; at most %d running\n", s->max_batched_tokens,
             sc->chunked_prefill ? "decodes first, then prompts in chunks" : "whole prompts",
-            paged_max_running(s, run));
+            budget_max_running(s, run));
     fprintf(f, "  largest step   %d tokens; attention read at most %ld K/V positions in one step\n",
             sc->max_step_tokens, sc->max_step_kv_reads);
     fprintf(f, "  decodes        shared %ld of %ld steps with prompt positions, at most %d of them\n", sc->steps_mixed,
             run->busy_steps, sc->max_prompt_beside_decodes);
     long lo, hi;
     double mid;
-    int n = paged_first_token_steps(s, run, &lo, &mid, &hi);
+    int n = budget_first_token_steps(s, run, &lo, &mid, &hi);
     fprintf(f, "  first token    after %ld / %.1f / %ld steps (min / median / max over %d requests, arrival step "
                "counted)\n", lo, mid, hi, n);
 }
 
 static void print_preemption(FILE *f, const PagedServer *s)
 {
-    const PagedSched *sc = s->sched;
-    char a[32], b[32], c[32];
+    const PagedBudget *sc = s->budget;
+    char a[32];
     double block = (double)s->kv.pool.bytes_per_block;
-    if (sc->preempt == PAGED_PREEMPT_SWAP) {
-        fprintf(f, "  preemption     swap: %ld swapped out, %ld back in; %ld recomputed because the swap space (%d "
-                   "blocks) was full\n", sc->swaps_out, sc->swaps_in, sc->swap_fallbacks, sc->swap.n_slots);
-        fprintf(f, "  swap traffic   out %ld blocks = %s, in %ld blocks = %s (blocks x %s; shared blocks once)\n",
-                sc->swap_blocks_out, cli_format_bytes(a, sizeof a, block * (double)sc->swap_blocks_out),
-                sc->swap_blocks_in, cli_format_bytes(b, sizeof b, block * (double)sc->swap_blocks_in),
-                cli_format_bytes(c, sizeof c, block));
-        fprintf(f, "  cost           swapping moved %s for %ld positions; recomputing them would have cost %.4g "
-                   "GFLOP\n", cli_format_bytes(a, sizeof a, block * (double)(sc->swap_blocks_out + sc->swap_blocks_in)),
-                sc->swapped_tokens, sc->swapped_flops / 1e9);
-    }
-    if (sc->preempt == PAGED_PREEMPT_RECOMPUTE || sc->recomputed_tokens > 0) {
+    if (s->swap) /* --preempt swap (swap.c) */
+        swap_report_table(f, s);
+    if (!s->swap || sc->recomputed_tokens > 0) {
         fprintf(f, "  recomputation  %ld positions = %.4g GFLOP%s\n", sc->recomputed_tokens, sc->recompute_flops / 1e9,
-                sc->preempt == PAGED_PREEMPT_SWAP ? " (the preemptions that found the swap space full)" : "");
+                s->swap ? " (the preemptions that found the swap space full)" : "");
         fprintf(f, "  cost           swapping their %ld blocks instead would have moved %s (out and back in)\n",
                 sc->recompute_blocks, cli_format_bytes(a, sizeof a, 2.0 * block * (double)sc->recompute_blocks));
     }
 }
 
-void paged_sched_report_table(FILE *f, const PagedServer *s, const ServingRun *run)
+void budget_report_table(FILE *f, const PagedServer *s, const ServingRun *run)
 {
     print_budget(f, s, run);
     print_preemption(f, s);
 }
 
-void paged_sched_report_json(JsonWriter *j, const PagedServer *s, const ServingRun *run)
+void budget_report_json(JsonWriter *j, const PagedServer *s, const ServingRun *run)
 {
-    const PagedSched *sc = s->sched;
-    long long block = (long long)s->kv.pool.bytes_per_block;
+    const PagedBudget *sc = s->budget;
     json_int(j, "max_num_batched_tokens", s->max_batched_tokens);
     json_bool(j, "chunked_prefill", sc->chunked_prefill);
-    json_int(j, "max_num_seqs", paged_max_running(s, run));
-    json_string(j, "preempt", sc->preempt == PAGED_PREEMPT_SWAP ? "swap" : "recompute");
+    json_int(j, "max_num_seqs", budget_max_running(s, run));
+    json_string(j, "preempt", s->swap ? "swap" : "recompute");
     json_int(j, "max_step_tokens", sc->max_step_tokens);
     json_int(j, "max_step_kv_reads", sc->max_step_kv_reads);
     json_int(j, "steps_decodes_behind_prompt", sc->steps_mixed);
     json_int(j, "max_prompt_tokens_beside_decodes", sc->max_prompt_beside_decodes);
     long lo, hi;
     double mid;
-    int n = paged_first_token_steps(s, run, &lo, &mid, &hi);
+    int n = budget_first_token_steps(s, run, &lo, &mid, &hi);
     json_begin_object(j, "first_token_steps");
     json_int(j, "requests", n);
     json_int(j, "min", lo);
     json_double(j, "median", mid);
     json_int(j, "max", hi);
     json_end_object(j);
-    json_int(j, "swap_space_blocks", sc->swap.n_slots);
-    json_int(j, "swaps_out", sc->swaps_out);
-    json_int(j, "swaps_in", sc->swaps_in);
-    json_int(j, "swap_blocks_out", sc->swap_blocks_out);
-    json_int(j, "swap_blocks_in", sc->swap_blocks_in);
-    json_int(j, "swap_bytes_out", sc->swap_blocks_out * block);
-    json_int(j, "swap_bytes_in", sc->swap_blocks_in * block);
-    json_int(j, "swap_fallbacks", sc->swap_fallbacks);
-    json_int(j, "swapped_tokens", sc->swapped_tokens);
-    json_double(j, "swapped_tokens_recompute_flops", sc->swapped_flops);
+    swap_report_json(j, s);
     json_int(j, "recomputed_tokens", sc->recomputed_tokens);
     json_double(j, "recompute_flops", sc->recompute_flops);
     json_int(j, "recompute_blocks", sc->recompute_blocks);

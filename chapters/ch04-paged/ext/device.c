@@ -1,8 +1,9 @@
-/* Chapter 4 on the device (--device cuda): the K/V bytes of the block pool
- * live in device memory, block for block and in the host pool's layout;
- * the pool's books, the block tables, the reference counts and every
- * scheduling decision stay on the host. See "On the device" in paged.h. */
-#include "paged.h"
+/* Chapter 4 extension: the pool on the device (--device cuda). The K/V
+ * bytes of the block pool live in device memory, block for block and in
+ * the host pool's layout; the pool's books, the block tables, the
+ * reference counts and every scheduling decision stay on the host. See
+ * paged_device.h. */
+#include "paged_device.h"
 
 #include <string.h>
 
@@ -41,6 +42,7 @@ typedef struct {
     float *scratch;             /* split attention partials */
     int split_max_entries;      /* steps of at most this many entries may use the split kernel */
     int *pairs;                 /* [max_seqs][2] block copies (device) */
+    const PagedServer *server;  /* the server whose running requests' tables each step takes, or NULL */
 } DevicePool;
 
 /* Rows of kv_dim elements from a block's first row to the next block's. */
@@ -54,9 +56,27 @@ static void *layer_rows(const DevicePool *s, int layer, int which)
     return (char *)s->blocks + (size_t)(2 * layer + which) * (size_t)s->block_size * row_bytes;
 }
 
+static int set_table(DevicePool *s, int seq, const int *blocks, int n, Err *err);
+
+/* Only running requests are fed, and each one's table covers every
+ * position fed: their tables are what a step needs. */
+static int take_tables(DevicePool *s, Err *err)
+{
+    const PagedServer *server = s->server;
+    for (int k = 0; k < server->n_running; k++) {
+        int i = server->running[k];
+        const BlockTable *t = &server->kv.tables.tables[i];
+        if (set_table(s, i, t->blocks, t->n_blocks, err))
+            return -1;
+    }
+    return 0;
+}
+
 static int pool_begin_step(void *ctx, const DeviceStep *st, Err *err)
 {
     DevicePool *s = ctx;
+    if (s->server && take_tables(s, err)) /* the block tables the schedule left */
+        return -1;
     if (st->n > s->max_tokens)
         return err_set(err, "a step of %d tokens exceeds the K/V store's %d", st->n, s->max_tokens);
     for (int i = 0; i < st->n; i++) {
@@ -174,7 +194,11 @@ int device_kv_paged_set_table(DeviceKv *kv, int seq, const int *blocks, int n, E
 {
     if (kv->close != pool_free)
         return err_set(err, "device_kv_paged_set_table: not a paged store");
-    DevicePool *s = kv->seam.ctx;
+    return set_table(kv->seam.ctx, seq, blocks, n, err);
+}
+
+static int set_table(DevicePool *s, int seq, const int *blocks, int n, Err *err)
+{
     if (seq < 0 || seq >= s->max_seqs || n < 0 || n > s->max_blocks)
         return err_set(err, "block table of sequence %d: %d blocks (at most %d)", seq, n, s->max_blocks);
     int *row = s->tables_host + (size_t)seq * s->max_blocks;
@@ -211,6 +235,13 @@ void *device_kv_paged_blocks(const DeviceKv *kv, size_t *block_bytes)
     if (block_bytes)
         *block_bytes = s->block_bytes;
     return s->blocks;
+}
+
+/* The store takes the tables of the server's running requests before
+ * every step (pool_begin_step()). */
+static void follow_server(DeviceKv *kv, const PagedServer *server)
+{
+    ((DevicePool *)kv->seam.ctx)->server = server;
 }
 
 /* One block of the pool between the device and a host buffer laid out as
@@ -276,6 +307,11 @@ int paged_device_swap_block(ServingRun *run, int block, void *host, int to_devic
     return err_set(err, NO_CUDA);
 }
 
+static void follow_server(DeviceKv *kv, const PagedServer *server)
+{
+    (void)kv, (void)server;
+}
+
 #endif
 
 /* ------------------------------------------------------------ kept in step with the books */
@@ -295,18 +331,6 @@ static void repeat_copy(void *ctx, int dst, int src)
         err_prefix(&d->fault, "copying block %d to block %d on the device", src, dst);
 }
 
-int paged_device_sync(const PagedServer *s, ServingRun *run, Err *err)
-{
-    ServingDeviceKv *d = &run->device->kv;
-    for (int k = 0; k < s->n_running; k++) {
-        int i = s->running[k];
-        const BlockTable *t = &s->kv.tables.tables[i];
-        if (device_kv_paged_set_table(d->kv, i, t->blocks, t->n_blocks, err))
-            return err_prefix(err, "step %ld", run->step);
-    }
-    return 0;
-}
-
 int paged_device_open(PagedServer *s, ServingRun *run, Err *err)
 {
     ServingDeviceKv *d = &run->device->kv;
@@ -319,6 +343,7 @@ int paged_device_open(PagedServer *s, ServingRun *run, Err *err)
                              run->max_step_tokens, err))
         return err_prefix(err, "--device cuda");
     d->chapter = s;
+    follow_server(d->kv, s);
     p->on_copy = repeat_copy;
     p->on_copy_ctx = d;
     return 0;

@@ -1,12 +1,16 @@
-/* Chapter 4's swap space (--preempt swap): the blocks of a preempted
- * request go to a pool of host blocks and come back when it is readmitted,
- * instead of being recomputed. A block that several tables share is
- * copied once each way, and its sharing survives the round trip (see
- * SwapSpace in paged.h for the links that make that so). */
+/* Chapter 4 extension: the swap space (--preempt swap). The blocks of a
+ * preempted request go to a pool of host blocks and come back when it is
+ * readmitted, instead of being recomputed. A block that several tables
+ * share is copied once each way, and its sharing survives the round trip
+ * (see swap.h for the links that make that so). ext/budget.c decides when;
+ * this file moves the blocks and keeps the books of what moved. */
+#include "swap.h"
+
+#include <limits.h>
 #include <string.h>
 
 #include "mem.h"
-#include "paged.h"
+#include "paged_device.h"
 
 /* The swap space's books are the swap space's: the ledger counts them
  * with its bytes, at MEM_SWAP. */
@@ -237,4 +241,185 @@ int swap_in_table(SwapSpace *sw, BlockPool *p, BlockTable *t, Request *r, Servin
     sw->n_blocks[seq] = 0;
     sw->cached[seq] = 0;
     return 0;
+}
+
+/* ------------------------------------------------------------ for the scheduler */
+
+int swap_wanted(const CliOptions *o)
+{
+    return o->preempt && strcmp(o->preempt, "swap") == 0;
+}
+
+/* Host blocks of --swap-space (by default as many as the KV budget's). */
+static size_t swap_slots(const ServingRun *run, size_t bytes_per_block)
+{
+    size_t bytes = run->opts->swap_space ? run->opts->swap_space : serving_kv_budget(run);
+    return bytes / bytes_per_block;
+}
+
+int swap_check(const ServingRun *run, Err *err)
+{
+    const CliOptions *o = run->opts;
+    size_t per_block = (size_t)o->block_size * run->kv_bytes_per_token, slots = swap_slots(run, per_block);
+    size_t ram = mem_physical_bytes();
+    char a[32], b[32];
+    if (slots < 1)
+        return err_set(err, "--swap-space %s holds no block of %s",
+                       cli_format_bytes(a, sizeof a, (double)o->swap_space),
+                       cli_format_bytes(b, sizeof b, (double)per_block));
+    if (slots > INT_MAX / BLOCK_SIZE_MAX)
+        return err_set(err, "--swap-space %s is %zu blocks, more than the swap space can index",
+                       cli_format_bytes(a, sizeof a, (double)o->swap_space), slots);
+    if (!run->simulated && ram > 0 && slots * per_block > ram)
+        return err_set(err, "--swap-space %s is more than this machine's memory (%s)",
+                       cli_format_bytes(a, sizeof a, (double)(slots * per_block)),
+                       cli_format_bytes(b, sizeof b, (double)ram));
+    return 0;
+}
+
+int swap_open(PagedServer *s, const ServingRun *run, Err *err)
+{
+    const BlockPool *p = &s->kv.pool;
+    if (!(s->swap = mem_alloc(MEM_ACTIVATIONS, sizeof *s->swap)))
+        return err_set(err, "out of memory");
+    /* swap_check() refused a swap space that holds no block or too many. */
+    int slots = (int)swap_slots(run, p->bytes_per_block);
+    /* On the device the host holds the swapped bytes; in a simulation nobody does. */
+    int with_storage = p->storage != NULL || run->device != NULL;
+    return swap_space_init(s->swap, p, slots, run->n_reqs, s->kv.tables.capacity, with_storage, err);
+}
+
+void swap_close(PagedServer *s)
+{
+    if (!s->swap)
+        return;
+    swap_space_free(s->swap);
+    mem_free(s->swap);
+    s->swap = NULL;
+}
+
+/* The blocks a swap-out frees are a preemption's: their unfilled rows were
+ * for tokens still to come. */
+typedef struct {
+    PagedServer *s;
+    KvBreakdown *breakdown;
+} SwapOutBooks;
+
+static void close_swapped_block(void *ctx, int block)
+{
+    SwapOutBooks *books = ctx;
+    paged_block_freed(books->s, books->breakdown, block, 1);
+}
+
+int swap_out_request(PagedServer *s, ServingRun *run, Request *r, Err *err)
+{
+    SwapSpace *sw = s->swap;
+    BlockTable *t = &s->kv.tables.tables[r->index];
+    if (swap_slots_needed(sw, t) > sw->n_free) {
+        sw->swap_fallbacks++;
+        return 0;
+    }
+    SwapOutBooks books = {s, &run->breakdown};
+    int copies = 0;
+    if (swap_out_table(sw, &s->kv.pool, t, r->index, r->n_cached, run, close_swapped_block, &books, &copies, err))
+        return -1;
+    sw->swaps_out++;
+    sw->swap_blocks_out += copies;
+    sw->swapped_tokens += r->n_cached;
+    sw->swapped_flops += paged_recompute_flops(&s->kv.cfg, r->n_cached);
+    return 1;
+}
+
+int swap_in_request(PagedServer *s, ServingRun *run, Request *r, Err *err)
+{
+    SwapSpace *sw = s->swap;
+    BlockTable *t = &s->kv.tables.tables[r->index];
+    int copies = 0;
+    if (swap_in_table(sw, &s->kv.pool, t, r, run, &copies, err))
+        return -1;
+    paged_track_table(s, t);
+    sw->swaps_in++;
+    sw->swap_blocks_in += copies;
+    return 0;
+}
+
+int swap_is_out(const PagedServer *s, int i)
+{
+    return s->swap && s->swap->n_blocks[i] > 0;
+}
+
+int swap_blocks_to_admit(const PagedServer *s, int i, int start, int end)
+{
+    const SwapSpace *sw = s->swap;
+    const int bs = s->kv.pool.shape.block_size;
+    int held = sw->n_blocks[i], grow = block_count_for_tokens(end, bs) - held;
+    /* A slot that comes back as a block still shared with another table
+     * needs a copy before its first write. */
+    const int *slots = sw->tables + (size_t)i * sw->capacity;
+    int cow = start < held * bs && sw->device_copy[slots[start / bs]] >= 0;
+    return swap_blocks_needed(sw, i) + (grow > 0 ? grow : 0) + cow;
+}
+
+void swap_note_writes(PagedServer *s, const BlockTable *t, int start, int end)
+{
+    int bs = s->kv.pool.shape.block_size;
+    for (int b = start / bs; b <= (end - 1) / bs; b++)
+        swap_note_write(s->swap, t->blocks[b]);
+}
+
+double paged_recompute_flops(const ModelConfig *c, long n_positions)
+{
+    double dim = c->dim, kv_dim = model_kv_dim(c), hidden = c->hidden_dim, n = (double)n_positions;
+    double weights_per_layer = 2.0 * dim * dim + 2.0 * dim * kv_dim + 3.0 * dim * hidden;
+    double projections = 2.0 * weights_per_layer * n;
+    /* Position p reads p + 1 positions: sum over p < n is n (n + 1) / 2. */
+    double attention = 4.0 * dim * n * (n + 1.0) / 2.0;
+    return c->n_layers * (projections + attention);
+}
+
+/* ------------------------------------------------------------ report */
+
+const char *swap_preemption_note(void)
+{
+    return "blocks swapped to the host and back, or recomputed when the swap space was full";
+}
+
+void swap_print_setup(FILE *log, const SwapSpace *sw)
+{
+    char a[32];
+    fprintf(log, "preemption swaps to %d host blocks (%s)\n", sw->n_slots,
+            cli_format_bytes(a, sizeof a, (double)sw->n_slots * (double)sw->bytes_per_block));
+}
+
+void swap_report_table(FILE *f, const PagedServer *s)
+{
+    const SwapSpace *sw = s->swap;
+    char a[32], b[32], c[32];
+    double block = (double)s->kv.pool.bytes_per_block;
+    fprintf(f, "  preemption     swap: %ld swapped out, %ld back in; %ld recomputed because the swap space (%d "
+               "blocks) was full\n", sw->swaps_out, sw->swaps_in, sw->swap_fallbacks, sw->n_slots);
+    fprintf(f, "  swap traffic   out %ld blocks = %s, in %ld blocks = %s (blocks x %s; shared blocks once)\n",
+            sw->swap_blocks_out, cli_format_bytes(a, sizeof a, block * (double)sw->swap_blocks_out),
+            sw->swap_blocks_in, cli_format_bytes(b, sizeof b, block * (double)sw->swap_blocks_in),
+            cli_format_bytes(c, sizeof c, block));
+    fprintf(f, "  cost           swapping moved %s for %ld positions; recomputing them would have cost %.4g "
+               "GFLOP\n", cli_format_bytes(a, sizeof a, block * (double)(sw->swap_blocks_out + sw->swap_blocks_in)),
+            sw->swapped_tokens, sw->swapped_flops / 1e9);
+}
+
+void swap_report_json(JsonWriter *j, const PagedServer *s)
+{
+    static const SwapSpace none;
+    const SwapSpace *sw = s->swap ? s->swap : &none;
+    long long block = (long long)s->kv.pool.bytes_per_block;
+    json_int(j, "swap_space_blocks", sw->n_slots);
+    json_int(j, "swaps_out", sw->swaps_out);
+    json_int(j, "swaps_in", sw->swaps_in);
+    json_int(j, "swap_blocks_out", sw->swap_blocks_out);
+    json_int(j, "swap_blocks_in", sw->swap_blocks_in);
+    json_int(j, "swap_bytes_out", sw->swap_blocks_out * block);
+    json_int(j, "swap_bytes_in", sw->swap_blocks_in * block);
+    json_int(j, "swap_fallbacks", sw->swap_fallbacks);
+    json_int(j, "swapped_tokens", sw->swapped_tokens);
+    json_double(j, "swapped_tokens_recompute_flops", sw->swapped_flops);
 }

@@ -1,14 +1,39 @@
-/* Chapter 4, watched step by step: `--trace` (one JSON line per step with
- * what changed in the block tables and the pool, trace.h) and
- * `--show-tables STEP` (the block tables after one step). Both run as the
- * run's observer, after a step's accounting and before the requests that
- * finished give their blocks back, so they show what the step's forward
- * pass read. Nothing here changes what the scheduler does. */
+/* Chapter 4 extension: the steps watched, `--trace` (one JSON line per
+ * step with what changed in the block tables and the pool, trace.h) and
+ * `--show-tables STEP` (the block tables after one step). Both run as an
+ * observer of the run, after a step's accounting and before the requests
+ * that finished give their blocks back, so they show what the step's
+ * forward pass read. Nothing here changes what the scheduler does. See
+ * paged_trace.h. */
+#include "paged_trace.h"
+
 #include <string.h>
 
 #include "mem.h"
-#include "paged.h"
+#include "swap.h"
 #include "trace.h"
+
+/* The watcher: for the trace, a copy of what the last line said, so that
+ * each line holds only what changed. The run owns it (its observer). */
+typedef struct {
+    const PagedServer *server; /* the server watched (not used after paged_close()) */
+    long show_step;            /* --show-tables: the step whose tables are printed, or -1 */
+    FILE *show;                /* where they go */
+    int shown;                 /* 1 once they were printed */
+    int *tables;               /* [n_reqs][capacity] every block table as the last line left it */
+    int *table_len;            /* [n_reqs] entries of each */
+    int *cached;               /* [n_reqs] positions with K/V, as the last line said */
+    int *slots;                /* [n_reqs] host slots held in the swap space (swapped out), as the last line said */
+    int *refs;                 /* [n_blocks] holders of each block, as the last line said */
+    int *rows;                 /* [n_blocks] rows filled in each block, as the last line said */
+    int *copy_dst;             /* [n_blocks] this step's block copies: destination */
+    int *copy_src;             /* [n_blocks] and source */
+    int n_copies;              /* copies this step */
+    int *map_index;            /* [max(n_reqs, n_blocks)] scratch for a delta's indexes */
+    long *map_value;           /* [max(n_reqs, n_blocks)] and values */
+    void (*prev_on_copy)(void *ctx, int dst, int src); /* the pool's copy listener that was there (the device) */
+    void *prev_on_copy_ctx;    /* its context */
+} PagedTrace;
 
 /* ------------------------------------------------------------ the tables, printed */
 
@@ -36,9 +61,10 @@ static void print_table(FILE *f, const PagedServer *s, const ServingRun *run, co
     fprintf(f, "]%s\n", r->phase == REQ_DONE ? " (finished in this step: its blocks go back now)" : "");
 }
 
+/* Host slots request i holds in the swap space (--preempt swap, swap.h). */
 static int slots_held(const PagedServer *s, int i)
 {
-    return s->sched && s->sched->swap.n_slots > 0 ? s->sched->swap.n_blocks[i] : 0;
+    return s->swap ? s->swap->n_blocks[i] : 0;
 }
 
 void paged_print_tables(FILE *f, const PagedServer *s, const ServingRun *run)
@@ -56,7 +82,7 @@ void paged_print_tables(FILE *f, const PagedServer *s, const ServingRun *run)
             fprintf(f, "  ");
             print_name(f, run, r);
             fprintf(f, ": swapped out, %d blocks in host slots, cached %d when it comes back\n", slots_held(s, i),
-                    s->sched->swap.cached[i]);
+                    s->swap->cached[i]);
         } else if (r->phase == REQ_WAITING || r->phase == REQ_PENDING)
             waiting++;
         else if (r->phase == REQ_DONE)
@@ -199,8 +225,8 @@ static void write_kv(const PagedTrace *pt, JsonWriter *j, const ServingRun *run)
     json_int(j, "blocks_saved", logical - used);
     json_int(j, "slack_rows", (long)used * p->shape.block_size - rows);
     json_int(j, "step_tokens", run->n_entries);
-    if (s->sched && s->sched->swap.n_slots > 0)
-        json_int(j, "swap_slots_used", s->sched->swap.n_slots - s->sched->swap.n_free);
+    if (s->swap)
+        json_int(j, "swap_slots_used", s->swap->n_slots - s->swap->n_free);
     json_end_object(j);
 }
 
@@ -214,8 +240,6 @@ static void write_step(PagedTrace *pt, const ServingRun *run)
     write_changes(pt, j, "refs", s->kv.pool.ref_count, pt->refs, s->kv.pool.n_blocks);
     write_changes(pt, j, "rows", s->block_filled, pt->rows, s->kv.pool.n_blocks);
     write_kv(pt, j, run);
-    if (pt->extra)
-        pt->extra(pt->extra_ctx, j, run);
     trace_step_end(run->trace);
 }
 
@@ -235,8 +259,6 @@ static void observe_step(void *ctx, const ServingRun *run)
         pt->shown = 1;
     }
     pt->n_copies = 0;
-    if (pt->prev_observe)
-        pt->prev_observe(pt->prev_observe_ctx, run);
 }
 
 static void note_copy(void *ctx, int dst, int src)
@@ -263,8 +285,8 @@ static void write_setup(const PagedServer *s, ServingRun *run)
     json_int(j, "table_capacity", s->kv.tables.capacity);
     json_int(j, "watermark_blocks", s->watermark_blocks);
     json_int(j, "max_batched_tokens", s->max_batched_tokens);
-    json_string(j, "preempt", s->sched && s->sched->preempt == PAGED_PREEMPT_SWAP ? "swap" : "recompute");
-    json_int(j, "swap_slots", s->sched ? s->sched->swap.n_slots : 0);
+    json_string(j, "preempt", s->swap ? "swap" : "recompute");
+    json_int(j, "swap_slots", s->swap ? s->swap->n_slots : 0);
     json_end_object(j);
     trace_setup_end(run->trace, run);
 }
@@ -297,15 +319,11 @@ static void free_watcher(void *ctx)
                     pt->rows, pt->copy_dst, pt->copy_src, pt->map_index, pt->map_value};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         mem_free(bufs[i]);
-    if (pt->prev_observe_free)
-        pt->prev_observe_free(pt->prev_observe_ctx);
     mem_free(pt);
 }
 
 int paged_trace_open(PagedServer *s, ServingRun *run, FILE *log, Err *err)
 {
-    if (!run->trace && run->opts->show_tables < 0)
-        return 0;
     PagedTrace *pt = mem_alloc(MEM_ACTIVATIONS, sizeof *pt);
     if (!pt)
         return err_set(err, "out of memory");
@@ -313,12 +331,8 @@ int paged_trace_open(PagedServer *s, ServingRun *run, FILE *log, Err *err)
     pt->show_step = run->opts->show_tables;
     pt->show = log ? log : stderr;
     /* From here the run owns it, whatever happens next. */
-    pt->prev_observe = run->observe;
-    pt->prev_observe_ctx = run->observe_ctx;
-    pt->prev_observe_free = run->observe_free;
-    run->observe = observe_step;
-    run->observe_ctx = pt;
-    run->observe_free = free_watcher;
+    if (serving_add_observer(run, observe_step, pt, free_watcher, err))
+        return -1;
     if (!run->trace)
         return 0;
     if (open_books(pt, run, err))
@@ -329,9 +343,4 @@ int paged_trace_open(PagedServer *s, ServingRun *run, FILE *log, Err *err)
     s->kv.pool.on_copy = note_copy;
     s->kv.pool.on_copy_ctx = pt;
     return 0;
-}
-
-PagedTrace *paged_trace_of(const ServingRun *run)
-{
-    return run->observe == observe_step ? run->observe_ctx : NULL;
 }

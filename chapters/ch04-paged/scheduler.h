@@ -1,0 +1,184 @@
+/**
+ * @file scheduler.h
+ * @brief Chapter 4's scheduler, phase by phase: the pieces paged_schedule()
+ *        is made of, public so that an extension can plan a step its own
+ *        way with them.
+ *
+ * paged_schedule() is two phases: paged_schedule_decodes() (room for every
+ * running request's next token, the newest preempted while the pool is
+ * dry) and paged_admit_waiting() (first come, first served, whole prompts,
+ * the samples of one prompt admitted together). The token budget
+ * (ext/budget.c) and beam search (ext/beam.c) schedule with the same
+ * pieces in their own order, as chapter 6's window_step() runs chapter 4's
+ * step with its own seam; none of them changes what the pieces do.
+ */
+#ifndef KVLAB_CH04_SCHEDULER_H
+#define KVLAB_CH04_SCHEDULER_H
+
+#include "ext/paged_cache.h"
+#include "paged.h"
+
+/**
+ * Every running request with one token to feed (its newest) gets room for
+ * it, oldest admission first, and is fed. When the pool runs dry the
+ * newest running request is preempted (paged_preempt()), again and again,
+ * until there is room or the request itself was the newest. The oldest
+ * request always gets its room (it fits the pool alone, or it would have
+ * been rejected), so every step makes progress.
+ * @param s          the server
+ * @param run        the run
+ * @param preempted  set to 1 when anybody was preempted
+ * @param err        receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_schedule_decodes(PagedServer *s, ServingRun *run, int *preempted, Err *err);
+
+/**
+ * First come, first served: the waiting requests in arrival (file) order,
+ * each with its whole prompt and its forks, while their blocks fit with
+ * the watermark to spare (paged_can_admit()) and their prompt fits the
+ * step. The first that does not fit stops admission, and so does the first
+ * that has not arrived.
+ * @param s    the server
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_admit_waiting(PagedServer *s, ServingRun *run, Err *err);
+
+/**
+ * Makes the slot of @p r's newest token exist and be private (a new block,
+ * or a copy of a shared one), all or nothing.
+ * @param s  the server
+ * @param r  a running request
+ * @return 0 on success, -1 when the pool has too few free blocks
+ */
+int paged_make_room(PagedServer *s, Request *r);
+
+/**
+ * Makes positions n_cached..end-1 of @p r exist and be private (a prompt,
+ * a chunk of one, a recomputation), all or nothing.
+ * @param s    the server
+ * @param r    the request
+ * @param end  one past the last position to be written
+ * @return 0 on success, -1 when the pool has too few free blocks
+ */
+int paged_make_room_upto(PagedServer *s, Request *r, int end);
+
+/**
+ * Free blocks a table needs before positions @p start .. @p end - 1 can be
+ * written: new blocks past its last one, plus a copy when the block
+ * holding @p start is shared.
+ * @param p      the pool
+ * @param t      the table
+ * @param start  first position to be written
+ * @param end    one past the last
+ * @return blocks needed
+ */
+int paged_blocks_to_write(const BlockPool *p, const BlockTable *t, int start, int end);
+
+/**
+ * Sends running request @p victim back to the queue: the blocks its table
+ * still holds are freed now (their unfilled rows count as reserved for
+ * tokens to come), and its prompt and generated tokens are recomputed
+ * when it is admitted again. The one way a request is preempted; an
+ * extension that keeps the K/V elsewhere (ext/swap.c) empties the table
+ * first.
+ * @param s       the server
+ * @param run     the run
+ * @param victim  a running request
+ */
+void paged_preempt(PagedServer *s, ServingRun *run, Request *victim);
+
+/**
+ * Marks @p r running and appends it to the running list (admission order).
+ * @param s    the server
+ * @param run  the run
+ * @param r    a waiting request whose blocks are taken
+ */
+void paged_start_running(PagedServer *s, ServingRun *run, Request *r);
+
+/**
+ * Forks @p parent's table into @p child's (one holder more for each
+ * block) and counts the child's positions as cached.
+ * @param s       the server
+ * @param run     the run (the fork goes into the trace)
+ * @param parent  a request whose prompt is complete in this step
+ * @param child   a request of the same prompt with an empty table
+ */
+void paged_fork(PagedServer *s, ServingRun *run, const Request *parent, Request *child);
+
+/**
+ * Samples of one prompt that have not produced a token yet run as a group:
+ * the prompt once, its blocks shared.
+ * @param run  the run
+ * @param i    a waiting request
+ * @return the group's size from request @p i (1 without `--n`, or when
+ *         @p i has already generated tokens)
+ */
+int paged_fork_group_size(const ServingRun *run, int i);
+
+/**
+ * Moves PagedServer.first_waiting past the requests that run or are done.
+ * @param s    the server
+ * @param run  the run
+ * @return where admission starts looking
+ */
+int paged_first_waiting(PagedServer *s, const ServingRun *run);
+
+/**
+ * The next request admission looks at, from @p i on: the first waiting
+ * one, before the first that has not arrived.
+ * @param run  the run
+ * @param i    where to start looking
+ * @return its index, or -1 when the queue ends or stops there
+ */
+int paged_next_waiting(const ServingRun *run, int i);
+
+/**
+ * The leading blocks of @p r that a cache above the pool holds already
+ * (ext/paged_cache.h; none without one).
+ * @param s  the server
+ * @param r  a waiting request
+ * @return what the cache found
+ */
+PagedCachedPrefix paged_cached_prefix(const PagedServer *s, const Request *r);
+
+/**
+ * Free blocks admitting positions up to @p end takes: every position that
+ * is not cached is computed into new blocks, and cached blocks that nobody
+ * holds leave the free ones too.
+ * @param s    the server
+ * @param end  one past the last position fed at admission
+ * @param hit  what the cache found
+ * @return blocks
+ */
+int paged_blocks_to_admit(const PagedServer *s, int end, const PagedCachedPrefix *hit);
+
+/**
+ * Whether an admission fits the step: positions to feed, @p blocks free
+ * with the watermark to spare (paged_can_admit()), the step's token budget
+ * and a logits row.
+ * @param s       the server
+ * @param run     the run, this step planned so far
+ * @param start   first position to feed
+ * @param end     one past the last
+ * @param blocks  free blocks the admission takes
+ * @return 1 when it fits, else 0
+ */
+int paged_admission_fits(const PagedServer *s, const ServingRun *run, int start, int end, int blocks);
+
+/**
+ * The first request of an admission takes its blocks: those a cache holds
+ * for it first, then room for positions up to @p end; it runs. All or
+ * nothing: with too few free blocks the cached ones go back and it waits.
+ * @param s    the server
+ * @param run  the run
+ * @param r    a waiting request
+ * @param end  one past the last position it is fed now
+ * @param hit  what paged_cached_prefix() found for it in this step
+ * @return 0 when it runs, 1 when it waits (only an unfinished lab allocator gets there)
+ */
+int paged_admit_first(PagedServer *s, ServingRun *run, Request *r, int end, const PagedCachedPrefix *hit);
+
+#endif
