@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "batching.h"
-#include "buddy.h"
+#include "ext/buddy_arena.h"
 #include "helpers.h"
 #include "mem.h"
 #include "suites.h"

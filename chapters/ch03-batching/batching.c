@@ -1,6 +1,6 @@
-/* Chapter 3: batching over the KV arena, static or continuous: placing,
- * moving and releasing regions, requeues, the schedule of one step, and
- * the K/V seam. See batching.h for the rules this code follows (admission,
+/* Chapter 3: batching over the KV arena, static or continuous: moving and
+ * releasing regions, requeues, the schedule of one step, and the K/V seam
+ * (placing a region is regions.c's). See batching.h for the rules this code follows (admission,
  * growth, requeues, fragmentation). The two batchings share everything but
  * two decisions, marked "static or continuous" below: when admission runs
  * (batching_schedule()) and when a finished request's region is released
@@ -12,6 +12,24 @@
 #include <string.h>
 
 #include "ops.h"
+
+/* ------------------------------------------------------------ --batching */
+
+int batching_mode_parse(const char *name, BatchingMode *mode, Err *err)
+{
+    if (!name || strcmp(name, "static") == 0)
+        *mode = BATCHING_STATIC;
+    else if (strcmp(name, "continuous") == 0)
+        *mode = BATCHING_CONTINUOUS;
+    else
+        return err_set(err, "--batching: '%s' is not one of static, continuous", name);
+    return 0;
+}
+
+const char *batching_mode_name(BatchingMode mode)
+{
+    return mode == BATCHING_CONTINUOUS ? "continuous" : "static";
+}
 
 /* ------------------------------------------------------------ telling why */
 
@@ -36,127 +54,13 @@ static void tell(BatchingState *b, const char *fmt, ...)
     va_end(ap);
 }
 
-/* ------------------------------------------------------------ the arena */
-
-/* First fit or buddy (--arena): the only place the two allocators differ.
- * Offsets are bytes for both; the buddy allocator counts in positions. */
-
-int arena_region_slots(ArenaKind kind, int tokens)
-{
-    return kind == ARENA_BUDDY ? buddy_block_slots(tokens) : tokens;
-}
-
-size_t batching_free_bytes(const BatchingState *b)
-{
-    return b->arena_kind == ARENA_BUDDY ? (size_t)b->buddy->free_slots * b->bytes_per_token : b->arena.free_bytes;
-}
-
-int batching_free_pieces(const BatchingState *b)
-{
-    return b->arena_kind == ARENA_BUDDY ? b->buddy->n_free : b->arena.n_holes;
-}
-
-static size_t largest_free_bytes(const BatchingState *b)
-{
-    if (b->arena_kind == ARENA_BUDDY)
-        return (size_t)buddy_largest_free(b->buddy) * b->bytes_per_token;
-    return kv_arena_largest_hole(&b->arena);
-}
-
-/* Free bytes in pieces too small for a region of `bytes`. */
-static size_t free_below(const BatchingState *b, size_t bytes)
-{
-    if (b->arena_kind != ARENA_BUDDY)
-        return kv_arena_free_in_holes_below(&b->arena, bytes);
-    size_t sum = 0;
-    for (int i = 0; i < b->buddy->n_free; i++) {
-        size_t block = ((size_t)1 << b->buddy->free[i].order) * b->bytes_per_token;
-        if (block < bytes)
-            sum += block;
-    }
-    return sum;
-}
-
-/* A region of `tokens` positions, or -1 when no free piece holds it. */
-static int arena_take(BatchingState *b, int tokens, KvRegion *reg)
-{
-    size_t offset;
-    if (b->arena_kind == ARENA_BUDDY) {
-        int slot, slots = buddy_alloc(b->buddy, tokens, &slot);
-        if (slots < 0)
-            return -1;
-        *reg = (KvRegion){.offset = (size_t)slot * b->bytes_per_token, .tokens = tokens, .slots = slots};
-        return 0;
-    }
-    if (kv_arena_alloc(&b->arena, (size_t)tokens * b->bytes_per_token, &offset) != 0)
-        return -1;
-    *reg = (KvRegion){.offset = offset, .tokens = tokens, .slots = tokens};
-    return 0;
-}
-
-static int arena_give_back(BatchingState *b, const KvRegion *reg, Err *err)
-{
-    if (b->arena_kind == ARENA_BUDDY)
-        return buddy_release(b->buddy, (int)(reg->offset / b->bytes_per_token), reg->slots, err);
-    return kv_arena_release(&b->arena, reg->offset, (size_t)reg->tokens * b->bytes_per_token, err);
-}
-
-/* Records why `bytes` could not be placed for request r, and counts the
- * external fragmentation of this step if the free total was enough. */
-static void refused(BatchingState *b, const ServingRun *run, const Request *r, size_t bytes, const char *action)
-{
-    char want[32], free_total[32], hole[32];
-    size_t free_bytes = batching_free_bytes(b), largest = largest_free_bytes(b);
-    cli_format_bytes(want, sizeof want, (double)bytes);
-    cli_format_bytes(free_total, sizeof free_total, (double)free_bytes);
-    cli_format_bytes(hole, sizeof hole, (double)largest);
-    b->last_refusal_fragmented = free_bytes >= bytes;
-    if (free_bytes >= bytes) {
-        b->stats.refusals_fragmentation++;
-        if (!b->step_external_seen) {
-            b->step_external = free_below(b, bytes);
-            b->step_external_seen = 1;
-            b->stats.external_steps++;
-        }
-        snprintf(b->last_refusal, sizeof b->last_refusal,
-                 "step %ld: request %d %s: needs %s; %s free in total but the largest hole is %s", run->step,
-                 r->spec->id, action, want, free_total, hole);
-    } else {
-        b->stats.refusals_no_space++;
-        snprintf(b->last_refusal, sizeof b->last_refusal, "step %ld: request %d %s: needs %s but only %s is free",
-                 run->step, r->spec->id, action, want, free_total);
-    }
-}
-
 /* ------------------------------------------------------------ regions */
-
-float *batching_plane(const BatchingState *b, const KvRegion *reg, int layer, int which)
-{
-    size_t kv_dim = (size_t)model_kv_dim(&b->cfg);
-    return b->storage + reg->offset / sizeof(float) + (size_t)(2 * layer + which) * (size_t)reg->tokens * kv_dim;
-}
-
-int batching_place(BatchingState *b, ServingRun *run, Request *r, int tokens)
-{
-    KvRegion reg;
-    if (tokens <= 0 || arena_take(b, tokens, &reg) != 0) {
-        size_t bytes = tokens > 0 ? (size_t)arena_region_slots(b->arena_kind, tokens) * b->bytes_per_token : 0;
-        refused(b, run, r, bytes, "waits");
-        return -1;
-    }
-    b->regions[r->index] = reg;
-    /* What the request holds: with a buddy block, its rounding too. */
-    kv_track_set_reserved(&r->kv, (size_t)reg.slots * b->bytes_per_token);
-    b->stats.reservations++;
-    b->stats.reserved_tokens_sum += tokens;
-    return 0;
-}
 
 /* Lets a region go: its bytes become a hole again. */
 static int release_region(BatchingState *b, Request *r, Err *err)
 {
     KvRegion *reg = &b->regions[r->index];
-    if (reg->tokens > 0 && arena_give_back(b, reg, err))
+    if (reg->tokens > 0 && batching_give_back_region(b, reg, err))
         return err_prefix(err, "request %d", r->spec->id);
     *reg = (KvRegion){0};
     return 0;
@@ -191,10 +95,10 @@ static void copy_positions(const BatchingState *b, const KvRegion *from, const K
 static int move_region(BatchingState *b, ServingRun *run, Request *r, int tokens, Err *err)
 {
     KvRegion old = b->regions[r->index], grown;
-    if (arena_take(b, tokens, &grown) != 0) {
+    if (batching_take_region(b, tokens, &grown) != 0) {
         char action[64];
         snprintf(action, sizeof action, "cannot grow from %d to %d positions", old.tokens, tokens);
-        refused(b, run, r, (size_t)arena_region_slots(b->arena_kind, tokens) * b->bytes_per_token, action);
+        batching_refused(b, run, r, (size_t)arena_region_slots(b->arena_kind, tokens) * b->bytes_per_token, action);
         tell(b, "%s", b->last_refusal);
         return 1;
     }

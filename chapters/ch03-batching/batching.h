@@ -164,10 +164,11 @@
 
 #include <stdio.h>
 
-#include "buddy.h"
 #include "kv_arena.h"
-#include "device_kv.h" /* TEMP */
 #include "serving.h"
+
+/* The buddy arena's books (ext/buddy.h), when `--arena buddy` asks for them. */
+typedef struct BuddyArena BuddyArena;
 
 /** Where one request's K/V live. */
 typedef struct {
@@ -223,7 +224,7 @@ typedef struct {
     int n_batch;              /**< members of the batch: running, or finished and still holding a region (static) */
     int step_external_seen;   /**< 1 once this step has counted its refusal */
     size_t step_external;     /**< external fragmentation seen this step, bytes */
-    BuddyArena *buddy;        /**< --arena buddy: the books in positions (slot i is bytes i x bytes_per_token on); NULL with first fit */
+    BuddyArena *buddy;        /**< --arena buddy (ext/buddy_arena.h): the books in positions (slot i is bytes i x bytes_per_token on); NULL with first fit */
     BatchingStats stats;      /**< what happened so far */
     FILE *log;                /**< where refusals and batches are told (NULL: quiet) */
     long log_lines;           /**< lines told so far */
@@ -384,6 +385,38 @@ size_t batching_free_bytes(const BatchingState *b);
 int batching_free_pieces(const BatchingState *b);
 
 /**
+ * Takes a region of @p tokens positions from the arena's free pieces
+ * (first fit, or a buddy block with `--arena buddy`).
+ * @param b       the chapter
+ * @param tokens  positions the region holds, >= 1
+ * @param reg     receives the region
+ * @return 0 when placed, -1 when no free piece holds it
+ */
+int batching_take_region(BatchingState *b, int tokens, KvRegion *reg);
+
+/**
+ * Gives a region's bytes back to the arena (a hole again, merged with its
+ * neighbours; or a buddy block, merged with its buddy).
+ * @param b    the chapter
+ * @param reg  a region batching_take_region() placed
+ * @param err  receives the reason on a bookkeeping error
+ * @return 0 on success, -1 on failure
+ */
+int batching_give_back_region(BatchingState *b, const KvRegion *reg, Err *err);
+
+/**
+ * Records why @p bytes could not be placed for request @p r (in
+ * b->last_refusal), and counts the external fragmentation of this step
+ * when the free total was enough.
+ * @param b       the chapter
+ * @param run     the run
+ * @param r       the request
+ * @param bytes   what it asked for
+ * @param action  what it was doing ("waits", "cannot grow from ...")
+ */
+void batching_refused(BatchingState *b, const ServingRun *run, const Request *r, size_t bytes, const char *action);
+
+/**
  * Refuses a run that can never work, before anything is printed: an
  * unknown policy, batching or arena, a budget that holds no request's reservation, a budget
  * larger than this machine's memory (unless accounting only).
@@ -496,27 +529,6 @@ void batching_attend(void *ctx, int layer, const BatchEntry *e, int head, const 
                      float *scores);
 
 /**
- * `--device cuda`: an arena of token slots on the device
- * (device_kv_open_arena()), one slot per bytes_per_token of the books'
- * arena; hooks on_move to repeat every move there. batching_open() calls it.
- * @param b    the state
- * @param run  the run (run->device set, the step buffers sized)
- * @param err  receives the reason on failure
- * @return 0 on success, -1 on failure
- */
-int batching_device_open(BatchingState *b, ServingRun *run, Err *err);
-
-/**
- * `--device cuda`, after each schedule: tells the device store where every
- * request's region is now (device_kv_arena_place(); none: 0 rows).
- * @param b    the state
- * @param run  the run
- * @param err  receives the reason on failure
- * @return 0 on success, -1 on failure
- */
-int batching_device_sync(const BatchingState *b, ServingRun *run, Err *err);
-
-/**
  * Keys (@p which 0) or values (1) of @p layer in a region: the start of its
  * [tokens][kv_dim] rows.
  * @param b      the chapter (with storage)
@@ -526,91 +538,5 @@ int batching_device_sync(const BatchingState *b, ServingRun *run, Err *err);
  * @return [tokens][kv_dim]
  */
 float *batching_plane(const BatchingState *b, const KvRegion *reg, int layer, int which);
-
-/**
- * This chapter's device store (chapters/ch03-batching/device.c): one
- * arena [layer][arena_rows][kv_dim] in which each sequence owns a
- * contiguous region of rows (placed by the chapter's allocator).
- * @param kv          receives the store
- * @param dev         the device
- * @param cfg         model shape
- * @param t           element type of K/V
- * @param arena_rows  token slots in the arena
- * @param max_seqs    sequence ids are 0..max_seqs-1
- * @param max_tokens  most entries of a step
- * @param err         receives the reason on failure
- * @return 0 on success, -1 on failure
- */
-int device_kv_open_arena(DeviceKv *kv, const Device *dev, const ModelConfig *cfg, Dtype t, long long arena_rows,
-                         int max_seqs, int max_tokens, Err *err);
-
-/**
- * Tells an arena store where a sequence's region is (before the steps
- * that use it). A region can move (grow): the chapter copies the rows.
- * @param kv         an arena store
- * @param seq        sequence id
- * @param first_row  first row of the region
- * @param rows       rows in the region (0: the sequence has none)
- * @param err        receives the reason on failure
- * @return 0 on success, -1 if the region leaves the arena
- */
-int device_kv_arena_place(DeviceKv *kv, int seq, long long first_row, long long rows, Err *err);
-
-/**
- * Copies rows of every layer (K and V) inside an arena: what chapter 3's
- * grow policy does when a region moves to a larger hole.
- * @param kv       an arena store
- * @param src_row  first row to copy
- * @param dst_row  first row of the destination (ranges must not overlap)
- * @param rows     rows to copy
- * @param err      receives the reason on failure
- * @return 0 on success, -1 on failure
- */
-int device_kv_arena_copy_rows(DeviceKv *kv, long long src_row, long long dst_row, long long rows, Err *err);
-
-/* ------------------------------------------------------------ watching the steps (trace.c) */
-
-/**
- * What watches the steps for `--trace` and `--show-tables`: the run's
- * observer (ServingRun.observe), called after each step's accounting and
- * before finished requests let go of their regions, and owned by the run
- * (ServingRun.observe_free), so that the chapter's own state is not one
- * byte larger for it. For the trace it keeps a copy of what the last line
- * said (every request's region and cached positions) and writes only what
- * changed.
- */
-typedef struct BatchingTrace {
-    const BatchingState *state; /**< the chapter watched (not used after batching_close()) */
-    long show_step;           /**< --show-tables: the step whose regions are printed, or -1 */
-    FILE *show;               /**< where they go */
-    int shown;                /**< 1 once they were printed */
-    KvRegion *regions;        /**< [n_reqs] every region as the last line said */
-    int *cached;              /**< [n_reqs] positions with K/V, as the last line said */
-    int *map_index;           /**< [n_reqs] scratch for a delta's indexes */
-    long *map_value;          /**< [n_reqs] and values */
-} BatchingTrace;
-
-/**
- * With `--trace` (run->trace) or `--show-tables`: makes the watcher, writes
- * the trace's setup line (the arena, the policy, the requests) and becomes
- * the run's observer (the run frees it). Without either it does nothing.
- * batching_open() calls it last.
- * @param b    the chapter (open)
- * @param run  the run
- * @param log  where `--show-tables` prints (NULL: stderr)
- * @param err  receives the reason on failure
- * @return 0 on success, -1 on failure
- */
-int batching_trace_open(BatchingState *b, ServingRun *run, FILE *log, Err *err);
-
-/**
- * `--show-tables`: every request that holds a region (`request 0: prompt
- * 5, tokens 53, cached 52, region [0, 512) of 512 positions, 52 filled`),
- * and the arena's totals.
- * @param f    the stream
- * @param b    the chapter
- * @param run  the run, after a step's accounting
- */
-void batching_print_regions(FILE *f, const BatchingState *b, const ServingRun *run);
 
 #endif

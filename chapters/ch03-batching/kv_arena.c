@@ -1,6 +1,7 @@
-/* Chapter 3's arena and reservation policies, around the lab's
- * kv_arena_alloc() (first fit), kv_arena_release() (merging holes) and
- * reserve_initial_tokens() (solutions/ch03/). */
+/* Chapter 3's arena, around the lab's kv_arena_alloc() (first fit) and
+ * kv_arena_release() (merging holes), and the largest region a request
+ * can hold under a policy, from the lab's reserve_initial_tokens()
+ * (solutions/ch03/). The policies' names and sizes are in reserve.c. */
 #include "kv_arena.h"
 
 #include <string.h>
@@ -71,43 +72,10 @@ size_t kv_arena_free_in_holes_below(const KvArena *a, size_t bytes)
     return sum;
 }
 
-/* ------------------------------------------------------------ policies */
-
-static const char *const POLICY_NAMES[] = {"max", "request", "pow2", "grow"};
-
-int reserve_policy_parse(const char *name, ReservePolicy *policy, Err *err)
-{
-    for (int p = RESERVE_MAX; p <= RESERVE_GROW; p++)
-        if (strcmp(name, POLICY_NAMES[p]) == 0) {
-            *policy = (ReservePolicy)p;
-            return 0;
-        }
-    return err_set(err, "--reserve: '%s' is not one of max, request, pow2, grow", name);
-}
-
-const char *reserve_policy_name(ReservePolicy policy)
-{
-    return policy >= RESERVE_MAX && policy <= RESERVE_GROW ? POLICY_NAMES[policy] : "?";
-}
-
-int reserve_round_up_pow2(int n)
-{
-    int p = 1;
-    while (p < n)
-        p *= 2;
-    return p;
-}
+/* ------------------------------------------------------------ the largest region */
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 static int max_int(int a, int b) { return a > b ? a : b; }
-
-int reserve_grown_tokens(int current, int needed, int seq_len)
-{
-    int tokens = current > 0 ? current : 1;
-    while (tokens < needed && tokens < seq_len)
-        tokens *= 2;
-    return min_int(tokens, seq_len);
-}
 
 int reserve_largest_tokens(ReservePolicy policy, int max_tokens, int seq_len)
 {

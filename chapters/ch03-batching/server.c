@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "batching.h"
+#include "ext/batching_device.h"
+#include "ext/batching_trace.h"
+#include "ext/buddy_arena.h"
 #include "mem.h"
 
 /* ------------------------------------------------------------ checks */
@@ -24,44 +27,7 @@ static size_t largest_bytes(ReservePolicy policy, ArenaKind arena, const Serving
  * its largest top-level block with the buddy allocator. */
 static size_t largest_placeable(ArenaKind arena, size_t budget, size_t bytes_per_token)
 {
-    size_t slots = budget / bytes_per_token;
-    if (arena != ARENA_BUDDY)
-        return budget;
-    if (slots == 0)
-        return 0;
-    return (size_t)buddy_largest_top_for(slots > (1u << 30) ? 1 << 30 : (int)slots) * bytes_per_token;
-}
-
-int arena_kind_parse(const char *name, ArenaKind *kind, Err *err)
-{
-    if (!name || strcmp(name, "first-fit") == 0)
-        *kind = ARENA_FIRST_FIT;
-    else if (strcmp(name, "buddy") == 0)
-        *kind = ARENA_BUDDY;
-    else
-        return err_set(err, "--arena: '%s' is not one of first-fit, buddy", name);
-    return 0;
-}
-
-const char *arena_kind_name(ArenaKind kind)
-{
-    return kind == ARENA_BUDDY ? "buddy" : "first-fit";
-}
-
-int batching_mode_parse(const char *name, BatchingMode *mode, Err *err)
-{
-    if (!name || strcmp(name, "static") == 0)
-        *mode = BATCHING_STATIC;
-    else if (strcmp(name, "continuous") == 0)
-        *mode = BATCHING_CONTINUOUS;
-    else
-        return err_set(err, "--batching: '%s' is not one of static, continuous", name);
-    return 0;
-}
-
-const char *batching_mode_name(BatchingMode mode)
-{
-    return mode == BATCHING_CONTINUOUS ? "continuous" : "static";
+    return arena == ARENA_BUDDY ? buddy_arena_largest_placeable(budget, bytes_per_token) : budget;
 }
 
 int batching_check(const ServingRun *run, Err *err)
@@ -85,13 +51,8 @@ int batching_check(const ServingRun *run, Err *err)
         }
     }
     char a[32], b[32], c[32];
-    if (arena == ARENA_BUDDY && smallest_id >= 0 && smallest > largest_placeable(arena, budget, run->kv_bytes_per_token))
-        return err_set(err,
-                       "--kv-budget %s holds no request: the smallest block under --reserve %s, --arena buddy is %zu "
-                       "positions but the largest block of the budget is %zu (request %d)",
-                       cli_format_bytes(a, sizeof a, (double)budget), reserve_policy_name(policy),
-                       smallest / run->kv_bytes_per_token,
-                       largest_placeable(arena, budget, run->kv_bytes_per_token) / run->kv_bytes_per_token, smallest_id);
+    if (arena == ARENA_BUDDY && smallest_id >= 0 && buddy_arena_refuse(run, policy, smallest, smallest_id, err))
+        return -1;
     if (smallest_id >= 0 && smallest > budget)
         return err_set(err,
                        "--kv-budget %s holds no request: the smallest reservation under --reserve %s is %zu "
@@ -115,9 +76,7 @@ void batching_close(BatchingState *b)
     if (!b)
         return;
     kv_arena_free(&b->arena);
-    if (b->buddy)
-        buddy_free(b->buddy);
-    mem_free(b->buddy);
+    buddy_arena_close(b);
     mem_free(b->storage);
     mem_free(b->regions);
     mem_free(b->batch);
@@ -134,11 +93,8 @@ static void reject_oversized(BatchingState *b, ServingRun *run)
         size_t room = largest_placeable(b->arena_kind, b->arena.capacity, b->bytes_per_token);
         if (r->phase == REQ_DONE || bytes <= room)
             continue;
-        if (b->arena_kind == ARENA_BUDDY)
-            serving_reject(run, r, "its largest block under --reserve %s, --arena buddy is %zu positions (%s) but the "
-                           "largest block of the KV budget is %zu", reserve_policy_name(b->policy),
-                           bytes / b->bytes_per_token, cli_format_bytes(need, sizeof need, (double)bytes),
-                           room / b->bytes_per_token);
+        if (b->buddy)
+            buddy_arena_reject(b, run, r, bytes, room);
         else
             serving_reject(run, r, "its largest reservation under --reserve %s is %zu positions (%s) but the whole KV "
                            "budget is %s", reserve_policy_name(b->policy), bytes / b->bytes_per_token,
@@ -245,13 +201,8 @@ int batching_open(ServingRun *run, BatchingState **state, FILE *log, Err *err)
     /* Live regions: a full batch, plus the new region of a move in progress. */
     if (kv_arena_init(&b->arena, budget, b->max_batch + 1, err))
         return -1;
-    size_t slots = budget / b->bytes_per_token;
-    if (b->arena_kind == ARENA_BUDDY) {
-        if (!(b->buddy = mem_alloc(MEM_KV_METADATA, sizeof *b->buddy)))
-            return err_set(err, "out of memory for the buddy arena");
-        if (buddy_init(b->buddy, slots > (1u << 30) ? 1 << 30 : (int)slots, b->max_batch + 1, err))
-            return -1;
-    }
+    if (b->arena_kind == ARENA_BUDDY && buddy_arena_open(b, budget, err)) /* --arena buddy (ext/buddy_arena.c) */
+        return -1;
     b->regions = mem_alloc_array(MEM_KV_METADATA, (size_t)run->n_reqs, sizeof(KvRegion));
     b->batch = mem_alloc_array(MEM_KV_METADATA, (size_t)b->max_batch, sizeof(int));
     if (!b->regions || !b->batch)
@@ -271,9 +222,11 @@ int batching_open(ServingRun *run, BatchingState **state, FILE *log, Err *err)
     int max_step_tokens = step_capacity(b, run, err);
     if (max_step_tokens < 0 || serving_open_steps(run, max_step_tokens, b->max_batch, err))
         return -1;
-    if (run->device && batching_device_open(b, run, err))
+    if (run->device && batching_device_open(b, run, err)) /* --device cuda (ext/device.c) */
         return -1;
-    return batching_trace_open(b, run, log, err); /* --trace, --show-tables: the steps watched (trace.c) */
+    if ((run->trace || run->opts->show_tables >= 0) && batching_trace_open(b, run, log, err)) /* ext/trace.c */
+        return -1;
+    return 0;
 }
 
 KvSeam batching_seam(BatchingState *b)
@@ -292,7 +245,7 @@ int batching_step(BatchingState *b, ServingRun *run, Err *err)
      * (batching.c). */
     if (batching_schedule(b, run, err))
         return -1;
-    /* --device cuda: the device learns where every region is now. */
+    /* --device cuda: the device learns where every region is now (ext/device.c). */
     if (run->device && batching_device_sync(b, run, err))
         return -1;
     /* The batch through the model; each request's K and V are read from

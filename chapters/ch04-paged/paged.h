@@ -263,6 +263,17 @@ int paged_check_fits(const ServingRun *run, int width, const char *note, Err *er
 void paged_reject_unfitting(PagedServer *s, ServingRun *run, int width, const char *note);
 
 /**
+ * The pool and the block tables for a run, and the watermark: as many
+ * blocks as the KV budget holds (paged_check() refused a budget that
+ * holds none).
+ * @param s    the server, zeroed
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_open_pool(PagedServer *s, ServingRun *run, Err *err);
+
+/**
  * Creates the server for a run: pool, tables, queue, and the step buffers
  * (serving_open_steps()), and the extensions its options ask for. Rejects
  * requests that could never fit in the whole pool. Prints the setup to

@@ -1,14 +1,29 @@
-/* Chapter 3, watched step by step: `--trace` (one JSON line per step with
- * what changed in the regions of the arena, trace.h) and `--show-tables
- * STEP` (the regions after one step). Both run as the run's observer,
- * after a step's accounting and before the requests that finished give
- * their regions back, so they show what the step's forward pass used.
- * Nothing here changes what the chapter does. */
+/* Chapter 3 extension: the steps watched, `--trace` (one JSON line per
+ * step with what changed in the regions of the arena, trace.h) and
+ * `--show-tables STEP` (the regions after one step). Both run as an
+ * observer of the run, after a step's accounting and before the requests
+ * that finished give their regions back, so they show what the step's
+ * forward pass used. Nothing here changes what the chapter does. See
+ * batching_trace.h. */
+#include "batching_trace.h"
+
 #include <string.h>
 
-#include "batching.h"
 #include "mem.h"
 #include "trace.h"
+
+/* The watcher: for the trace, a copy of what the last line said, so that
+ * each line holds only what changed. The run owns it (its observer). */
+typedef struct {
+    const BatchingState *state; /* the chapter watched (not used after batching_close()) */
+    long show_step;             /* --show-tables: the step whose regions are printed, or -1 */
+    FILE *show;                 /* where they go */
+    int shown;                  /* 1 once they were printed */
+    KvRegion *regions;          /* [n_reqs] every region as the last line said */
+    int *cached;                /* [n_reqs] positions with K/V, as the last line said */
+    int *map_index;             /* [n_reqs] scratch for a delta's indexes */
+    long *map_value;            /* [n_reqs] and values */
+} BatchingTrace;
 
 /* Offsets and sizes in positions (token slots): every region is a whole
  * number of them, and the page draws one cell per slot. */
@@ -178,8 +193,6 @@ static void free_watcher(void *ctx)
 
 int batching_trace_open(BatchingState *b, ServingRun *run, FILE *log, Err *err)
 {
-    if (!run->trace && run->opts->show_tables < 0)
-        return 0;
     BatchingTrace *bt = mem_alloc(MEM_ACTIVATIONS, sizeof *bt);
     if (!bt)
         return err_set(err, "out of memory");

@@ -1,10 +1,10 @@
-/* Chapter 3 on the device (--device cuda): the K/V bytes of the arena live
- * in device memory, one token slot per bytes_per_token of the books, and
- * are placed and moved exactly where and when the books on the host say.
- * The store is a row store (common/cuda/device_kv.h) in which each
- * request owns a region of consecutive rows. See "On the device" in
- * batching.h. */
-#include "batching.h"
+/* Chapter 3 extension: the arena on the device (--device cuda). The K/V
+ * bytes of the arena live in device memory, one token slot per
+ * bytes_per_token of the books, and are placed and moved exactly where and
+ * when the books on the host say. The store is a row store
+ * (common/cuda/device_kv.h) in which each request owns a region of
+ * consecutive rows. See batching_device.h. */
+#include "batching_device.h"
 
 #include <string.h>
 

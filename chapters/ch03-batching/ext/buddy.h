@@ -1,7 +1,16 @@
 /**
  * @file buddy.h
- * @brief Chapter 3's other arena: a buddy allocator over token slots, as
- *        the PagedAttention paper assumes for its Orca baselines.
+ * @brief Chapter 3 extension: the other arena, a buddy allocator over
+ *        token slots, as the PagedAttention paper assumes for its Orca
+ *        baselines.
+ *
+ * **Adds** a second allocator for the regions, beside the core's first fit
+ * (kv_arena.h); buddy_arena.h says how the chapter's regions are placed
+ * with it.
+ *
+ * **Turned on by** `--arena buddy`.
+ *
+ * **Taught in** book/ch03-batching.md, "Extension: the buddy arena".
  *
  * The first-fit arena of kv_arena.h hands out exactly the bytes a region
  * asks for and merges any two neighbouring holes. A **buddy allocator**
@@ -43,7 +52,7 @@ typedef struct {
 } BuddyBlock;
 
 /** The allocator's books. */
-typedef struct {
+typedef struct BuddyArena {
     int n_slots;          /**< slots in the pool */
     int free_slots;       /**< slots in free blocks */
     BuddyBlock *tops;     /**< [n_tops] the top-level blocks, in address order, each at most half the one before */
