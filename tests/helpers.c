@@ -331,6 +331,56 @@ int test_solo_tokens_sampled(const Model *m, const Tokenizer *t, const char *pro
     return n;
 }
 
+void test_solo_open(TestSolo *s, const Model *m, const Tokenizer *t, const ServingRun *run)
+{
+    s->count = run->n_reqs;
+    s->stride = m->cfg.seq_len + 1;
+    s->n = calloc((size_t)s->count, sizeof(int));
+    s->tokens = calloc((size_t)s->count * (size_t)s->stride, sizeof(int));
+    ck_assert(s->n && s->tokens);
+    for (int i = 0; i < s->count; i++) {
+        const RequestSpec *spec = run->reqs[i].spec;
+        s->n[i] = test_solo_tokens_sampled(m, t, spec->prompt, spec->max_new_tokens, run->opts->temperature,
+                                           run->opts->seed + (unsigned long long)i, s->tokens + (size_t)i * s->stride);
+    }
+}
+
+void test_solo_of_requests(TestSolo *s, const Model *m, const Tokenizer *t, const char *requests, const CliOptions *o)
+{
+    RequestFile rf;
+    ServingRun run;
+    CliOptions opts = *o;
+    Err err = {{0}};
+    ck_assert_msg(request_file_parse(&rf, requests, strlen(requests), "t", &err) == 0, "%s", err.msg);
+    ck_assert_msg(serving_run_init(&run, m, t, &opts, &rf, &err) == 0, "%s", err.msg);
+    test_solo_open(s, m, t, &run);
+    serving_run_free(&run);
+    request_file_free(&rf);
+}
+
+void test_solo_close(TestSolo *s)
+{
+    free(s->n);
+    free(s->tokens);
+}
+
+void test_expect_solo(const TestSolo *s, const ServingRun *run, int allow_rejected, const char *what)
+{
+    ck_assert_int_eq(run->n_reqs, s->count);
+    for (int i = 0; i < run->n_reqs; i++) {
+        const Request *r = &run->reqs[i];
+        if (allow_rejected && r->finish == REQ_FINISH_REJECTED)
+            continue;
+        ck_assert_msg(r->finish == REQ_FINISH_LENGTH || r->finish == REQ_FINISH_STOP,
+                      "%s: request %d did not finish (%d)", what, i, (int)r->finish);
+        int n = r->n_tokens - r->n_prompt;
+        ck_assert_msg(n == s->n[i] &&
+                          memcmp(r->tokens + r->n_prompt, s->tokens + (size_t)i * s->stride, (size_t)n * sizeof(int)) == 0,
+                      "%s: request %d (sample %d, %d preemptions) differs from its solo run", what, r->spec->id,
+                      r->sample, r->preemptions);
+    }
+}
+
 int test_solo_tokens(const Model *m, const Tokenizer *t, const char *prompt, int steps, int *out)
 {
     return test_solo_tokens_sampled(m, t, prompt, steps, 0.0f, 1, out);

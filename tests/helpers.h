@@ -10,6 +10,7 @@
 
 #include "dtype.h"
 #include "model.h"
+#include "serving.h"
 #include "tokenizer.h"
 
 /**
@@ -162,6 +163,58 @@ int test_solo_tokens_sampled(const Model *m, const Tokenizer *t, const char *pro
  * @return how many new tokens
  */
 int test_solo_tokens(const Model *m, const Tokenizer *t, const char *prompt, int steps, int *out);
+
+/**
+ * The tokens each request of a served run would get alone
+ * (test_solo_tokens_sampled(), with the run's temperature and the seed
+ * its request has: --seed + its index): what every serving chapter must
+ * give it, whatever it shares, preempts or evicts.
+ */
+typedef struct {
+    int count;   /**< requests */
+    int stride;  /**< ints per request in tokens: the model's seq_len + 1 */
+    int *n;      /**< [count] new tokens of each */
+    int *tokens; /**< [count][stride] its new tokens */
+} TestSolo;
+
+/**
+ * Runs every request of @p run alone (the run may be served already: only
+ * its requests' specs and options are read). Free with test_solo_close().
+ * @param s    receives the tokens
+ * @param m    the model
+ * @param t    the tokenizer
+ * @param run  an initialised run
+ */
+void test_solo_open(TestSolo *s, const Model *m, const Tokenizer *t, const ServingRun *run);
+
+/**
+ * test_solo_open() for the requests of a request file's text run with
+ * options @p o (their temperature and seed), before any chapter serves
+ * them.
+ * @param s         receives the tokens
+ * @param m         the model
+ * @param t         the tokenizer
+ * @param requests  the request file's text
+ * @param o         the options the chapter will run them with
+ */
+void test_solo_of_requests(TestSolo *s, const Model *m, const Tokenizer *t, const char *requests, const CliOptions *o);
+
+/**
+ * Frees what test_solo_open() computed.
+ * @param s  the tokens
+ */
+void test_solo_close(TestSolo *s);
+
+/**
+ * Fails the test unless every request of the served @p run finished
+ * (length or stop; a rejected one too when @p allow_rejected, whose
+ * tokens are not compared) with exactly its solo tokens.
+ * @param s               test_solo_open() of the same requests
+ * @param run             the served run
+ * @param allow_rejected  1: a rejected request is left out; 0: it fails the test
+ * @param what            the run, for the message ("block size 4, budget 1234")
+ */
+void test_expect_solo(const TestSolo *s, const ServingRun *run, int allow_rejected, const char *what);
 
 /** A model and its tokenizer opened for a test; the images are set for a
  *  synthetic model only. Close with test_model_free(). */

@@ -245,56 +245,14 @@ static void finish_run(TestRun *tr)
 
 static const BatchingState *state(const TestRun *tr) { return tr->state; }
 
-/* Solo tokens of every request of a run, computed once per model. */
-typedef struct {
-    int n_reqs;
-    int *count;  /* [n_reqs] tokens generated */
-    int *tokens; /* [n_reqs][seq_len] */
-} SoloTokens;
-
-static void solo_compute(SoloTokens *st, const TestModel *tm, const ServingRun *run)
-{
-    int seq_len = tm->m.cfg.seq_len;
-    st->n_reqs = run->n_reqs;
-    st->count = calloc((size_t)run->n_reqs, sizeof(int));
-    st->tokens = calloc((size_t)run->n_reqs * (size_t)seq_len, sizeof(int));
-    for (int i = 0; i < run->n_reqs; i++) {
-        const RequestSpec *spec = run->reqs[i].spec;
-        st->count[i] = test_solo_tokens(&tm->m, &tm->t, spec->prompt, spec->max_new_tokens,
-                                   st->tokens + (size_t)i * (size_t)seq_len);
-    }
-}
-
-static void solo_free(SoloTokens *st)
-{
-    free(st->count);
-    free(st->tokens);
-}
-
-/* Every request that ran produced exactly its solo tokens. */
-static void expect_solo(const SoloTokens *st, const TestRun *tr, const char *what)
-{
-    int seq_len = tr->run.model->cfg.seq_len;
-    ck_assert_int_eq(st->n_reqs, tr->run.n_reqs);
-    for (int i = 0; i < tr->run.n_reqs; i++) {
-        const Request *r = &tr->run.reqs[i];
-        if (r->finish == REQ_FINISH_REJECTED)
-            continue;
-        int n = st->count[i];
-        ck_assert_msg(r->n_tokens - r->n_prompt == n, "%s: request %d made %d tokens, solo %d", what, i,
-                      r->n_tokens - r->n_prompt, n);
-        ck_assert_msg(memcmp(r->tokens + r->n_prompt, st->tokens + (size_t)i * (size_t)seq_len,
-                             (size_t)n * sizeof(int)) == 0,
-                      "%s: request %d differs from its solo run", what, i);
-    }
-}
-
+/* Every request that ran produced exactly its solo tokens (a contiguous
+ * cache, tests/helpers.c); a rejected one is left out. */
 static void expect_solo_tokens(const TestModel *tm, const TestRun *tr, const char *what)
 {
-    SoloTokens st;
-    solo_compute(&st, tm, &tr->run);
-    expect_solo(&st, tr, what);
-    solo_free(&st);
+    TestSolo solo;
+    test_solo_open(&solo, &tm->m, &tm->t, &tr->run);
+    test_expect_solo(&solo, &tr->run, 1, what);
+    test_solo_close(&solo);
 }
 
 static void expect_breakdown_sums_to_one(const ServingRun *run)
@@ -350,13 +308,13 @@ static PolicyRuns check_every_policy(const TestModel *tm, const char *requests, 
                                      const char *batching)
 {
     PolicyRuns seen = {0};
-    SoloTokens solo = {0};
+    TestSolo solo = {0};
     for (int p = 0; p < 4; p++) {
         TestRun tr;
         prepare_run(&tr, tm, requests, POLICIES[p]);
         tr.o.batching = batching;
         if (p == 0)
-            solo_compute(&solo, tm, &tr.run);
+            test_solo_open(&solo, &tm->m, &tm->t, &tr.run);
         /* Static: 1.5 of the largest region. Continuous: half of all the
          * first reservations (so that half the requests wait, and can join
          * while others run), at least the largest region. */
@@ -369,7 +327,7 @@ static PolicyRuns check_every_policy(const TestModel *tm, const char *requests, 
         run_to_end(&tr, NULL);
         char label[96];
         snprintf(label, sizeof label, "%s, --batching %s --reserve %s", what, batching, POLICIES[p]);
-        expect_solo(&solo, &tr, label);
+        test_expect_solo(&solo, &tr.run, 1, label);
         expect_breakdown_sums_to_one(&tr.run);
         const BatchingStats *st = &state(&tr)->stats;
         if (strcmp(batching, "static") == 0) {
@@ -390,7 +348,7 @@ static PolicyRuns check_every_policy(const TestModel *tm, const char *requests, 
         seen.joined_running += st->joined_running;
         finish_run(&tr);
     }
-    solo_free(&solo);
+    test_solo_close(&solo);
     return seen;
 }
 

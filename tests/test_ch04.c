@@ -21,15 +21,6 @@
 
 /* ------------------------------------------------------------ fixtures */
 
-/* The reference: one prompt alone through the shared generation loop with
- * a plain contiguous cache ([layers][seq_len][kv_dim], chapter 2's layout)
- * and attention_reference(). It shares nothing with the paged code. */
-static int solo_tokens(const TestModel *f, const char *prompt, int steps, float temperature, unsigned long long seed,
-                       int *out)
-{
-    return test_solo_tokens_sampled(&f->m, &f->t, prompt, steps, temperature, seed, out);
-}
-
 /* A paged run, left open so that its server can be inspected. */
 typedef struct {
     RequestFile rf;
@@ -152,38 +143,20 @@ static const char *SYNTH_REQUESTS = "5\tab\n"
                                     "9\tzz\n"
                                     "40\tmore words here\n";
 
-typedef struct {
-    int n[16];
-    int tokens[16][512];
-} SoloSet;
-
-static void solo_set(SoloSet *ss, const TestModel *f, const char *requests)
+/* The reference: each request alone through the shared generation loop
+ * with a plain contiguous cache ([layers][seq_len][kv_dim], chapter 2's
+ * layout) and attention_reference() (tests/helpers.c). It shares nothing
+ * with the paged code. */
+static void expect_solo_tokens(const PagedRun *pr, const TestSolo *solo)
 {
-    RequestFile rf;
-    Err err = {{0}};
-    ck_assert(request_file_parse(&rf, requests, strlen(requests), "t", &err) == 0);
-    ck_assert_int_le(rf.count, 16);
-    for (int i = 0; i < rf.count; i++)
-        ss->n[i] = solo_tokens(f, rf.items[i].prompt, rf.items[i].max_new_tokens, 0.0f, 1, ss->tokens[i]);
-    request_file_free(&rf);
-}
-
-static void expect_solo_tokens(PagedRun *pr, const SoloSet *ss)
-{
-    for (int i = 0; i < pr->run.n_reqs; i++) {
-        const Request *r = &pr->run.reqs[i];
-        ck_assert_msg(r->finish == REQ_FINISH_LENGTH || r->finish == REQ_FINISH_STOP,
-                      "block size %d: request %d did not finish (%d)", pr->o.block_size, i, (int)r->finish);
-        int n = r->n_tokens - r->n_prompt;
-        ck_assert_msg(n == ss->n[i] && memcmp(r->tokens + r->n_prompt, ss->tokens[i], (size_t)n * sizeof(int)) == 0,
-                      "block size %d, budget %zu: request %d (%d preemptions) differs from its solo run", pr->o.block_size,
-                      pr->o.kv_budget, i, r->preemptions);
-    }
+    char what[64];
+    snprintf(what, sizeof what, "block size %d, budget %zu", pr->o.block_size, pr->o.kv_budget);
+    test_expect_solo(solo, &pr->run, 0, what);
 }
 
 /* Every block size from 1 to 256, with a roomy budget and one so tight
  * that requests are preempted and recomputed again and again. */
-static void same_tokens_every_block_size(const TestModel *f, const char *requests, const SoloSet *ss,
+static void same_tokens_every_block_size(const TestModel *f, const char *requests, const TestSolo *ss,
                                          int tight_tokens, int expect_preemptions_below)
 {
     size_t per_token = model_kv_bytes_per_token(&f->m.cfg, sizeof(float));
@@ -250,10 +223,11 @@ START_TEST(same_tokens_as_solo_synthetic_gqa)
 {
     TestModel f;
     test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
-    SoloSet *ss = calloc(1, sizeof *ss);
-    solo_set(ss, &f, SYNTH_REQUESTS);
-    same_tokens_every_block_size(&f, SYNTH_REQUESTS, ss, 72, 32);
-    free(ss);
+    TestSolo solo;
+    CliOptions o = greedy(16, 0);
+    test_solo_of_requests(&solo, &f.m, &f.t, SYNTH_REQUESTS, &o);
+    same_tokens_every_block_size(&f, SYNTH_REQUESTS, &solo, 72, 32);
+    test_solo_close(&solo);
     test_model_free(&f);
 }
 END_TEST
@@ -263,10 +237,11 @@ START_TEST(same_tokens_as_solo_synthetic_mha)
     TestModel f;
     ModelConfig cfg = {32, 64, 2, 4, 4, 380, 64}; /* no GQA */
     test_model_synthetic(&f, cfg, 5);
-    SoloSet *ss = calloc(1, sizeof *ss);
-    solo_set(ss, &f, SYNTH_REQUESTS);
-    same_tokens_every_block_size(&f, SYNTH_REQUESTS, ss, 72, 32);
-    free(ss);
+    TestSolo solo;
+    CliOptions o = greedy(16, 0);
+    test_solo_of_requests(&solo, &f.m, &f.t, SYNTH_REQUESTS, &o);
+    same_tokens_every_block_size(&f, SYNTH_REQUESTS, &solo, 72, 32);
+    test_solo_close(&solo);
     test_model_free(&f);
 }
 END_TEST
@@ -281,8 +256,9 @@ START_TEST(same_tokens_as_solo_stories260k)
                            "90\tTom had a red ball.\n"
                            "25\tLily found a shiny stone\n"
                            "40\tThe sun was hot\n";
-    SoloSet *ss = calloc(1, sizeof *ss);
-    solo_set(ss, &f, requests);
+    TestSolo solo;
+    CliOptions greedy16 = greedy(16, 0);
+    test_solo_of_requests(&solo, &f.m, &f.t, requests, &greedy16);
     size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
     int sizes[] = {1, 16, 256};
     for (int k = 0; k < 3; k++) {
@@ -292,13 +268,13 @@ START_TEST(same_tokens_as_solo_stories260k)
             PagedRun pr;
             CliOptions o = greedy(sizes[k], budgets[b]);
             paged_run(&pr, &f, requests, o);
-            expect_solo_tokens(&pr, ss);
+            expect_solo_tokens(&pr, &solo);
             if (b == 1 && sizes[k] == 16)
                 ck_assert_int_gt(server_of(&pr)->preemptions, 0);
             paged_run_close(&pr);
         }
     }
-    free(ss);
+    test_solo_close(&solo);
     test_model_free(&f);
 }
 END_TEST
@@ -309,9 +285,7 @@ START_TEST(never_fitting_request_is_rejected_at_once)
 {
     TestModel f;
     test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
-    SoloSet *ss = calloc(1, sizeof *ss);
     const char *requests = "5\tab\n70\tlong enough to reach seq len\n9\tzz\n";
-    solo_set(ss, &f, requests);
     size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
     /* 3 blocks of 8 = 24 tokens: the request of 63 cached positions can never fit. */
     PagedRun pr;
@@ -325,11 +299,11 @@ START_TEST(never_fitting_request_is_rejected_at_once)
     ck_assert_msg(strstr(r->note, "whole pool has 3"), "note: %s", r->note);
     ck_assert_int_eq(pr.run.reqs[0].finish != REQ_FINISH_REJECTED, 1);
     ck_assert_int_eq(pr.run.reqs[2].finish != REQ_FINISH_REJECTED, 1);
-    for (int i = 0; i < 3; i += 2)
-        ck_assert(memcmp(pr.run.reqs[i].tokens + pr.run.reqs[i].n_prompt, ss->tokens[i],
-                         (size_t)ss->n[i] * sizeof(int)) == 0);
+    TestSolo solo;
+    test_solo_open(&solo, &f.m, &f.t, &pr.run);
+    test_expect_solo(&solo, &pr.run, 1, "beside a rejected request");
+    test_solo_close(&solo);
     paged_run_close(&pr);
-    free(ss);
     test_model_free(&f);
 }
 END_TEST
@@ -373,16 +347,17 @@ START_TEST(continuous_batching_admits_as_blocks_free)
                            "4\tabcdefghijklmnopqrstuvwxyz\n"
                            "4\tabcdefghijklmnopqrstuvwxyz\n"
                            "4\tabcdefghijklmnopqrstuvwxyz\n";
-    SoloSet *ss = calloc(1, sizeof *ss);
-    solo_set(ss, &f, requests);
     PagedRun pr;
     CliOptions o = greedy(4, 16 * 4 * per_token);
     o.watermark = 0;
     paged_run(&pr, &f, requests, o);
+    TestSolo solo;
+    test_solo_open(&solo, &f.m, &f.t, &pr.run);
     const Request *a = &pr.run.reqs[0], *b = &pr.run.reqs[1], *c = &pr.run.reqs[2], *d = &pr.run.reqs[3];
     ck_assert_int_eq(a->n_prompt, 3);
     ck_assert_int_eq(b->n_prompt, 26);
-    expect_solo_tokens(&pr, ss);
+    expect_solo_tokens(&pr, &solo);
+    test_solo_close(&solo);
     ck_assert_msg(a->admitted_step == 0 && b->admitted_step == 0 && c->admitted_step == 0,
                   "expected A, B, C admitted at step 0, got %ld %ld %ld", a->admitted_step, b->admitted_step,
                   c->admitted_step);
@@ -394,7 +369,6 @@ START_TEST(continuous_batching_admits_as_blocks_free)
     ck_assert_int_eq(a->finished_step, 29);  /* D joined while A was running */
     ck_assert_int_eq(pr.run.max_concurrent, 3);
     paged_run_close(&pr);
-    free(ss);
     test_model_free(&f);
 }
 END_TEST
@@ -415,6 +389,12 @@ START_TEST(forks_share_prompt_blocks_and_copy_on_write)
     o.seed = 7;
     paged_run(&pr, &f, requests, o);
     ck_assert_int_eq(pr.run.n_reqs, 2 * n);
+    /* Each sample: the tokens of its own solo run, sampler seeded with
+     * --seed + its index, as if it had never shared anything. */
+    TestSolo solo;
+    test_solo_open(&solo, &f.m, &f.t, &pr.run);
+    test_expect_solo(&solo, &pr.run, 0, "--n 3");
+    test_solo_close(&solo);
     PagedServer *s = server_of(&pr);
     long expect_copies = 0;
     int expect_saved = 0;
@@ -426,14 +406,6 @@ START_TEST(forks_share_prompt_blocks_and_copy_on_write)
             const Request *r = &pr.run.reqs[line * n + k];
             ck_assert_int_eq(r->admitted_step, 0);
             all_wrote &= r->n_tokens - r->n_prompt >= 2;
-            /* Each sample: the tokens of its own solo run, sampler seeded
-             * with --seed + its index, as if it had never shared anything. */
-            int want[64];
-            int got = solo_tokens(&f, pr.rf.items[line].prompt, pr.rf.items[line].max_new_tokens, o.temperature,
-                                  o.seed + (unsigned long long)r->index, want);
-            ck_assert_msg(got == r->n_tokens - r->n_prompt &&
-                              memcmp(want, r->tokens + r->n_prompt, (size_t)got * sizeof(int)) == 0,
-                          "request %d sample %d differs from its solo run", line, k);
         }
         ck_assert_msg(p % 4 != 0, "prompt %d has %d tokens; the test wants a partly filled last block", line, p);
         /* The last prompt block is shared by n; every writer but the last
@@ -468,14 +440,10 @@ START_TEST(forks_under_preemption_keep_their_tokens)
     o.watermark = 0;
     paged_run(&pr, &f, requests, o);
     ck_assert_int_gt(server_of(&pr)->preemptions, 0);
-    for (int k = 0; k < n; k++) {
-        const Request *r = &pr.run.reqs[k];
-        int want[64];
-        int got = solo_tokens(&f, pr.rf.items[0].prompt, 40, o.temperature, o.seed + (unsigned long long)k, want);
-        ck_assert_msg(got == r->n_tokens - r->n_prompt &&
-                          memcmp(want, r->tokens + r->n_prompt, (size_t)got * sizeof(int)) == 0,
-                      "sample %d (%d preemptions) differs from its solo run", k, r->preemptions);
-    }
+    TestSolo solo;
+    test_solo_open(&solo, &f.m, &f.t, &pr.run);
+    test_expect_solo(&solo, &pr.run, 0, "--n 4 under preemption");
+    test_solo_close(&solo);
     paged_run_close(&pr);
     test_model_free(&f);
 }

@@ -117,33 +117,11 @@ static void run_close(Run *r)
 }
 
 /* Each request's solo tokens (a contiguous cache, nothing of the paged
- * code), greedy. */
-typedef struct {
-    int count;
-    int n[16];
-    int tokens[16][128];
-} Solo;
-
-static void solo_open(Solo *solo, const TestModel *f, const char *requests)
+ * code, tests/helpers.c), greedy. */
+static void solo_open(TestSolo *solo, const TestModel *f, const char *requests)
 {
-    RequestFile rf;
-    Err err = {{0}};
-    ck_assert(request_file_parse(&rf, requests, strlen(requests), "t", &err) == 0);
-    ck_assert_int_le(rf.count, 16);
-    solo->count = rf.count;
-    for (int i = 0; i < rf.count; i++)
-        solo->n[i] = test_solo_tokens(&f->m, &f->t, rf.items[i].prompt, rf.items[i].max_new_tokens, solo->tokens[i]);
-    request_file_free(&rf);
-}
-
-static void expect_solo(const Run *r, const Solo *solo, const char *what)
-{
-    for (int i = 0; i < r->run.n_reqs; i++) {
-        const Request *q = &r->run.reqs[i];
-        int n = q->n_tokens - q->n_prompt;
-        ck_assert_msg(n == solo->n[i] && memcmp(q->tokens + q->n_prompt, solo->tokens[i], (size_t)n * sizeof(int)) == 0,
-                      "%s: request %d (%d preemptions) differs from its solo run", what, i, q->preemptions);
-    }
+    CliOptions greedy = options(4, 0, 0, NULL, 0);
+    test_solo_of_requests(solo, &f->m, &f->t, requests, &greedy);
 }
 
 /* Prompts from 1 to 26 tokens (BOS included), one that reaches seq_len. */
@@ -221,14 +199,14 @@ START_TEST(prompt_in_chunks_behind_decodes)
     TestModel f;
     test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
     const char *requests = "30\tab\n4\tabcdefghijklmnopqrstuvwxyz\n";
-    Solo solo;
+    TestSolo solo;
     solo_open(&solo, &f, requests);
     Run r;
     run_open(&r, &f, requests, options(4, 0, 8, NULL, 0));
     const Request *a = &r.run.reqs[0], *b = &r.run.reqs[1];
     ck_assert_int_eq(a->n_prompt, 3);
     ck_assert_int_eq(b->n_prompt, 26);
-    expect_solo(&r, &solo, "budget 8");
+    test_expect_solo(&solo, &r.run, 0, "budget 8");
     ck_assert_int_eq(r.watch.chunk_steps[1], 3);
     ck_assert_int_eq(r.watch.first_row[1], 3);
     ck_assert_int_eq(r.watch.first_row[0], 0);
@@ -252,6 +230,7 @@ START_TEST(prompt_in_chunks_behind_decodes)
     ck_assert_int_eq(hi, 4);
     ck_assert_double_eq(mid, 2.5);
     run_close(&r);
+    test_solo_close(&solo);
     test_model_free(&f);
 }
 END_TEST
@@ -272,15 +251,12 @@ START_TEST(forks_wait_for_the_last_chunk)
     o.seed = 5;
     Run r;
     run_open(&r, &f, requests, o);
-    for (int k = 0; k < 2; k++) {
-        const Request *q = &r.run.reqs[k];
-        int want[64];
-        int got = test_solo_tokens_sampled(&f.m, &f.t, r.rf.items[0].prompt, 6, o.temperature,
-                                           o.seed + (unsigned long long)k, want);
-        ck_assert_msg(got == q->n_tokens - q->n_prompt && memcmp(want, q->tokens + q->n_prompt, got * sizeof(int)) == 0,
-                      "sample %d differs from its solo run", k);
-        ck_assert_int_eq(q->admitted_step, 0);
-    }
+    TestSolo solo;
+    test_solo_open(&solo, &f.m, &f.t, &r.run);
+    test_expect_solo(&solo, &r.run, 0, "--n 2 in chunks of 8");
+    test_solo_close(&solo);
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(r.run.reqs[k].admitted_step, 0);
     ck_assert_int_eq(r.watch.chunk_steps[0], 3);
     ck_assert_int_eq(r.watch.first_row[0], 3);
     ck_assert_int_eq(r.watch.first_row[1], 4); /* its first own row: its first decode */
@@ -303,8 +279,8 @@ START_TEST(same_tokens_every_budget)
 {
     TestModel f;
     test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
-    Solo *solo = calloc(1, sizeof *solo);
-    solo_open(solo, &f, REQUESTS);
+    TestSolo solo;
+    solo_open(&solo, &f, REQUESTS);
     static const int block_sizes[] = {1, 4, 16};
     int budgets[40], n_budgets = 0;
     for (int b = 1; b <= 24; b++)
@@ -328,7 +304,7 @@ START_TEST(same_tokens_every_budget)
                     char what[96];
                     snprintf(what, sizeof what, "budget %d, block size %d, %s pool, %s%s", budgets[b], bs,
                              p ? "tight" : "roomy", modes[mode], mode == 2 ? " into 2 blocks" : "");
-                    expect_solo(&r, solo, what);
+                    test_expect_solo(&solo, &r.run, 0, what);
                     ck_assert_msg(r.watch.max_entries <= budgets[b], "%s: a step of %d tokens", what,
                                   r.watch.max_entries);
                     ck_assert_int_eq(r.server->budget->max_step_tokens, r.watch.max_entries);
@@ -343,7 +319,7 @@ START_TEST(same_tokens_every_budget)
     ck_assert_msg(preemptions > 1000 && swaps > 300 && fallbacks > 300,
                   "the tight pools should preempt often, swap, and fill the small swap space: %ld preemptions, %ld "
                   "swaps, %ld fallbacks", preemptions, swaps, fallbacks);
-    free(solo);
+    test_solo_close(&solo);
     test_model_free(&f);
 }
 END_TEST
@@ -352,7 +328,7 @@ START_TEST(budget_caps_running_requests)
 {
     TestModel f;
     test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
-    Solo solo;
+    TestSolo solo;
     solo_open(&solo, &f, REQUESTS);
     /* A budget of 3 tokens lets 3 requests run (each may need a decode
      * token every step); --max-num-seqs 2 lowers that to 2, and without a
@@ -363,12 +339,13 @@ START_TEST(budget_caps_running_requests)
         o.max_num_seqs = seqs[k];
         Run r;
         run_open(&r, &f, REQUESTS, o);
-        expect_solo(&r, &solo, "capped");
+        test_expect_solo(&solo, &r.run, 0, "capped");
         ck_assert_int_eq(r.run.max_concurrent, expect[k]);
         ck_assert_int_eq(budget_max_running(r.server, &r.run), expect[k]);
         ck_assert_int_le(r.watch.max_entries, budgets[k] ? budgets[k] : 2048);
         run_close(&r);
     }
+    test_solo_close(&solo);
     test_model_free(&f);
 }
 END_TEST
@@ -384,13 +361,13 @@ START_TEST(swap_moves_what_recomputation_frees)
 {
     TestModel f;
     test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
-    Solo solo;
+    TestSolo solo;
     solo_open(&solo, &f, REQUESTS);
     int bs = 4;
     size_t tight = (size_t)block_count_for_tokens(72, bs) * (size_t)bs * per_token(&f);
     Run r;
     run_open(&r, &f, REQUESTS, options(bs, tight, 0, "recompute", 0));
-    expect_solo(&r, &solo, "recompute");
+    test_expect_solo(&solo, &r.run, 0, "recompute");
     PagedBudget a = *r.server->budget; /* its numbers */
     long preemptions = r.server->preemptions;
     run_close(&r);
@@ -399,7 +376,7 @@ START_TEST(swap_moves_what_recomputation_frees)
     run_open(&r, &f, REQUESTS, options(bs, tight, 0, "swap", 0));
     const PagedBudget *b = r.server->budget;
     const SwapSpace *sw = r.server->swap;
-    expect_solo(&r, &solo, "swap");
+    test_expect_solo(&solo, &r.run, 0, "swap");
     ck_assert_int_eq(r.server->preemptions, preemptions);
     ck_assert_int_eq(sw->swaps_out, preemptions);
     ck_assert_int_eq(sw->swaps_in, sw->swaps_out);
@@ -420,6 +397,7 @@ START_TEST(swap_moves_what_recomputation_frees)
     ck_assert_uint_eq(mem_current(MEM_KV, MEM_HOST), (size_t)r.server->kv.pool.n_blocks * block);
     ck_assert_uint_gt(mem_current(MEM_KV_METADATA, MEM_SWAP), 0);
     run_close(&r);
+    test_solo_close(&solo);
     test_model_free(&f);
 }
 END_TEST
@@ -428,14 +406,14 @@ START_TEST(full_swap_space_falls_back_to_recomputation)
 {
     TestModel f;
     test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
-    Solo solo;
+    TestSolo solo;
     solo_open(&solo, &f, REQUESTS);
     int bs = 4;
     size_t tight = (size_t)block_count_for_tokens(72, bs) * (size_t)bs * per_token(&f);
     Run r;
     run_open(&r, &f, REQUESTS, options(bs, tight, 0, "swap", (size_t)3 * bs * per_token(&f)));
     const SwapSpace *sw = r.server->swap;
-    expect_solo(&r, &solo, "swap into 3 blocks");
+    test_expect_solo(&solo, &r.run, 0, "swap into 3 blocks");
     ck_assert_int_eq(sw->n_slots, 3);
     ck_assert_int_gt(sw->swaps_out, 0);
     ck_assert_int_gt(sw->swap_fallbacks, 0);
@@ -443,6 +421,7 @@ START_TEST(full_swap_space_falls_back_to_recomputation)
     ck_assert_int_gt(r.server->budget->recomputed_tokens, 0);
     ck_assert_int_le(sw->swap_blocks_out, 3 * sw->swaps_out);
     run_close(&r);
+    test_solo_close(&solo);
     test_model_free(&f);
 }
 END_TEST
@@ -572,16 +551,12 @@ START_TEST(forks_swap_and_keep_their_tokens)
         const SwapSpace *sw = r.server->swap;
         ck_assert_int_gt(sw->swaps_out, 0);
         ck_assert_int_eq(sw->swap_fallbacks, 0);
-        for (int j = 0; j < 4; j++) {
-            const Request *q = &r.run.reqs[j];
-            int want[64];
-            int got = test_solo_tokens_sampled(&f.m, &f.t, r.rf.items[0].prompt, 40, o.temperature,
-                                               o.seed + (unsigned long long)j, want);
-            ck_assert_msg(got == q->n_tokens - q->n_prompt &&
-                              memcmp(want, q->tokens + q->n_prompt, (size_t)got * sizeof(int)) == 0,
-                          "budget %d: sample %d (%d preemptions) differs from its solo run", budgets[k], j,
-                          q->preemptions);
-        }
+        char what[48];
+        snprintf(what, sizeof what, "--n 4 swapped, budget %d", budgets[k]);
+        TestSolo solo;
+        test_solo_open(&solo, &f.m, &f.t, &r.run);
+        test_expect_solo(&solo, &r.run, 0, what);
+        test_solo_close(&solo);
         run_close(&r);
     }
     test_model_free(&f);

@@ -95,43 +95,22 @@ static long evictions_of(const PrefixCache *c)
 }
 
 /* The tokens each request gets alone, with a contiguous cache written in
- * the test helpers (nothing of chapters 4 or 5). */
-typedef struct {
-    int count;
-    int n[64];
-    int tokens[64][600];
-} SoloSet;
-
-static void solo_set(SoloSet *ss, const TestModel *f, const char *requests, int n_samples, float temperature,
-                     unsigned long long seed)
+ * the test helpers (nothing of chapters 4 or 5): greedy, or sampled as
+ * --n samples with @p temperature. */
+static void solo_set(TestSolo *solo, const TestModel *f, const char *requests, int n_samples, float temperature)
 {
-    RequestFile rf;
-    Err err = {{0}};
-    ck_assert(request_file_parse(&rf, requests, strlen(requests), "t", &err) == 0);
-    ss->count = rf.count * n_samples;
-    ck_assert_int_le(ss->count, 64);
-    for (int i = 0; i < ss->count; i++)
-        ss->n[i] = test_solo_tokens_sampled(&f->m, &f->t, rf.items[i / n_samples].prompt,
-                                            rf.items[i / n_samples].max_new_tokens, temperature,
-                                            seed + (unsigned long long)i, ss->tokens[i]);
-    request_file_free(&rf);
+    CliOptions o = greedy(16, 0);
+    o.n_samples = n_samples;
+    o.temperature = temperature;
+    test_solo_of_requests(solo, &f->m, &f->t, requests, &o);
 }
 
-static void expect_solo_tokens(const PrefixRun *pr, const SoloSet *ss)
+static void expect_solo_tokens(const PrefixRun *pr, const TestSolo *solo)
 {
-    ck_assert_int_eq(pr->run.n_reqs, ss->count);
-    for (int i = 0; i < pr->run.n_reqs; i++) {
-        const Request *r = &pr->run.reqs[i];
-        ck_assert_msg(r->finish == REQ_FINISH_LENGTH || r->finish == REQ_FINISH_STOP,
-                      "%s, block size %d: request %d did not finish", prefix_cache_mode_name(pr->cache->mode),
-                      pr->o.block_size, i);
-        int n = r->n_tokens - r->n_prompt;
-        ck_assert_msg(n == ss->n[i] && memcmp(r->tokens + r->n_prompt, ss->tokens[i], (size_t)n * sizeof(int)) == 0,
-                      "--prefix-cache %s, block size %d, budget %zu: request %d (sample %d, %d preemptions) differs "
-                      "from its solo run",
-                      prefix_cache_mode_name(pr->cache->mode), pr->o.block_size, pr->o.kv_budget, r->spec->id,
-                      r->sample, r->preemptions);
-    }
+    char what[96];
+    snprintf(what, sizeof what, "--prefix-cache %s, block size %d, budget %zu", prefix_cache_mode_name(pr->cache->mode),
+             pr->o.block_size, pr->o.kv_budget);
+    test_expect_solo(solo, &pr->run, 0, what);
 }
 
 /* ------------------------------------------------------------ same tokens */
@@ -151,8 +130,8 @@ static const char *SYNTH_SHARED = "20\tthe quick brown fox jumps over the lazy d
 static void same_tokens_everywhere(const TestModel *f, const char *requests, int tight_tokens, int n_samples,
                                    float temperature)
 {
-    SoloSet *ss = calloc(1, sizeof *ss);
-    solo_set(ss, f, requests, n_samples, temperature, 42);
+    TestSolo solo, *ss = &solo;
+    solo_set(ss, f, requests, n_samples, temperature);
     size_t per_token = model_kv_bytes_per_token(&f->m.cfg, sizeof(float));
     long hash_hits_small = 0, evictions_tight = 0, preemptions_tight = 0;
     for (int bs = 1; bs <= 256; bs *= 2) {
@@ -182,7 +161,7 @@ static void same_tokens_everywhere(const TestModel *f, const char *requests, int
     ck_assert_msg(evictions_tight > 0 && preemptions_tight > 0,
                   "the tight budgets forced %ld evictions and %ld preemptions; the test wants both", evictions_tight,
                   preemptions_tight);
-    free(ss);
+    test_solo_close(ss);
 }
 
 START_TEST(same_tokens_off_hash_radix_synthetic)
@@ -214,8 +193,8 @@ START_TEST(chunked_prefill_same_tokens_within_the_budget)
 {
     TestModel f;
     test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
-    SoloSet *ss = calloc(1, sizeof *ss);
-    solo_set(ss, &f, SYNTH_SHARED, 1, 0.0f, 42);
+    TestSolo solo, *ss = &solo;
+    solo_set(ss, &f, SYNTH_SHARED, 1, 0.0f);
     size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
     long hits = 0, evictions = 0, preemptions = 0;
     const int budgets[] = {1, 5, 32};
@@ -247,7 +226,7 @@ START_TEST(chunked_prefill_same_tokens_within_the_budget)
     ck_assert_msg(hits > 0, "no prefix hit with a token budget");
     ck_assert_msg(evictions > 0 && preemptions > 0, "the tight pools forced %ld evictions and %ld preemptions",
                   evictions, preemptions);
-    free(ss);
+    test_solo_close(ss);
     test_model_free(&f);
 }
 END_TEST
@@ -281,8 +260,8 @@ START_TEST(smollm2_chat_same_tokens)
     char requests[1024] = "";
     for (int i = 0; i < SMOLLM2_REQUESTS; i++)
         strcat(requests, lines[i]);
-    SoloSet *ss = calloc(1, sizeof *ss);
-    solo_set(ss, &f, requests, 1, 0.0f, 42);
+    TestSolo solo, *ss = &solo;
+    solo_set(ss, &f, requests, 1, 0.0f);
     const int block_sizes[3] = {16, 16, 4}, chunks[3] = {0, 24, 0};
     long hits[3] = {0, 0, 0};
     for (int k = 0; k < SMOLLM2_SETUPS; k++)
@@ -297,7 +276,7 @@ START_TEST(smollm2_chat_same_tokens)
         }
     ck_assert_int_eq(hits[0], 0);
     ck_assert_msg(hits[1] > 0 && hits[1] == hits[2], "hash found %ld cached positions, radix %ld", hits[1], hits[2]);
-    free(ss);
+    test_solo_close(ss);
     test_model_free(&f);
 }
 END_TEST
@@ -306,7 +285,7 @@ END_TEST
  * @p bs (budget 0: the default), checks every request's tokens against
  * its solo run, and returns the prefill positions each cache computed and,
  * through @p evictions, how many blocks the caches evicted. */
-static void serve_three_ways(const TestModel *f, const char *requests, const SoloSet *ss, int bs, size_t budget,
+static void serve_three_ways(const TestModel *f, const char *requests, const TestSolo *ss, int bs, size_t budget,
                              long computed[3], long *evictions)
 {
     for (int m = 0; m < 3; m++) {
@@ -329,8 +308,8 @@ START_TEST(shared_prefix_file_same_tokens_and_60_percent_saved)
     if (!test_model_stories(&f, "shared_prefix_file_same_tokens_and_60_percent_saved"))
         return;
     char *requests = test_slurp("data/requests-shared-prefix.tsv");
-    SoloSet *ss = calloc(1, sizeof *ss);
-    solo_set(ss, &f, requests, 1, 0.0f, 42);
+    TestSolo solo, *ss = &solo;
+    solo_set(ss, &f, requests, 1, 0.0f);
     long computed[3], evictions = 0;
     serve_three_ways(&f, requests, ss, 16, 0, computed, &evictions);
     for (int m = 1; m < 3; m++)
@@ -342,7 +321,7 @@ START_TEST(shared_prefix_file_same_tokens_and_60_percent_saved)
     for (int bs = 4; bs <= 16; bs *= 4)
         serve_three_ways(&f, requests, ss, bs, (size_t)32 * 16 * per_token, computed, &evictions);
     ck_assert_msg(evictions > 0, "no eviction in the tight pools");
-    free(ss);
+    test_solo_close(ss);
     free(requests);
     test_model_free(&f);
 }
@@ -355,15 +334,15 @@ START_TEST(multi_turn_file_same_tokens)
     if (!test_model_stories(&f, "multi_turn_file_same_tokens"))
         return;
     char *requests = test_slurp("data/requests-multi-turn.tsv");
-    SoloSet *ss = calloc(1, sizeof *ss);
-    solo_set(ss, &f, requests, 1, 0.0f, 42);
+    TestSolo solo, *ss = &solo;
+    solo_set(ss, &f, requests, 1, 0.0f);
     long computed[3], evictions = 0;
     size_t per_token = model_kv_bytes_per_token(&f.m.cfg, sizeof(float));
     serve_three_ways(&f, requests, ss, 16, (size_t)20 * 16 * per_token, computed, &evictions);
     ck_assert_msg(computed[1] < computed[0] && computed[2] < computed[0] && evictions > 0,
                   "computed %ld (off), %ld (hash), %ld (radix) with %ld evictions", computed[0], computed[1],
                   computed[2], evictions);
-    free(ss);
+    test_solo_close(ss);
     free(requests);
     test_model_free(&f);
 }
@@ -388,8 +367,8 @@ START_TEST(fully_cached_prompt_recomputes_its_last_block)
     serving_run_free(&run);
     request_file_free(&rf);
     ck_assert_int_gt(n_prompt / bs, 1);
-    SoloSet *ss = calloc(1, sizeof *ss);
-    solo_set(ss, &f, requests, 1, 0.0f, 42);
+    TestSolo solo, *ss = &solo;
+    solo_set(ss, &f, requests, 1, 0.0f);
     for (int m = 1; m < 3; m++) {
         PrefixRun pr;
         prefix_run(&pr, &f, requests, greedy(bs, 0), MODES[m]);
@@ -402,7 +381,7 @@ START_TEST(fully_cached_prompt_recomputes_its_last_block)
         ck_assert_int_eq(c->query_tokens - c->hit_tokens, n_prompt + bs);
         prefix_run_close(&pr);
     }
-    free(ss);
+    test_solo_close(ss);
     test_model_free(&f);
 }
 END_TEST

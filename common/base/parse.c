@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,4 +169,19 @@ int size_add(size_t a, size_t b, size_t *out)
         return -1;
     *out = a + b;
     return 0;
+}
+
+const char *format_bytes(char *buf, size_t n, double bytes)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 4) {
+        bytes /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, n, "%.0f B", bytes);
+    else
+        snprintf(buf, n, "%.2f %s", bytes, units[u]);
+    return buf;
 }

@@ -73,6 +73,16 @@ int parse_double(const char *text, double min, double max, double *out, Err *err
 int parse_size(const char *text, uint64_t *bytes, Err *err);
 
 /**
+ * Formats a byte count for people, the inverse of parse_size() in binary
+ * units: "1.50 MiB", "512 B".
+ * @param buf    output buffer
+ * @param n      its size
+ * @param bytes  the count
+ * @return buf
+ */
+const char *format_bytes(char *buf, size_t n, double bytes);
+
+/**
  * Multiplies two sizes, refusing a product that does not fit in size_t.
  * @param a    first factor
  * @param b    second factor

@@ -2,7 +2,7 @@
 
 #include <string.h>
 
-#include "cli.h"
+#include "parse.h"
 
 #ifdef KVLAB_CUDA
 
@@ -43,8 +43,8 @@ int device_alloc_at(void **ptr, size_t bytes, MemCategory cat, const char *file,
         cudaMemGetInfo(&free_bytes, &total);
         char want[32], have[32];
         return err_set(err, "%s:%d: cudaMalloc of %s for %s: %s (%s of device memory free)", file, line,
-                       cli_format_bytes(want, sizeof want, (double)bytes), mem_category_name(cat),
-                       cudaGetErrorString(rc), cli_format_bytes(have, sizeof have, (double)free_bytes));
+                       format_bytes(want, sizeof want, (double)bytes), mem_category_name(cat),
+                       cudaGetErrorString(rc), format_bytes(have, sizeof have, (double)free_bytes));
     }
     buffers[n_buffers++] = (DeviceBuffer){*ptr, bytes, cat};
     buffer_epoch++;
@@ -240,12 +240,12 @@ void device_report_table(FILE *f, const Device *d)
     fprintf(f, "device\n  %s (compute capability %d.%d, %d multiprocessors)\n", d->name, d->cc_major, d->cc_minor,
             d->sm_count);
     fprintf(f, "  cudaMemGetInfo free %s of %s after the CUDA context was created, %s now\n",
-            cli_format_bytes(a, sizeof a, (double)d->mem_free_at_open), cli_format_bytes(b, sizeof b,
+            format_bytes(a, sizeof a, (double)d->mem_free_at_open), format_bytes(b, sizeof b,
                                                                                            (double)d->mem_total),
-            cli_format_bytes(c, sizeof c, (double)d->mem_free_now));
+            format_bytes(c, sizeof c, (double)d->mem_free_now));
     fprintf(f, "  taken since     %s, of which the ledger holds %s now (the rest: cuBLAS's own buffers and\n"
                "                  the allocator's rounding)\n",
-            cli_format_bytes(a, sizeof a, taken > 0 ? taken : 0.0), cli_format_bytes(e, sizeof e, (double)ledger));
+            format_bytes(a, sizeof a, taken > 0 ? taken : 0.0), format_bytes(e, sizeof e, (double)ledger));
 }
 
 void device_report_json(JsonWriter *j, const Device *d)

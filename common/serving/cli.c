@@ -298,15 +298,5 @@ int cli_parse_size(const char *text, size_t *bytes, Err *err)
 
 const char *cli_format_bytes(char *buf, size_t n, double bytes)
 {
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024.0 && u < 4) {
-        bytes /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, n, "%.0f B", bytes);
-    else
-        snprintf(buf, n, "%.2f %s", bytes, units[u]);
-    return buf;
+    return format_bytes(buf, n, bytes);
 }

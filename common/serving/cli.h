@@ -123,7 +123,8 @@ int cli_parse_long(const char *name, const char *text, long min, long max, long 
 int cli_parse_size(const char *text, size_t *bytes, Err *err);
 
 /**
- * Formats a byte count for people: "1.50 MiB", "512 B".
+ * Formats a byte count for people: "1.50 MiB", "512 B" (format_bytes(),
+ * by the name every program's tables use).
  * @param buf    output buffer
  * @param n      its size
  * @param bytes  the count

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batching.h" /* chapter 3's device arena (device_kv_open_arena()) */
+#include "ext/batching_device.h" /* chapter 3's device arena (device_kv_open_arena()) */
 #include "cli.h"
 #include "cuda_check.h"
 #include "device.h"
