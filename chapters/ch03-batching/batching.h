@@ -90,17 +90,6 @@
  * finishes. Every requeue is counted and reported, with the positions it
  * costs to recompute.
  *
- * ## The buddy arena (`--arena buddy`)
- *
- * The PagedAttention paper assumes its Orca baselines place regions with
- * a buddy allocator (buddy.h) over token slots: a region takes the power of
- * two of positions above its size, and a freed block merges only with its
- * buddy. The rounding is part of what the request holds, so in the
- * breakdown it is internal fragmentation (never filled); the holes no
- * block fits count as external fragmentation exactly as with first fit,
- * measured against the block the refused request needed. Everything else
- * (policies, admission, growth, requeues) is the same code.
- *
  * ## External fragmentation, precisely
  *
  * At a step where a placement (an admission or a growth) is refused
@@ -130,16 +119,6 @@
  * regions, tracks, moves, bytes copied) but allocates no K/V bytes and
  * copies none: kvsim drives it at real-model scale.
  *
- * ## On the device
- *
- * With `--device cuda` the chapter keeps only the books on the host too,
- * and its K/V bytes live in a device arena of token slots
- * (batching_device_open()): the region at byte offset o of the books is
- * the slots from o / bytes_per_token on, every move the books make is
- * repeated on the device through the on_move hook, in the order the books
- * made it, and before each forward step the device learns where every
- * region is (batching_device_sync()).
- *
  * ## Where each idea is
  *
  * | idea | file | function |
@@ -149,15 +128,27 @@
  * | the arena for a run; budgets refused; the step's size | chapters/ch03-batching/server.c | batching_check(), batching_open() |
  * | when admission runs, growth, requeues, the batch's end | chapters/ch03-batching/batching.c | batching_schedule(), batching_make_room(), batching_finished() |
  * | whom to admit: first come, first served (lab) | solutions/ch03/batching_admit.c | batching_admit() |
+ * | where a region goes, and why it does not fit | chapters/ch03-batching/regions.c | batching_place(), batching_refused() |
  * | how much each policy reserves (lab) | solutions/ch03/reserve_initial_tokens.c | reserve_initial_tokens() |
+ * | the policies' names, growth sizes | chapters/ch03-batching/reserve.c | reserve_policy_parse(), reserve_grown_tokens() |
  * | first fit: where a region goes (lab) | solutions/ch03/kv_arena_alloc.c | kv_arena_alloc() |
  * | a freed region merges with its neighbours (lab) | solutions/ch03/kv_arena_release.c | kv_arena_release() |
- * | the arena's holes, growth sizes, largest regions | chapters/ch03-batching/kv_arena.c | kv_arena_init(), reserve_grown_tokens() |
- * | the other arena: power-of-two blocks and their buddies (`--arena buddy`) | chapters/ch03-batching/buddy.c | buddy_alloc(), buddy_release() |
+ * | the arena's holes, largest regions | chapters/ch03-batching/kv_arena.c | kv_arena_init(), reserve_largest_tokens() |
  * | the K/V seam: a request's rows in its region | chapters/ch03-batching/batching.c | batching_store(), batching_attend() |
  * | the breakdown, fragmentation, the memory table | chapters/ch03-batching/server.c | batching_account(), batching_report_table() |
- * | the same arena on the device | chapters/ch03-batching/device.c | batching_device_open(), batching_device_sync() |
- * | `--trace`: each step's changes to the regions; `--show-tables` | chapters/ch03-batching/trace.c | batching_trace_open(), batching_print_regions() |
+ *
+ * ## The extensions
+ *
+ * Three later features are extensions in chapters/ch03-batching/ext/, each
+ * turned on by its option. An extension calls the core; the core calls it
+ * only behind a guard (BatchingState.buddy, run->device, the trace's
+ * options), where its header says.
+ *
+ * | extension: what it adds | option | the core calls it, guarded |
+ * |---|---|---|
+ * | ext/buddy.c, ext/buddy_arena.c: power-of-two blocks and their buddies instead of first fit; the rounding counts as internal fragmentation | `--arena buddy` | regions.c (the arena's pieces), server.c (open, close, the largest block, refusals) |
+ * | ext/trace.c: each step's changes to the regions; the regions after one step | `--trace`, `--show-tables` | batching_open(): batching_trace_open() |
+ * | ext/device.c: the same arena on the device; moves repeated there | `--device cuda` | batching_open(): batching_device_open(); batching_step(): batching_device_sync() |
  */
 #ifndef KVLAB_CH03_BATCHING_H
 #define KVLAB_CH03_BATCHING_H

@@ -1,7 +1,7 @@
 /* Chapter 4's books: each block's history from the moment a table takes
  * it until it is free again, and after each step where the KV memory is
  * (paged_account()): blocks held, rows filled, slack and sharing. */
-#include "paged.h"
+#include "scheduler.h"
 
 /* ------------------------------------------------------------ each block's history */
 

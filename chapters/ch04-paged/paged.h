@@ -30,35 +30,20 @@
  * **Driving it without a model** (the capacity simulator, tests): set up
  * the run with serving_sim_init() and step it as the program does
  * (paged_open(), paged_step() until serving_unfinished() says 0): no model
- * runs and no K/V byte is allocated. The scheduler reads only the requests
- * and the model's shape, never the weights.
- *
- * ## The core and its extensions
- *
- * This header, block_pool.h and scheduler.h are the chapter's idea, and
- * nothing else. Each later feature is an extension in ext/, turned on by
- * its option; an extension calls the core, and the core calls it only
- * through the guarded calls below, each declared in the extension's own
- * header (no extension, no call: the chapter then runs exactly its core).
- *
- * | extension | turned on by | the core calls it (guarded) |
- * |---|---|---|
- * | ext/budget.c: the token budget with chunked prefill, the running limit, preemption's costs | `--max-num-batched-tokens`, `--max-num-seqs`, `--preempt`, `--swap-space` | paged_check(): budget_check(); paged_open(): budget_open(); paged_print_setup(): budget_print_setup(); paged_plan(): budget_schedule(); paged_report_table(), paged_report_json(): budget_report_table(), budget_report_json(); paged_close(): budget_close() |
- * | ext/swap.c: preemption by swapping to a host swap space | `--preempt swap` (opened by ext/budget.c) | paged_block_freed(): swap_forget_block(); paged_report_table(): swap_preemption_note() |
- * | ext/beam.c: beam search, a scheduler of its own over scheduler.h | `--beam W` | paged_check(): beam_check(); paged_open(): beam_open(); paged_step(): beam_step(); paged_report_json(): beam_report_json(); paged_close(): beam_close() |
- * | ext/trace.c: each step's changes, the tables after one step | `--trace`, `--show-tables` | paged_open(): paged_trace_open() |
- * | ext/device.c: the same blocks on the device | `--device cuda` | paged_open(): paged_device_open() |
- * | ext/paged_cache.h: the hooks of a cache above the pool | chapter 5's program | scheduler.c, through PagedServer.cache |
+ * runs and no K/V byte is allocated.
  *
  * ## Where each idea is
+ *
+ * This header, block_pool.h and scheduler.h (the pieces an extension
+ * schedules with) are the chapter's core, and nothing else.
  *
  * | idea | file | function |
  * |---|---|---|
  * | the program: open, loop, report | chapters/ch04-paged/main.c | main() |
  * | one step: plan, forward, sample, account, release | chapters/ch04-paged/server.c | paged_step() |
- * | pool, tables and queue for a run; budgets refused | chapters/ch04-paged/server.c | paged_check(), paged_open() |
- * | room for each running request, preempting the newest | chapters/ch04-paged/scheduler.c | paged_schedule_decodes(), paged_make_room(), paged_preempt() |
- * | first come, first served admission; the samples of a prompt forked | chapters/ch04-paged/scheduler.c | paged_admit_waiting(), paged_fork() |
+ * | the pool for a run; budgets refused, requests that never fit | chapters/ch04-paged/pool.c | paged_check_fits(), paged_open_pool() |
+ * | room for each running request, preempting the newest | chapters/ch04-paged/scheduler.c | paged_schedule_decodes(), paged_preempt() |
+ * | first come, first served admission; a prompt's samples forked | chapters/ch04-paged/scheduler.c | paged_admit_waiting(), paged_fork() |
  * | the admission rule with its watermark (lab) | solutions/ch04/paged_can_admit.c | paged_can_admit() |
  * | a block off the free stack (lab) | solutions/ch04/block_pool_alloc.c | block_pool_alloc() |
  * | a holder lets go; double frees refused (lab) | solutions/ch04/block_pool_release.c | block_pool_release() |
@@ -68,19 +53,25 @@
  * | the K/V seam: store into a slot, attend | chapters/ch04-paged/seam.c | paged_store(), paged_attend() |
  * | PagedAttention: attention through the block table (lab) | solutions/ch04/paged_attention.c | paged_attention() |
  * | the weighted sum of values, a block of rows at a time | chapters/ch04-paged/paged_kv.c | paged_accumulate_rows() |
- * | each block's history; blocks used, slack, sharing, the breakdown | chapters/ch04-paged/account.c | paged_account() |
+ * | each block's history; blocks used, slack, sharing | chapters/ch04-paged/account.c | paged_account() |
  * | the chapter's lines of the memory table | chapters/ch04-paged/report.c | paged_report_table() |
  *
- * | extension: idea | file | function |
+ * ## The extensions
+ *
+ * Each later feature is an extension in chapters/ch04-paged/ext/, turned on
+ * by its option. An extension calls the core; the core calls it only
+ * through the guarded calls listed here, each declared in the extension's
+ * own header. Without its option an extension's pointer in ::PagedServer
+ * is NULL, nothing of it runs, and the chapter is exactly its core.
+ *
+ * | extension: what it adds | option | the core calls it, guarded |
  * |---|---|---|
- * | decodes first, then prompt chunks within the token budget; the running limit | chapters/ch04-paged/ext/budget.c | budget_schedule() |
- * | a chunk of a prompt, a logits row only for its last | common/serving/serving.c | serving_feed_upto() |
- * | what recomputing positions costs in FLOPs, against what swapping moves | chapters/ch04-paged/ext/swap.c | paged_recompute_flops() |
- * | swapping blocks out and in, shared blocks once | chapters/ch04-paged/ext/swap.c | swap_out_table(), swap_in_table() |
- * | beam search: beams fork and share blocks, the best by length-normalised score | chapters/ch04-paged/ext/beam.c | beam_step(), beam_select() |
- * | `--trace`: each step's changes to the tables and blocks; `--show-tables` | chapters/ch04-paged/ext/trace.c | paged_trace_open(), paged_print_tables() |
- * | the same blocks on the device | chapters/ch04-paged/ext/device.c | paged_device_open() |
- * | a cache of K/V above the pool (chapter 5 fills it) | chapters/ch04-paged/ext/paged_cache.h | ::PagedCache |
+ * | ext/budget.c: decodes first, then prompt chunks within a token budget (serving_feed_upto()); the running limit; preemption's costs | `--max-num-batched-tokens`, `--max-num-seqs`, `--preempt`, `--swap-space` | budget_check(), budget_open(), budget_print_setup(), budget_schedule() (paged_plan()), budget_report_table(), budget_report_json(), budget_close() |
+ * | ext/swap.c: blocks swapped to the host and back, shared blocks once; paged_recompute_flops() | `--preempt swap` (ext/budget.c opens it) | swap_forget_block() (scheduler.c, as a table lets go), swap_preemption_note() (the report) |
+ * | ext/beam.c: beam search, a scheduler and a step of its own (beam_step()) | `--beam W` | beam_check(), beam_open(), beam_step() (paged_step()), beam_report_json(), beam_close() |
+ * | ext/trace.c: each step's changes to the tables and blocks; the tables after one step | `--trace`, `--show-tables` | paged_trace_open() |
+ * | ext/device.c: the same blocks on the device | `--device cuda` | paged_device_open() |
+ * | ext/paged_cache.h: the hooks of a cache of K/V above the pool | chapter 5's program | through PagedServer.cache, in scheduler.c |
  */
 #ifndef KVLAB_CH04_PAGED_H
 #define KVLAB_CH04_PAGED_H
@@ -185,10 +176,13 @@ typedef struct {
     const char *note;    /**< appended to the report's sharing line, e.g. " (beams fork and share)" (NULL: nothing) */
 } PagedSharing;
 
-/* The extensions' state (ext/), each NULL unless its option is given. */
+/** The token budget's books (ext/budget.h). */
 typedef struct PagedBudget PagedBudget;
+/** The swap space (ext/swap.h). */
 typedef struct SwapSpace SwapSpace;
+/** Beam search (ext/beam.h). */
 typedef struct BeamSearch BeamSearch;
+/** The hooks of a cache above the pool (ext/paged_cache.h). */
 typedef struct PagedCache PagedCache;
 
 /** The chapter-4 server: the paged store, the queue and the numbers it reports. */
@@ -239,39 +233,6 @@ static inline size_t paged_bytes_per_token(const PagedServer *s)
  * @return 0 when the pool can be made, -1 otherwise
  */
 int paged_check(const ServingRun *run, Err *err);
-
-/**
- * paged_check()'s test of the pool, for requests that must fit @p width at
- * a time (1; an extension that runs the requests of a prompt together
- * passes their number): refused when no request fits.
- * @param run    the run (requests initialised)
- * @param width  requests whose blocks must fit together
- * @param note   added to the message after the positions ("" for none)
- * @param err    receives the reason on failure
- * @return 0 when the pool can be made and some request fits, -1 otherwise
- */
-int paged_check_fits(const ServingRun *run, int width, const char *note, Err *err);
-
-/**
- * Rejects, with the reason, every waiting request whose blocks (times
- * @p width) could never fit the pool above the watermark.
- * @param s      the server (pool made)
- * @param run    the run
- * @param width  requests whose blocks must fit together (as paged_check_fits())
- * @param note   added to the reason after the positions ("" for none)
- */
-void paged_reject_unfitting(PagedServer *s, ServingRun *run, int width, const char *note);
-
-/**
- * The pool and the block tables for a run, and the watermark: as many
- * blocks as the KV budget holds (paged_check() refused a budget that
- * holds none).
- * @param s    the server, zeroed
- * @param run  the run
- * @param err  receives the reason on failure
- * @return 0 on success, -1 on failure
- */
-int paged_open_pool(PagedServer *s, ServingRun *run, Err *err);
 
 /**
  * Creates the server for a run: pool, tables, queue, and the step buffers
@@ -365,33 +326,6 @@ void paged_finished(PagedServer *s, ServingRun *run, Request *r);
  * @param run  the run
  */
 void paged_account(PagedServer *s, ServingRun *run);
-
-/**
- * Gives every block a table holds a history for the breakdown (a block
- * already held keeps its own): call after a table grows or forks.
- * @param s  the server
- * @param t  the table
- */
-void paged_track_table(PagedServer *s, const BlockTable *t);
-
-/**
- * A release freed @p block: its history closes, its unfilled rows counted
- * as reserved for tokens to come when @p preempted, else never filled.
- * @param s          the server
- * @param breakdown  the run's breakdown
- * @param block      the block no table holds any more
- * @param preempted  1 when its holder was preempted, 0 when it finished
- */
-void paged_block_freed(PagedServer *s, KvBreakdown *breakdown, int block, int preempted);
-
-/**
- * Lets go of every block @p r's table holds, as when it finishes (its
- * K/V are not needed any more), without changing its phase.
- * @param s    the server
- * @param run  the run
- * @param r    the request
- */
-void paged_release_table(PagedServer *s, ServingRun *run, Request *r);
 
 /**
  * Chapter 4's lines of the memory table: blocks total/used/free over time,

@@ -5,7 +5,7 @@
 #include <limits.h>
 
 #include "mem.h"
-#include "paged.h"
+#include "scheduler.h"
 
 /* Positions of a request that ever need K/V: all but its last token, which
  * is sampled and never fed. */

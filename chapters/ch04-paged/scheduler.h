@@ -1,8 +1,8 @@
 /**
  * @file scheduler.h
- * @brief Chapter 4's scheduler, phase by phase: the pieces paged_schedule()
- *        is made of, public so that an extension can plan a step its own
- *        way with them.
+ * @brief Chapter 4's scheduler, phase by phase, and the other pieces of the
+ *        core an extension builds with: public so that an extension can
+ *        plan a step its own way with them.
  *
  * paged_schedule() is two phases: paged_schedule_decodes() (room for every
  * running request's next token, the newest preempted while the pool is
@@ -180,5 +180,67 @@ int paged_admission_fits(const PagedServer *s, const ServingRun *run, int start,
  * @return 0 when it runs, 1 when it waits (only an unfinished lab allocator gets there)
  */
 int paged_admit_first(PagedServer *s, ServingRun *run, Request *r, int end, const PagedCachedPrefix *hit);
+
+/* ------------------------------------------------------------ the pool and its books (pool.c, account.c) */
+
+/**
+ * paged_check()'s test of the pool, for requests that must fit @p width at
+ * a time (1; an extension that runs the requests of a prompt together
+ * passes their number): refused when no request fits.
+ * @param run    the run (requests initialised)
+ * @param width  requests whose blocks must fit together
+ * @param note   added to the message after the positions ("" for none)
+ * @param err    receives the reason on failure
+ * @return 0 when the pool can be made and some request fits, -1 otherwise
+ */
+int paged_check_fits(const ServingRun *run, int width, const char *note, Err *err);
+
+/**
+ * Rejects, with the reason, every waiting request whose blocks (times
+ * @p width) could never fit the pool above the watermark.
+ * @param s      the server (pool made)
+ * @param run    the run
+ * @param width  requests whose blocks must fit together (as paged_check_fits())
+ * @param note   added to the reason after the positions ("" for none)
+ */
+void paged_reject_unfitting(PagedServer *s, ServingRun *run, int width, const char *note);
+
+/**
+ * The pool and the block tables for a run, and the watermark: as many
+ * blocks as the KV budget holds (paged_check() refused a budget that
+ * holds none).
+ * @param s    the server, zeroed
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_open_pool(PagedServer *s, ServingRun *run, Err *err);
+
+/**
+ * Gives every block a table holds a history for the breakdown (a block
+ * already held keeps its own): call after a table grows or forks.
+ * @param s  the server
+ * @param t  the table
+ */
+void paged_track_table(PagedServer *s, const BlockTable *t);
+
+/**
+ * A release freed @p block: its history closes, its unfilled rows counted
+ * as reserved for tokens to come when @p preempted, else never filled.
+ * @param s          the server
+ * @param breakdown  the run's breakdown
+ * @param block      the block no table holds any more
+ * @param preempted  1 when its holder was preempted, 0 when it finished
+ */
+void paged_block_freed(PagedServer *s, KvBreakdown *breakdown, int block, int preempted);
+
+/**
+ * Lets go of every block @p r's table holds, as when it finishes (its
+ * K/V are not needed any more), without changing its phase.
+ * @param s    the server
+ * @param run  the run
+ * @param r    the request
+ */
+void paged_release_table(PagedServer *s, ServingRun *run, Request *r);
 
 #endif

@@ -17,7 +17,8 @@
  * PagedAttention, preemption and forks run unchanged, linked from
  * chapters/ch04-paged/ and chapter 4's lab files (the Makefile's rule for
  * build/ch05-prefix, and `make check-layout`, know it). Chapter 4 offers
- * the extension points, and never names this chapter:
+ * the extension points (its extension ext/paged_cache.h), and never names
+ * this chapter:
  *
  * | extension point (chapter 4) | what the cache does there (this chapter) |
  * |---|---|
@@ -25,7 +26,7 @@
  * | PagedCache.admitted: the request takes them | hash_chain_take() or radix_take() |
  * | PagedCache.release: instead of block_table_release() | tail first, parking the cached blocks (hash_chain_release(), radix_release()) |
  * | PagedCache.reclaim: the free stack is short of blocks | evict a parked block (hash_chain_evict(), radix_evict()) |
- * | BlockPool.n_parked, block_pool_park(), block_pool_hold_parked(), block_pool_free_parked() | free blocks that still hold cached K/V |
+ * | BlockPool.n_parked: free blocks off the free stack, which the pool counts as free | parking.c keeps it: block_pool_park(), block_pool_hold_parked(), block_pool_free_parked() |
  *
  * **When a block is registered.** A block is cached the moment the last
  * of its positions is scheduled, generated tokens included, as vLLM does:
@@ -58,6 +59,7 @@
  * |---|---|---|
  * | the program: open, loop, report | chapters/ch05-prefix/main.c | main() |
  * | the cache on chapter 4's server: hooks, registration, books | chapters/ch05-prefix/prefix_cache.c | prefix_cache_open() |
+ * | parking: free blocks that still hold cached K/V | chapters/ch05-prefix/parking.c | block_pool_park(), block_pool_free_parked() |
  * | the key of a block, FNV-1a | chapters/ch05-prefix/hash_chain.c | hash_block_key() |
  * | the chained keys of a sequence's full blocks (lab) | solutions/ch05/hash_chain_keys.c | hash_chain_keys() |
  * | one block by key, chain and tokens: no collision accepted (lab) | solutions/ch05/hash_chain_find.c | hash_chain_find() |

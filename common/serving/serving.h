@@ -152,8 +152,7 @@ typedef struct {
     char note[200];     /**< why it was rejected */
 } Request;
 
-/** The state of a serving run, shared by the loop and the chapter. */
-struct ServingRun;
+struct ServingRun; /* below: an observer is handed the run */
 
 /** Most observers one run keeps (serving_add_observer()). */
 #define SERVING_MAX_OBSERVERS 6
@@ -172,6 +171,7 @@ typedef struct {
     void (*free_ctx)(void *ctx); /**< frees ctx when the run is freed (NULL: its adder keeps it) */
 } ServingObserver;
 
+/** The state of a serving run, shared by the loop and the chapter. */
 typedef struct ServingRun {
     const Model *model;         /**< the model (NULL when simulating) */
     const Tokenizer *tokenizer; /**< encodes the prompts; decodes --out text; says which tokens stop */

@@ -14,9 +14,10 @@
  *    block on write) is queued on the device's stream as it is decided, in
  *    the same order, through the allocator's hook (BatchingState.on_move,
  *    BlockPool.on_copy, whose context is the ::ServingDeviceKv);
- * 2. the chapter's step tells the device store where every running
- *    request's K/V are now (its region, or its block table):
- *    batching_device_sync(), paged_device_sync();
+ * 2. the device store learns where every running request's K/V are now
+ *    (its region, or its block table): chapter 3's step calls
+ *    batching_device_sync(); chapter 4's store takes the block tables
+ *    itself, in its begin_step (chapters/ch04-paged/ext/device.c);
  * 3. serving_step_forward() runs the step's batch with device_forward():
  *    projections with cuBLAS, K/V written and read through the chapter's
  *    device store;

@@ -11,6 +11,7 @@
 
 #include "mem.h"
 #include "paged_device.h"
+#include "scheduler.h"
 
 /* The swap space's books are the swap space's: the ledger counts them
  * with its bytes, at MEM_SWAP. */
