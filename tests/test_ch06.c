@@ -404,7 +404,8 @@ START_TEST(program_refuses_bad_options)
                *swap[] = {"--kv-window", "8", "--preempt", "swap", NULL},
                *force[] = {"--kv-force", "/nonexistent/tokens", NULL},
                *hot[] = {"--kv-force", pf.reqs, "--temperature", "0.8", NULL},
-               *argmax[] = {"--kv-argmax", "/tmp/kvlab-never-written", NULL};
+               *argmax[] = {"--kv-argmax", "/tmp/kvlab-never-written", NULL},
+               *beam[] = {"--beam", "2", NULL}, *beam_window[] = {"--kv-window", "8", "--beam", "2", NULL};
     expect_refusal(&pf, none, "--kv-window");
     expect_refusal(&pf, neg, "--kv-window");
     expect_refusal(&pf, junk, "--kv-window");
@@ -419,6 +420,10 @@ START_TEST(program_refuses_bad_options)
     expect_refusal(&pf, force, "/nonexistent/tokens");
     expect_refusal(&pf, hot, "greedy");
     expect_refusal(&pf, argmax, "--kv-argmax needs --kv-force");
+    /* Beam search has a step of its own in chapter 4, which window_step()
+     * is not: without the refusal --out came out empty. */
+    expect_refusal(&pf, beam, "--beam");
+    expect_refusal(&pf, beam_window, "--beam");
     program_files_remove(&pf);
 }
 END_TEST

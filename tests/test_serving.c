@@ -16,6 +16,69 @@
 #include "suites.h"
 #include "synth.h"
 
+/* ---------------------------------------------------------- observers */
+
+typedef struct {
+    char calls[16]; /* the order the observers were called in, one letter each */
+    int n_calls;
+    int freed;      /* contexts freed by the run */
+} ObserverLog;
+
+typedef struct {
+    ObserverLog *log;
+    char name;
+} Observer;
+
+static void note_call(void *ctx, const ServingRun *run)
+{
+    (void)run;
+    Observer *o = ctx;
+    o->log->calls[o->log->n_calls++] = o->name;
+}
+
+static void free_observer(void *ctx)
+{
+    Observer *o = ctx;
+    o->log->freed++;
+    free(o);
+}
+
+static Observer *observer(ObserverLog *log, char name)
+{
+    Observer *o = malloc(sizeof *o);
+    *o = (Observer){log, name};
+    return o;
+}
+
+/* Observers are called newest first; the run frees those it owns (added
+ * with a free function), also the one it refuses when full, and never one
+ * its adder keeps or took off. */
+START_TEST(observers_newest_first_one_ownership)
+{
+    ServingRun run;
+    memset(&run, 0, sizeof run);
+    ObserverLog log = {{0}, 0, 0};
+    Observer kept = {&log, 'k'};
+    Err err = {{0}};
+    ck_assert_int_eq(serving_add_observer(&run, note_call, observer(&log, 'a'), free_observer, &err), 0);
+    ck_assert_int_eq(serving_add_observer(&run, note_call, &kept, NULL, &err), 0);
+    ck_assert_int_eq(serving_add_observer(&run, note_call, observer(&log, 'b'), free_observer, &err), 0);
+    serving_step_finished(&run);
+    ck_assert_str_eq(log.calls, "bka");
+    serving_remove_observer(&run, &kept);
+    serving_step_finished(&run);
+    ck_assert_str_eq(log.calls, "bkaba");
+    for (int i = run.n_observers; i < SERVING_MAX_OBSERVERS; i++)
+        ck_assert_int_eq(serving_add_observer(&run, note_call, observer(&log, 'x'), free_observer, &err), 0);
+    ck_assert_int_eq(serving_add_observer(&run, note_call, observer(&log, 'y'), free_observer, &err), -1);
+    ck_assert_msg(strstr(err.msg, "observers"), "%s", err.msg);
+    ck_assert_int_eq(log.freed, 1); /* the refused one, at once */
+    serving_run_free(&run);
+    ck_assert_int_eq(log.freed, 1 + SERVING_MAX_OBSERVERS);
+    ck_assert_int_eq(run.n_observers, 0);
+}
+END_TEST
+
 /* ---------------------------------------------------------- request files */
 
 static void expect_parse_error(const char *text, const char *word)
@@ -304,6 +367,7 @@ Suite *suite_serving(void)
     Suite *s = suite_create("serving");
     TCase *tc = tcase_create("serving");
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, observers_newest_first_one_ownership);
     tcase_add_test(tc, request_file_format);
     tcase_add_test(tc, request_file_errors);
     tcase_add_test(tc, shipped_request_files_parse);
