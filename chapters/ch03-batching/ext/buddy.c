@@ -1,7 +1,9 @@
-/* Chapter 3: the buddy allocator of buddy.h. The free blocks are one list
- * in address order (as the first-fit arena keeps its holes), small enough
- * to scan: a block's buddy is found by its offset, a free block to split by
- * its size. */
+/* Chapter 3 extension: the buddy allocator of buddy.h.
+ * Adds: a second arena, power-of-two blocks merged only with their buddy.
+ * Option: --arena buddy. Taught in: book/ch03-batching.md, "Extension: the
+ * buddy arena". The free blocks are one list in address order (as the
+ * first-fit arena keeps its holes), small enough to scan: a block's buddy
+ * is found by its offset, a free block to split by its size. */
 #include "buddy.h"
 
 #include <string.h>

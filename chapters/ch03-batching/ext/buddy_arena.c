@@ -1,6 +1,8 @@
-/* Chapter 3 extension: the regions placed by the buddy allocator
- * (--arena buddy). Offsets stay bytes, as the core's books count them;
- * the allocator counts in token slots. See buddy_arena.h. */
+/* Chapter 3 extension: the regions placed by the buddy allocator.
+ * Adds: the glue between the chapter's regions and buddy.c. Option:
+ * --arena buddy. Taught in: book/ch03-batching.md, "Extension: the buddy
+ * arena". Offsets stay bytes, as the core's books count them; the
+ * allocator counts in token slots. See buddy_arena.h. */
 #include "buddy_arena.h"
 
 #include "mem.h"

@@ -1,5 +1,8 @@
-/* Chapter 3 extension: the arena on the device (--device cuda). The K/V
- * bytes of the arena live in device memory, one token slot per
+/* Chapter 3 extension: the arena on the device.
+ * Adds: a device store of token slots kept in step with the books. Option:
+ * --device cuda. Taught in: book/ch03-batching.md, "Extension: the arena on
+ * the device".
+ * The K/V bytes of the arena live in device memory, one token slot per
  * bytes_per_token of the books, and are placed and moved exactly where and
  * when the books on the host say. The store is a row store
  * (common/cuda/device_kv.h) in which each request owns a region of

@@ -1,10 +1,13 @@
-/* Chapter 3 extension: the steps watched, `--trace` (one JSON line per
- * step with what changed in the regions of the arena, trace.h) and
- * `--show-tables STEP` (the regions after one step). Both run as an
- * observer of the run, after a step's accounting and before the requests
- * that finished give their regions back, so they show what the step's
- * forward pass used. Nothing here changes what the chapter does. See
- * batching_trace.h. */
+/* Chapter 3 extension: the steps watched.
+ * Adds: a trace of the regions and the regions after one step. Options:
+ * --trace FILE, --show-tables STEP. Taught in: book/ch03-batching.md,
+ * "Extension: watching the regions".
+ * `--trace` writes one JSON line per step with what changed in the regions
+ * of the arena (trace.h), and `--show-tables STEP` prints the regions after
+ * one step. Both run as an observer of the run, after a step's accounting and
+ * before the requests that finished give their regions back, so they show
+ * what the step's forward pass used. Nothing here changes what the chapter
+ * does. See batching_trace.h. */
 #include "batching_trace.h"
 
 #include <string.h>

@@ -1,5 +1,8 @@
-/* Chapter 4 extension: beam search over the paged KV cache (--beam W), a
- * scheduler and a step of its own over the core's phases (scheduler.h),
+/* Chapter 4 extension: beam search over the paged KV cache.
+ * Adds: W beams a prompt, sharing blocks copy-on-write, the best by score.
+ * Option: --beam W. Taught in: book/ch04-paged.md, "Extension: beam
+ * search".
+ * A scheduler and a step of its own over the core's phases (scheduler.h),
  * the way chapter 6's window_step() runs chapter 4's step with its own
  * seam. See beam.h for the rules; the core calls in here only when --beam
  * is given (paged_check(), paged_open(), paged_step(), the report). A

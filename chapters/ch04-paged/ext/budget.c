@@ -1,12 +1,13 @@
-/* Chapter 4 extension: the token budget with chunked prefill
- * (--max-num-batched-tokens), the cap on running requests (--max-num-seqs)
- * and preemption's costs (--preempt, --swap-space: swapping itself is in
- * swap.c). A scheduler of its own over the core's phases (scheduler.h):
- * decodes first, then the next chunk of a prompt still being prefilled,
- * then first-come, first-served admission while blocks, the step's token
- * budget and --max-num-seqs allow. Decodes always go first, so a long
- * prompt never holds running requests back by more than the budget. See
- * budget.h. */
+/* Chapter 4 extension: the token budget with chunked prefill, the cap on
+ * running requests and preemption's costs (swapping itself is swap.c).
+ * Options: --max-num-batched-tokens, --max-num-seqs, --preempt,
+ * --swap-space. Taught in: book/ch04-paged.md, "Extension: a token budget
+ * and chunked prefill".
+ * A scheduler of its own over the core's phases (scheduler.h): decodes
+ * first, then the next chunk of a prompt still being prefilled, then
+ * first-come, first-served admission while blocks, the step's token budget
+ * and --max-num-seqs allow. Decodes always go first, so a long prompt never
+ * holds running requests back by more than the budget. See budget.h. */
 #include "budget.h"
 
 #include <limits.h>

@@ -1,6 +1,9 @@
-/* Chapter 4 extension: the pool on the device (--device cuda). The K/V
- * bytes of the block pool live in device memory, block for block and in
- * the host pool's layout; the pool's books, the block tables, the
+/* Chapter 4 extension: the pool on the device.
+ * Adds: the pool's blocks in device memory, copy-on-write repeated there.
+ * Option: --device cuda. Taught in: book/ch04-paged.md, "Extension: the
+ * blocks on the device".
+ * The K/V bytes of the block pool live in device memory, block for block
+ * and in the host pool's layout; the pool's books, the block tables, the
  * reference counts and every scheduling decision stay on the host. See
  * paged_device.h. */
 #include "paged_device.h"

@@ -1,9 +1,13 @@
-/* Chapter 4 extension: the swap space (--preempt swap). The blocks of a
- * preempted request go to a pool of host blocks and come back when it is
- * readmitted, instead of being recomputed. A block that several tables
- * share is copied once each way, and its sharing survives the round trip
- * (see swap.h for the links that make that so). ext/budget.c decides when;
- * this file moves the blocks and keeps the books of what moved. */
+/* Chapter 4 extension: the swap space.
+ * Adds: preemption by swapping to host blocks, instead of recomputing.
+ * Options: --preempt swap, --swap-space SIZE. Taught in:
+ * book/ch04-paged.md, "Extension: swapping instead of recomputing".
+ * The blocks of a preempted request go to a pool of host blocks and come
+ * back when it is readmitted, instead of being recomputed. A block that
+ * several tables share is copied once each way, and its sharing survives
+ * the round trip (see swap.h for the links that make that so). ext/budget.c
+ * decides when; this file moves the blocks and keeps the books of what
+ * moved. */
 #include "swap.h"
 
 #include <limits.h>

@@ -1,10 +1,13 @@
-/* Chapter 4 extension: the steps watched, `--trace` (one JSON line per
- * step with what changed in the block tables and the pool, trace.h) and
- * `--show-tables STEP` (the block tables after one step). Both run as an
- * observer of the run, after a step's accounting and before the requests
- * that finished give their blocks back, so they show what the step's
- * forward pass read. Nothing here changes what the scheduler does. See
- * paged_trace.h. */
+/* Chapter 4 extension: the steps watched.
+ * Adds: a trace of the tables and blocks, and the tables after one step.
+ * Options: --trace FILE, --show-tables STEP. Taught in: book/ch04-paged.md,
+ * "Extension: watching the tables".
+ * `--trace` writes one JSON line per step with what changed in the block
+ * tables and the pool (trace.h), and `--show-tables STEP` prints the block
+ * tables after one step. Both run as an observer of the run, after a step's
+ * accounting and before the requests that finished give their blocks back,
+ * so they show what the step's forward pass read. Nothing here changes what
+ * the scheduler does. See paged_trace.h. */
 #include "paged_trace.h"
 
 #include <string.h>
