@@ -71,13 +71,13 @@
 #include "synth.h"
 
 #ifdef KVLAB_CUDA
-#include "batching.h"
 #include "cuda_check.h"
 #include "device_forward.h"
 #include "device_kv.h"
+#include "ext/batching_device.h"
+#include "ext/paged_device.h"
 #include "kvcache.h"
 #include "naive.h"
-#include "paged.h"
 
 #define LOGIT_TOL_F32 2e-3
 #define LOGIT_TOL_F16_WEIGHTS 0.06
