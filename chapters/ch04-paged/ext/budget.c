@@ -100,6 +100,7 @@ int budget_open(PagedServer *s, ServingRun *run, int *max_step_tokens, Err *err)
         *max_step_tokens = all_positions(run);
     if (serving_add_observer(run, note_first_tokens, b, NULL, err))
         return -1;
+    b->run = run; /* budget_close() takes the observer off */
     return swap_wanted(o) ? swap_open(s, run, err) : 0;
 }
 
@@ -109,6 +110,8 @@ void budget_close(PagedServer *s)
     if (!b)
         return;
     swap_close(s);
+    if (b->run)
+        serving_remove_observer(b->run, b);
     mem_free(b->follows);
     mem_free(b->first_token_step);
     mem_free(b->sorted_steps);

@@ -51,6 +51,7 @@ typedef struct {
  * the numbers the report adds (the swap space is PagedServer.swap).
  */
 struct PagedBudget {
+    ServingRun *run;         /**< the run whose observer notes first tokens (budget_close() takes it off) */
     int chunked_prefill;     /**< 1 (--max-num-batched-tokens): the step budget is strict, prompts run in chunks */
     int max_num_seqs;        /**< most requests running at once */
     int *follows;            /**< [n_reqs] the sample whose prompt this fork waits for while it runs in chunks, or -1 */
