@@ -82,21 +82,29 @@ static void read_golden(const char *name, Golden *g)
     free(text);
 }
 
-/* A contiguous K/V cache [layer][position][kv_dim] for one sequence,
- * attention by attention_reference(): the simplest seam. */
+/* A K/V cache for one sequence that keeps each position's K and V of a
+ * layer side by side ([position][layer][2][kv_dim], copied element by
+ * element), attention by attention_reference(): the simplest seam, in a
+ * layout no lab uses. */
 typedef struct {
     ModelConfig cfg;
-    int capacity;
-    float *keys, *values;
+    float *records; /* [capacity][n_layers][2][kv_dim] */
 } Cache;
+
+static float *cache_record(const Cache *c, int pos, int layer)
+{
+    return c->records + ((size_t)pos * (size_t)c->cfg.n_layers + (size_t)layer) * 2u * (size_t)model_kv_dim(&c->cfg);
+}
 
 static void cache_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
 {
     Cache *c = ctx;
     int kv_dim = model_kv_dim(&c->cfg);
-    size_t at = ((size_t)layer * c->capacity + e->pos) * kv_dim;
-    memcpy(c->keys + at, k, sizeof(float) * kv_dim);
-    memcpy(c->values + at, v, sizeof(float) * kv_dim);
+    float *record = cache_record(c, e->pos, layer); /* K, then V */
+    for (int i = 0; i < kv_dim; i++) {
+        record[i] = k[i];
+        record[kv_dim + i] = v[i];
+    }
 }
 
 static void cache_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out,
@@ -104,8 +112,8 @@ static void cache_attend(void *ctx, int layer, const BatchEntry *e, int head, co
 {
     Cache *c = ctx;
     int hd = model_head_dim(&c->cfg), kv_dim = model_kv_dim(&c->cfg);
-    size_t at = (size_t)layer * c->capacity * kv_dim + (size_t)(head / model_kv_mul(&c->cfg)) * hd;
-    attention_reference(out, q, c->keys + at, c->values + at, e->pos + 1, kv_dim, hd, scores);
+    const float *keys = cache_record(c, 0, layer) + (size_t)(head / model_kv_mul(&c->cfg)) * (size_t)hd;
+    attention_reference(out, q, keys, keys + kv_dim, e->pos + 1, c->cfg.n_layers * 2 * kv_dim, hd, scores);
 }
 
 /* A greedy run: the prompt as one batch (or token by token), then one token
@@ -119,10 +127,9 @@ typedef struct {
 static void run_greedy(const Model *m, const Golden *g, int steps, int prompt_in_one_batch, Run *out)
 {
     const ModelConfig *c = &m->cfg;
-    Cache cache = {.cfg = *c, .capacity = g->n_prompt + steps};
-    size_t floats = (size_t)c->n_layers * cache.capacity * model_kv_dim(c);
-    cache.keys = malloc(sizeof(float) * floats);
-    cache.values = malloc(sizeof(float) * floats);
+    Cache cache = {.cfg = *c};
+    size_t floats = (size_t)(g->n_prompt + steps) * (size_t)c->n_layers * 2u * (size_t)model_kv_dim(c);
+    cache.records = malloc(sizeof(float) * floats);
     KvSeam seam = {&cache, cache_store, cache_attend};
     ForwardState fs;
     Err err = {{0}};
@@ -148,8 +155,7 @@ static void run_greedy(const Model *m, const Golden *g, int steps, int prompt_in
     }
     free(e);
     forward_state_free(&fs);
-    free(cache.keys);
-    free(cache.values);
+    free(cache.records);
 }
 
 /* Steps that can be compared: up to (not including) the first near-tie. */
@@ -189,7 +195,7 @@ static int open_smollm2(Model *m, const char *test)
 {
     const char *path = test_shared_file(SMOLLM2);
     if (!path) {
-        test_skip(test, "../shared/models/" SMOLLM2 " is absent");
+        test_skip(test, TEST_NOT_FOUND(SMOLLM2));
         return -1;
     }
     Err err = {{0}};
@@ -352,7 +358,7 @@ START_TEST(smollm2_every_chapter_gives_the_reference_tokens)
 {
     const char *path = test_shared_file(SMOLLM2);
     if (!path) {
-        test_skip("smollm2_every_chapter_gives_the_reference_tokens", "../shared/models/" SMOLLM2 " is absent");
+        test_skip("smollm2_every_chapter_gives_the_reference_tokens", TEST_NOT_FOUND(SMOLLM2));
         return;
     }
     if (!test_lab_answers()) {
@@ -440,8 +446,7 @@ START_TEST(smollm2_chat_answers_the_france_question_in_every_chapter)
     }
     const char *path = test_shared_file(SMOLLM2);
     if (!path) {
-        test_skip("smollm2_chat_answers_the_france_question_in_every_chapter", "../shared/models/" SMOLLM2
-                  " is absent");
+        test_skip("smollm2_chat_answers_the_france_question_in_every_chapter", TEST_NOT_FOUND(SMOLLM2));
         return;
     }
     Golden g;
@@ -493,7 +498,7 @@ START_TEST(smollm2_prompt_printed_whole_without_bos)
     }
     const char *path = test_shared_file(SMOLLM2);
     if (!path) {
-        test_skip("smollm2_prompt_printed_whole_without_bos", "../shared/models/" SMOLLM2 " is absent");
+        test_skip("smollm2_prompt_printed_whole_without_bos", TEST_NOT_FOUND(SMOLLM2));
         return;
     }
     Golden g;
@@ -528,7 +533,7 @@ START_TEST(smollm2_preset_is_the_files_shape)
     ck_assert_uint_eq(kvmath_bytes_per_token(&preset, KV_DTYPE_FP16), 23040);
     const char *path = test_shared_file(SMOLLM2);
     if (!path) {
-        test_skip("smollm2_preset_is_the_files_shape", "../shared/models/" SMOLLM2 " is absent");
+        test_skip("smollm2_preset_is_the_files_shape", TEST_NOT_FOUND(SMOLLM2));
         return;
     }
     ModelConfig cfg;

@@ -100,14 +100,16 @@ void block_pool_park(BlockPool *p, int block)
 
 void block_pool_hold_parked(BlockPool *p, int block)
 {
-    p->ref_count[block] = 1;
     p->n_parked--;
+    block_pool_retain(p, block); /* from no holder to one */
 }
 
 void block_pool_free_parked(BlockPool *p, int block)
 {
-    p->free_stack[p->n_free++] = block;
-    p->n_parked--;
+    /* Held for a moment, then let go: back on the free stack the way any
+     * block goes (block_pool_release()). */
+    block_pool_hold_parked(p, block);
+    block_pool_release(p, block);
 }
 
 /* ------------------------------------------------------------ block tables */
