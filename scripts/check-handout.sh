@@ -1,11 +1,20 @@
 #!/bin/sh
 # Checks of the handout (make check-handout).
 #
-#   scripts/check-handout.sh --leaks DIR   no line of any answer in DIR
+#   scripts/check-handout.sh --leaks DIR   no answer in DIR: no line of one,
+#                                          and no function that is one rewritten
 #   scripts/check-handout.sh               make a handout in a scratch
 #                                          folder and check it end to end
 #
-# The leak check: every line of every LAB region's solution (between LAB
+# The leak check has two parts. The near-copy check (scripts/near-copies.c,
+# compiled here with cc) compares every function of DIR's C files with
+# every answer, tokens normalised (identifiers renamed, comments and layout
+# gone), and fails on any function 0.80 or more similar to one (the file
+# says how similarity is measured); it first checks itself on a fixture
+# that must fail (tests/mutants/near-copies/: chapter 5's radix tree as it
+# was, its release, take and match the lab's answers renamed).
+#
+# The exact-line check: every line of every LAB region's solution (between LAB
 # BEGIN and LAB STUB in solutions/), compared with comments and spacing
 # taken away, must appear nowhere in the handout: not in the book, the
 # exercises, the lab tests, the README. Two kinds of lines are left out as
@@ -60,9 +69,24 @@ answer_lines() {
     done
 }
 
+# The near-copy check on DIR's C files, after its self-test.
+near_copies() {
+    dir=$1 tmp=$2
+    ${CC:-cc} -O2 -std=c11 -o "$tmp/near-copies" scripts/near-copies.c || {
+        echo "check-handout: scripts/near-copies.c does not build" >&2; return 1; }
+    "$tmp/near-copies" --show 0 --expect-flagged radix_release,radix_take,radix_match solutions \
+        tests/mutants/near-copies/radix_tree-before-27.c >"$tmp/self-test" 2>&1 || {
+        cat "$tmp/self-test" >&2; echo "check-handout: the near-copy check does not catch its fixture" >&2; return 1; }
+    find "$dir" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print | sort >"$tmp/c-files"
+    # shellcheck disable=SC2046
+    (cd "$dir" && "$tmp/near-copies" --show 5 "$OLDPWD/solutions" $(sed "s|^$dir/||" "$tmp/c-files")) ||
+        { echo "check-handout: near-copies of answers in $dir (above)" >&2; return 1; }
+}
+
 leaks() {
     dir=$1
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvlab-leaks.XXXXXX")
+    near_copies "$dir" "$tmp" || { rm -rf "$tmp"; exit 1; }
     answer_lines >"$tmp/answers"
     [ -s "$tmp/answers" ] || { echo "check-handout: no LAB region found in solutions/" >&2; rm -rf "$tmp"; exit 1; }
     # Lines of the project's own code, outside the answers and the graded tests.
