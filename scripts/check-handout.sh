@@ -28,11 +28,15 @@
 # accumulates, as the stub zeroes it, gives nothing away either). The
 # second kind is listed, for a reader to judge.
 #
-# The end-to-end check: in a copy of the handout, `make` builds; `make
-# test` passes (the suites that need the answers say SKIP); `make lab
-# CH=n` on the untouched exercises scores below full marks for every
-# chapter and writes build/lab/chNN/results.json; with solutions/chNN/*.c
-# copied into exercises/chNN/ it scores full marks.
+# The end-to-end check: the archive unpacked alone in an empty folder (no
+# ../shared beside it), a git checkout of its own; there `make` builds;
+# `make test` passes (the suites that need finished labs say SKIP); `make
+# help` lists no maintainers' command; `make demo` says which labs it
+# needs; `make lab CH=n` on the untouched exercises scores 0 for every
+# chapter and writes build/lab/chNN/results.json (score 0, a visibility per
+# test); a lab file that does not compile makes results.json say 0 and
+# why; with every solutions/chNN/*.c copied into exercises/chNN/ every lab
+# scores full marks.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -134,11 +138,15 @@ fi
 MAKE=${MAKE:-make}
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/kvlab-handout-check.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT INT TERM
-scripts/make-handout.sh "$scratch" >/dev/null
-h=$scratch/kvlab-handout
-# ../shared beside the copy, as beside a checkout, when there is one.
-[ -d ../shared ] && ln -s "$(cd ../shared && pwd)" "$scratch/shared"
 fail() { echo "check-handout: FAIL: $*" >&2; exit 1; }
+scripts/make-handout.sh "$scratch/dist" >/dev/null
+# The archive unpacked alone in an empty folder, as a student gets it:
+# nothing beside it (no ../shared), no copy of the models elsewhere.
+unset KVLAB_SHARED_MODELS
+mkdir "$scratch/student"
+tar -xzf "$scratch/dist/kvlab-handout.tar.gz" -C "$scratch/student"
+h=$scratch/student/kvlab-handout
+[ "$(ls -A "$scratch/student")" = kvlab-handout ] || fail "the archive holds more than kvlab-handout/"
 [ ! -e "$h/solutions" ] || fail "the handout has a solutions/ folder"
 [ ! -e "$h/tests/mutants" ] || fail "the handout has tests/mutants/"
 # Make it a git checkout of its own, as a student's would be, so that
@@ -147,23 +155,46 @@ fail() { echo "check-handout: FAIL: $*" >&2; exit 1; }
 (cd "$h" && $MAKE -j2 CUDA=0 >"$scratch/make.log" 2>&1) || { tail -30 "$scratch/make.log" >&2; fail "make does not build"; }
 echo "check-handout: make builds every program"
 (cd "$h" && $MAKE -j2 CUDA=0 test >"$scratch/test.log" 2>&1) || { tail -30 "$scratch/test.log" >&2; fail "make test fails"; }
-echo "check-handout: make test passes ($(grep -c '^SKIP suite' "$scratch/test.log") suites skipped for want of answers; $(grep -E '^[0-9]+%' "$scratch/test.log"))"
+echo "check-handout: make test passes ($(grep -c '^SKIP suite' "$scratch/test.log") suites skipped for want of finished labs; $(grep -E '^[0-9]+%' "$scratch/test.log"))"
+(cd "$h" && $MAKE help >"$scratch/help.log" 2>&1) || fail "make help fails"
+! grep -Eq 'make (grade|exercises|handout|check-)' "$scratch/help.log" || fail "make help lists the maintainers' commands"
+(cd "$h" && $MAKE CUDA=0 demo >"$scratch/demo.log" 2>&1) || { tail -20 "$scratch/demo.log" >&2; fail "make demo fails on the untouched exercises"; }
+grep -q 'needs labs 1 to 5' "$scratch/demo.log" || { cat "$scratch/demo.log" >&2; fail "make demo does not say which labs it needs"; }
+echo "check-handout: make help lists a student's commands; make demo says which labs it needs"
+
 score_of() { sed -n 's/^Score: //p' "$1"; }
-for lab in tests/lab/ch[0-9][0-9].c; do
-    ch=$(basename "$lab" .c)
-    n=${ch#ch}
-    n=${n#0}
-    (cd "$h" && $MAKE CUDA=0 lab CH="$n" >"$scratch/$ch.untouched" 2>&1) || { cat "$scratch/$ch.untouched" >&2; fail "make lab CH=$n does not run"; }
-    s=$(score_of "$scratch/$ch.untouched")
-    [ -n "$s" ] && [ "${s%/*}" -lt "${s#*/}" ] || fail "$ch: the untouched exercises score ${s:-nothing}, not below full marks"
-    results=$h/build/lab/$ch/results.json
-    [ -s "$results" ] && grep -q '"score"' "$results" && grep -q '"max_score"' "$results" ||
-        fail "$ch: no results.json with score and max_score in build/lab/$ch/"
-    grep -q '"score": '"${s%/*}"',' "$results" || fail "$ch: results.json does not give the score $s"
-    cp "solutions/$ch"/*.c "$h/exercises/$ch/"
-    (cd "$h" && $MAKE CUDA=0 lab CH="$n" >"$scratch/$ch.solved" 2>&1) || { cat "$scratch/$ch.solved" >&2; fail "make lab CH=$n does not run with the answers"; }
-    f=$(score_of "$scratch/$ch.solved")
-    [ -n "$f" ] && [ "${f%/*}" -eq "${f#*/}" ] || { cat "$scratch/$ch.solved" >&2; fail "$ch: with solutions/$ch/*.c copied in, the score is ${f:-nothing}, not full marks"; }
-    echo "check-handout: $ch: untouched $s, results.json written; with the answers copied in $f"
+labs=$(ls tests/lab/ch[0-9][0-9].c | sed 's|.*/ch\(.*\)\.c|\1|')
+# Every lab untouched: 0 points, and a results.json that says so.
+for nn in $labs; do
+    (cd "$h" && $MAKE CUDA=0 lab CH="${nn#0}" >"$scratch/ch$nn.untouched" 2>&1) ||
+        { cat "$scratch/ch$nn.untouched" >&2; fail "make lab CH=${nn#0} does not run"; }
+    s=$(score_of "$scratch/ch$nn.untouched")
+    [ -n "$s" ] && [ "${s%/*}" -eq 0 ] || { cat "$scratch/ch$nn.untouched" >&2; fail "ch$nn: the untouched exercises score ${s:-nothing}, not 0"; }
+    results=$h/build/lab/ch$nn/results.json
+    [ -s "$results" ] && grep -q '"max_score"' "$results" && grep -q '"visibility": "visible"' "$results" ||
+        fail "ch$nn: no results.json with max_score and visibility in build/lab/ch$nn/"
+    grep -q '^  "score": 0,' "$results" || fail "ch$nn: results.json does not give the score 0"
+    echo "check-handout: ch$nn untouched: $s, results.json says 0"
 done
-echo "check-handout: the handout is complete and holds no answer"
+# A lab that does not compile: make lab fails, and results.json says 0 and why.
+first=$(ls "$h"/exercises/ch01/*.c | head -1)
+cp "$first" "$scratch/kept.c"
+echo 'int this_does_not_compile = ;' >>"$first"
+! (cd "$h" && $MAKE CUDA=0 lab CH=1 >"$scratch/broken.log" 2>&1) || fail "make lab CH=1 succeeds with a file that does not compile"
+grep -q '^  "score": 0,' "$h/build/lab/ch01/results.json" && grep -q 'error' "$h/build/lab/ch01/results.json" ||
+    fail "a lab that does not compile leaves no results.json with score 0 and the compiler's message"
+cp "$scratch/kept.c" "$first"
+echo "check-handout: a lab that does not compile writes results.json with score 0 and the compiler's message"
+# Every lab with the answers: full marks.
+for nn in $labs; do
+    cp "solutions/ch$nn"/*.c "$h/exercises/ch$nn/"
+done
+for nn in $labs; do
+    (cd "$h" && $MAKE CUDA=0 lab CH="${nn#0}" >"$scratch/ch$nn.solved" 2>&1) ||
+        { cat "$scratch/ch$nn.solved" >&2; fail "make lab CH=${nn#0} does not run with the answers"; }
+    f=$(score_of "$scratch/ch$nn.solved")
+    [ -n "$f" ] && [ "${f%/*}" -eq "${f#*/}" ] ||
+        { cat "$scratch/ch$nn.solved" >&2; fail "ch$nn: with solutions/ch$nn/*.c copied in, the score is ${f:-nothing}, not full marks"; }
+    echo "check-handout: ch$nn with the answers copied in: $f"
+done
+echo "check-handout: the handout is complete, alone in its folder, and holds no answer"

@@ -525,6 +525,37 @@ END_TEST
 
 /* kvcalc's and kvsim's preset is the file's shape, read through
  * model_read_config() as `kvcalc --model FILE` reads it. */
+/* A character the last token leaves unfinished: byte-level BPE splits an
+ * emoji into several tokens, and --steps 5 stops after the first bytes of
+ * the second one. The text still ends in whole UTF-8 characters: U+FFFD
+ * stands for the cut one (--steps 6 completes it). */
+START_TEST(smollm2_cut_character_prints_as_replacement)
+{
+    if (!test_lab_answers()) {
+        test_skip("smollm2_cut_character_prints_as_replacement", "it runs chapter 2, whose lab code here is the untouched exercises (the handout)");
+        return;
+    }
+    const char *path = test_shared_file(SMOLLM2);
+    if (!path) {
+        test_skip("smollm2_cut_character_prints_as_replacement", TEST_NOT_FOUND(SMOLLM2));
+        return;
+    }
+    static const struct {
+        const char *steps, *want;
+    } cases[] = {{"5", "\xF0\x9F\x91\x8C\xEF\xBF\xBD\n"}, {"6", "\xF0\x9F\x91\x8C\xF0\x9F\x90\xA6\n"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *argv[] = {"ch02-kvcache", "--model", path, "--chat", "--prompt", "Reply with only emojis: a happy cat",
+                              "--steps", cases[i].steps, "--threads", "1", "--quiet", NULL};
+        ProgramResult r;
+        ck_assert_int_eq(test_run_program(argv, &r), 0);
+        ck_assert_msg(r.status == 0, "exited with %d: %s", r.status, r.err);
+        ck_assert_msg(r.out_len == strlen(cases[i].want) && memcmp(r.out, cases[i].want, r.out_len) == 0,
+                      "--steps %s: printed %zu bytes '%s'", cases[i].steps, r.out_len, r.out);
+        test_result_free(&r);
+    }
+}
+END_TEST
+
 START_TEST(smollm2_preset_is_the_files_shape)
 {
     KvShape preset;
@@ -562,6 +593,7 @@ Suite *suite_gguf_model(void)
     tcase_add_test(tc, smollm2_every_chapter_gives_the_reference_tokens);
     tcase_add_test(tc, smollm2_chat_answers_the_france_question_in_every_chapter);
     tcase_add_test(tc, smollm2_prompt_printed_whole_without_bos);
+    tcase_add_test(tc, smollm2_cut_character_prints_as_replacement);
     suite_add_tcase(s, tc);
     return s;
 }
