@@ -4,9 +4,10 @@
 #   make test         unit, chapter and golden tests (installs Check if missing)
 #   make test-sanitize  the same tests under AddressSanitizer and UBSan
 #   make test-integer the same tests built by clang with -fsanitize=integer
+#   make help         this list (in a handout, the commands a student has)
 #   make lab CH=n     build chapter n with YOUR exercise files and grade them; also writes
 #                     build/lab/chNN/results.json for an autograder
-#                     (LAB=solutions grades the reference; TEST=name runs one test)
+#                     (TEST=name runs one test; LAB=DIR grades DIR/chNN/ instead of exercises/)
 #   make grade        grade every lab against the solutions (must be full marks)
 #   make exercises    regenerate exercises/ from the LAB markers in solutions/
 #   make check-exercises  fail if exercises/ is out of date
@@ -25,6 +26,7 @@
 #   make fuzz         every libFuzzer target (tests/fuzz/) under ASan+UBSan, FUZZ_SECONDS each
 #   make emu-check    the kernels and the GPU tests on the CPU, through the
 #                     emulator in ../shared/tools/cuda-emu (no GPU needed)
+#   make clean        remove build/, html/ and dist/
 #
 # Variables: BUILD (output folder), LAB (solutions or exercises),
 # OPT (optimisation flags), CUDA=1 to build the CUDA path without a GPU
@@ -45,7 +47,7 @@ SAN     ?=
 # letter and number classes (common/model/bpe_pretok.c).
 PCRE2_CFLAGS := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
 PCRE2_LIBS   := $(or $(shell pkg-config --libs libpcre2-8 2>/dev/null),-lpcre2-8)
-CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) $(SAN) -Wall -Wextra -Werror \
+CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) $(SAN) -Wall -Wextra \
              -ffp-contract=off -fopenmp -MMD -MP $(PCRE2_CFLAGS) $(CFLAGS)
 LDLIBS_ALL = $(SAN) -fopenmp -lm $(PCRE2_LIBS) $(LDLIBS)
 
@@ -219,7 +221,7 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
-.PHONY: all test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout check-book docs bench demo test-browser models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
+.PHONY: all help test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout check-book docs bench demo test-browser models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
 all: $(PROGRAMS) $(TOOLS)
 
 # Objects are compiled differently with and without CUDA (KVLAB_CUDA): a
@@ -231,9 +233,16 @@ $(MODE_STAMP):
 	@rm -f $(BUILD)/obj/mode-*
 	@touch $@
 
+# Warnings are errors everywhere but in a student's lab files (exercises/,
+# or any LAB folder other than solutions/): there the compiler's warnings
+# are shown and the build goes on, so that an unused variable never costs a
+# student the lab (make check-exercises holds exercises/ itself to -Werror).
+lab_file = $(and $(call chapter_of,$(1)),$(filter-out chapters/% solutions/%,$(1)))
+werror_for = $(if $(call lab_file,$(1)),,-Werror)
+
 $(BUILD)/obj/%.o: %.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
-	$(call show,CC,$<)$(CC) $(CFLAGS_ALL) $(call includes_of,$<) -c $< -o $@
+	$(call show,CC,$<)$(CC) $(CFLAGS_ALL) $(call werror_for,$<) $(call includes_of,$<) -c $< -o $@
 
 $(BUILD)/ch01-naive: $(BUILD)/obj/chapters/ch01-naive/main.o $(CH_OBJS_1) $(COMMON_OBJS)
 	$(call show,LD,$@)$(CC) $^ -o $@ $(LDLIBS_ALL)
@@ -304,7 +313,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 
 $(BUILD)/obj/tests/%.o: tests/%.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
-	$(call show,CC,$<)$(CC) $(CFLAGS_ALL) $(ALL_INCLUDES) $(CHECK_CFLAGS) -Itests -c $< -o $@
+	$(call show,CC,$<)$(CC) $(CFLAGS_ALL) -Werror $(ALL_INCLUDES) $(CHECK_CFLAGS) -Itests -c $< -o $@
 
 $(BUILD)/test-kvlab: $(TEST_OBJS) $(BUILD)/obj/tests/runner.o $(BUILD)/obj/tests/helpers.o $(ALL_CH_OBJS) $(COMMON_OBJS) \
                      $(TOOL_LIB_OBJS) $(sort $(KCHECK_OBJS) $(KV_REF_OBJS))
@@ -416,20 +425,33 @@ check-mutants: deps
 # One lab: LAB_RUN_CH (two digits), LAB_RUN (the folder holding chNN/),
 # LAB_BUILD (its build folder), LAB_EXPECT (empty, full or incomplete),
 # LAB_RESULTS (where results.json goes, in Gradescope's format; empty: none).
+# The compiler's warnings about the lab files are shown (and go into
+# results.json's output); a build that fails writes a fresh results.json
+# with score 0 and the compiler's messages (scripts/lab-build-failed.sh), so
+# that an autograder never reads the one of an earlier run.
 LAB_BUILD ?= $(BUILD)/lab-$(LAB_RUN)
+LAB_TITLE = Lab ch$(LAB_RUN_CH) with $(LAB_RUN)/ch$(LAB_RUN_CH)/
+LAB_LOG = $(BUILD)/lab-build.log
+LAB_WARNINGS = $(BUILD)/lab-warnings.txt
 lab-run:
 	@mkdir -p $(BUILD) $(if $(LAB_RESULTS),$(dir $(LAB_RESULTS)))
+	@rm -f $(LAB_RESULTS) $(LAB_WARNINGS)
 	@echo "make lab: building chapter $(patsubst 0%,%,$(LAB_RUN_CH)) with $(LAB_RUN)/ in $(LAB_BUILD)/"
 	@# Relinking is cheap, and a binary left over from another LAB folder would lie.
 	@rm -f $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) $(patsubst chapters/%/main.c,$(LAB_BUILD)/%,$(wildcard chapters/ch$(LAB_RUN_CH)-*/main.c))
 	@$(MAKE) --no-print-directory BUILD=$(LAB_BUILD) LAB=$(LAB_RUN) LAB_ONLY=$(patsubst 0%,%,$(LAB_RUN_CH)) \
 		$(LAB_BUILD)/lab-ch$(LAB_RUN_CH) \
 		$(patsubst chapters/%/main.c,$(LAB_BUILD)/%,$(wildcard chapters/ch$(LAB_RUN_CH)-*/main.c)) \
-		>$(BUILD)/lab-build.log 2>&1 || { cat $(BUILD)/lab-build.log >&2; \
+		>$(LAB_LOG) 2>&1 || { grep -v '^  \(CC\|LD\) ' $(LAB_LOG) >&2; \
 		echo "make lab: chapter $(patsubst 0%,%,$(LAB_RUN_CH)) does not build with $(LAB_RUN)/ (the compiler's messages are above)" >&2; \
+		$(if $(LAB_RESULTS),scripts/lab-build-failed.sh "$(LAB_RESULTS)" "$(LAB_TITLE)" $(LAB_LOG);) \
 		exit 1; }
-	@KVLAB_BUILD=$(LAB_BUILD) $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) --title "Lab ch$(LAB_RUN_CH) with $(LAB_RUN)/ch$(LAB_RUN_CH)/" \
-		$(if $(LAB_EXPECT),--expect $(LAB_EXPECT)) $(if $(LAB_RESULTS),--results $(LAB_RESULTS)) $(TEST)
+	@if grep -q 'warning:' $(LAB_LOG); then \
+		{ echo "The compiler warns about your code (the build went on; a warning is often a bug):"; \
+		  grep -v '^  \(CC\|LD\) ' $(LAB_LOG); } > $(LAB_WARNINGS); \
+		cat $(LAB_WARNINGS); echo; fi
+	@KVLAB_BUILD=$(LAB_BUILD) $(LAB_BUILD)/lab-ch$(LAB_RUN_CH) --title "$(LAB_TITLE)" \
+		$(if $(LAB_EXPECT),--expect $(LAB_EXPECT)) $(if $(LAB_RESULTS),--results $(LAB_RESULTS) --note $(LAB_WARNINGS)) $(TEST)
 	@$(if $(LAB_RESULTS),echo "make lab: results for an autograder in $(LAB_RESULTS)")
 
 # ---------------------------------------------------------------- layout
@@ -500,10 +522,15 @@ exercises:
 	$(need_solutions)
 	@scripts/make-exercises.sh $(if $(FORCE),--force)
 
+# The exercises are built without -Werror (a student's warnings are shown,
+# not fatal), so this holds the untouched ones to it.
 check-exercises:
 	$(need_solutions)
 	@tests/lab/make-exercises-test.sh
 	@scripts/make-exercises.sh --check
+	@$(foreach f,$(wildcard exercises/ch[0-9][0-9]/*.c),\
+		$(CC) $(filter-out -MMD -MP,$(CFLAGS_ALL)) -Werror -fsyntax-only $(call includes_of,$(f)) $(f) || exit 1;)
+	@echo "check-exercises: every file of exercises/ compiles without a warning"
 
 # ---------------------------------------------------------------- docs
 # One HTML site in html/: book/ as pages (book/index.md is the main page)
@@ -530,7 +557,7 @@ check-book:
 	scripts/check-book.sh --self-test
 	scripts/check-book.sh
 
-# Every chapter on the same requests (default model, data/requests-mixed.tsv):
+# Every chapter on the same requests (default model, data/requests-demo.tsv):
 # one side-by-side table, and a plot of KV memory over the steps drawn with
 # gnuplot into $(BUILD)/demo-out/. DEMO_ARGS="--requests FILE ..." passes options;
 # MODEL=FILE (and TOKENIZER=FILE for a llama2.c checkpoint) runs another model,
@@ -614,7 +641,18 @@ fuzz: fuzz-build
 	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) scripts/fuzz.sh $(FUZZ_TARGETS)
 
 clean:
-	rm -rf build html
+	rm -rf build html dist
+
+# The commands at the top of this file. In a handout (no solutions/), the
+# ones that need the answers or are the maintainers' are left out.
+MAINTAINERS_ONLY := grade exercises check-exercises check-stubs check-mutants handout check-handout check-layout \
+                    check-book bench test-sanitize test-integer fuzz cuda-check emu-check models test-browser
+help:
+	@awk -v handout=$(if $(wildcard solutions/ch*),0,1) -v hidden="$(MAINTAINERS_ONLY)" ' \
+		BEGIN { n = split(hidden, h, " "); for (i = 1; i <= n; i++) maintainers[h[i]] = 1 } \
+		/^$$/ { exit } /^# Variables:/ { exit } \
+		/^#   make / { split($$0, w, " "); skip = handout && (w[3] in maintainers) } \
+		!skip { sub(/^# ?/, ""); print }' Makefile
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 -include $(wildcard $(FUZZ_BUILD)/obj/*/*.d $(FUZZ_BUILD)/obj/*/*/*.d)

@@ -1,11 +1,20 @@
 #!/bin/sh
 # Checks of the handout (make check-handout).
 #
-#   scripts/check-handout.sh --leaks DIR   no line of any answer in DIR
+#   scripts/check-handout.sh --leaks DIR   no answer in DIR: no line of one,
+#                                          and no function that is one rewritten
 #   scripts/check-handout.sh               make a handout in a scratch
 #                                          folder and check it end to end
 #
-# The leak check: every line of every LAB region's solution (between LAB
+# The leak check has two parts. The near-copy check (scripts/near-copies.c,
+# compiled here with cc) compares every function of DIR's C files with
+# every answer, tokens normalised (identifiers renamed, comments and layout
+# gone), and fails on any function 0.80 or more similar to one (the file
+# says how similarity is measured); it first checks itself on a fixture
+# that must fail (tests/mutants/near-copies/: chapter 5's radix tree as it
+# was, its release, take and match the lab's answers renamed).
+#
+# The exact-line check: every line of every LAB region's solution (between LAB
 # BEGIN and LAB STUB in solutions/), compared with comments and spacing
 # taken away, must appear nowhere in the handout: not in the book, the
 # exercises, the lab tests, the README. Two kinds of lines are left out as
@@ -19,11 +28,15 @@
 # accumulates, as the stub zeroes it, gives nothing away either). The
 # second kind is listed, for a reader to judge.
 #
-# The end-to-end check: in a copy of the handout, `make` builds; `make
-# test` passes (the suites that need the answers say SKIP); `make lab
-# CH=n` on the untouched exercises scores below full marks for every
-# chapter and writes build/lab/chNN/results.json; with solutions/chNN/*.c
-# copied into exercises/chNN/ it scores full marks.
+# The end-to-end check: the archive unpacked alone in an empty folder (no
+# ../shared beside it), a git checkout of its own; there `make` builds;
+# `make test` passes (the suites that need finished labs say SKIP); `make
+# help` lists no maintainers' command; `make demo` says which labs it
+# needs; `make lab CH=n` on the untouched exercises scores 0 for every
+# chapter and writes build/lab/chNN/results.json (score 0, a visibility per
+# test); a lab file that does not compile makes results.json say 0 and
+# why; with every solutions/chNN/*.c copied into exercises/chNN/ every lab
+# scores full marks.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -60,9 +73,24 @@ answer_lines() {
     done
 }
 
+# The near-copy check on DIR's C files, after its self-test.
+near_copies() {
+    dir=$1 tmp=$2
+    ${CC:-cc} -O2 -std=c11 -o "$tmp/near-copies" scripts/near-copies.c || {
+        echo "check-handout: scripts/near-copies.c does not build" >&2; return 1; }
+    "$tmp/near-copies" --show 0 --expect-flagged radix_release,radix_take,radix_match solutions \
+        tests/mutants/near-copies/radix_tree-before-27.c >"$tmp/self-test" 2>&1 || {
+        cat "$tmp/self-test" >&2; echo "check-handout: the near-copy check does not catch its fixture" >&2; return 1; }
+    find "$dir" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print | sort >"$tmp/c-files"
+    # shellcheck disable=SC2046
+    (cd "$dir" && "$tmp/near-copies" --show 5 "$OLDPWD/solutions" $(sed "s|^$dir/||" "$tmp/c-files")) ||
+        { echo "check-handout: near-copies of answers in $dir (above)" >&2; return 1; }
+}
+
 leaks() {
     dir=$1
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvlab-leaks.XXXXXX")
+    near_copies "$dir" "$tmp" || { rm -rf "$tmp"; exit 1; }
     answer_lines >"$tmp/answers"
     [ -s "$tmp/answers" ] || { echo "check-handout: no LAB region found in solutions/" >&2; rm -rf "$tmp"; exit 1; }
     # Lines of the project's own code, outside the answers and the graded tests.
@@ -110,11 +138,15 @@ fi
 MAKE=${MAKE:-make}
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/kvlab-handout-check.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT INT TERM
-scripts/make-handout.sh "$scratch" >/dev/null
-h=$scratch/kvlab-handout
-# ../shared beside the copy, as beside a checkout, when there is one.
-[ -d ../shared ] && ln -s "$(cd ../shared && pwd)" "$scratch/shared"
 fail() { echo "check-handout: FAIL: $*" >&2; exit 1; }
+scripts/make-handout.sh "$scratch/dist" >/dev/null
+# The archive unpacked alone in an empty folder, as a student gets it:
+# nothing beside it (no ../shared), no copy of the models elsewhere.
+unset KVLAB_SHARED_MODELS
+mkdir "$scratch/student"
+tar -xzf "$scratch/dist/kvlab-handout.tar.gz" -C "$scratch/student"
+h=$scratch/student/kvlab-handout
+[ "$(ls -A "$scratch/student")" = kvlab-handout ] || fail "the archive holds more than kvlab-handout/"
 [ ! -e "$h/solutions" ] || fail "the handout has a solutions/ folder"
 [ ! -e "$h/tests/mutants" ] || fail "the handout has tests/mutants/"
 # Make it a git checkout of its own, as a student's would be, so that
@@ -123,23 +155,46 @@ fail() { echo "check-handout: FAIL: $*" >&2; exit 1; }
 (cd "$h" && $MAKE -j2 CUDA=0 >"$scratch/make.log" 2>&1) || { tail -30 "$scratch/make.log" >&2; fail "make does not build"; }
 echo "check-handout: make builds every program"
 (cd "$h" && $MAKE -j2 CUDA=0 test >"$scratch/test.log" 2>&1) || { tail -30 "$scratch/test.log" >&2; fail "make test fails"; }
-echo "check-handout: make test passes ($(grep -c '^SKIP suite' "$scratch/test.log") suites skipped for want of answers; $(grep -E '^[0-9]+%' "$scratch/test.log"))"
+echo "check-handout: make test passes ($(grep -c '^SKIP suite' "$scratch/test.log") suites skipped for want of finished labs; $(grep -E '^[0-9]+%' "$scratch/test.log"))"
+(cd "$h" && $MAKE help >"$scratch/help.log" 2>&1) || fail "make help fails"
+! grep -Eq 'make (grade|exercises|handout|check-)' "$scratch/help.log" || fail "make help lists the maintainers' commands"
+(cd "$h" && $MAKE CUDA=0 demo >"$scratch/demo.log" 2>&1) || { tail -20 "$scratch/demo.log" >&2; fail "make demo fails on the untouched exercises"; }
+grep -q 'needs labs 1 to 5' "$scratch/demo.log" || { cat "$scratch/demo.log" >&2; fail "make demo does not say which labs it needs"; }
+echo "check-handout: make help lists a student's commands; make demo says which labs it needs"
+
 score_of() { sed -n 's/^Score: //p' "$1"; }
-for lab in tests/lab/ch[0-9][0-9].c; do
-    ch=$(basename "$lab" .c)
-    n=${ch#ch}
-    n=${n#0}
-    (cd "$h" && $MAKE CUDA=0 lab CH="$n" >"$scratch/$ch.untouched" 2>&1) || { cat "$scratch/$ch.untouched" >&2; fail "make lab CH=$n does not run"; }
-    s=$(score_of "$scratch/$ch.untouched")
-    [ -n "$s" ] && [ "${s%/*}" -lt "${s#*/}" ] || fail "$ch: the untouched exercises score ${s:-nothing}, not below full marks"
-    results=$h/build/lab/$ch/results.json
-    [ -s "$results" ] && grep -q '"score"' "$results" && grep -q '"max_score"' "$results" ||
-        fail "$ch: no results.json with score and max_score in build/lab/$ch/"
-    grep -q '"score": '"${s%/*}"',' "$results" || fail "$ch: results.json does not give the score $s"
-    cp "solutions/$ch"/*.c "$h/exercises/$ch/"
-    (cd "$h" && $MAKE CUDA=0 lab CH="$n" >"$scratch/$ch.solved" 2>&1) || { cat "$scratch/$ch.solved" >&2; fail "make lab CH=$n does not run with the answers"; }
-    f=$(score_of "$scratch/$ch.solved")
-    [ -n "$f" ] && [ "${f%/*}" -eq "${f#*/}" ] || { cat "$scratch/$ch.solved" >&2; fail "$ch: with solutions/$ch/*.c copied in, the score is ${f:-nothing}, not full marks"; }
-    echo "check-handout: $ch: untouched $s, results.json written; with the answers copied in $f"
+labs=$(ls tests/lab/ch[0-9][0-9].c | sed 's|.*/ch\(.*\)\.c|\1|')
+# Every lab untouched: 0 points, and a results.json that says so.
+for nn in $labs; do
+    (cd "$h" && $MAKE CUDA=0 lab CH="${nn#0}" >"$scratch/ch$nn.untouched" 2>&1) ||
+        { cat "$scratch/ch$nn.untouched" >&2; fail "make lab CH=${nn#0} does not run"; }
+    s=$(score_of "$scratch/ch$nn.untouched")
+    [ -n "$s" ] && [ "${s%/*}" -eq 0 ] || { cat "$scratch/ch$nn.untouched" >&2; fail "ch$nn: the untouched exercises score ${s:-nothing}, not 0"; }
+    results=$h/build/lab/ch$nn/results.json
+    [ -s "$results" ] && grep -q '"max_score"' "$results" && grep -q '"visibility": "visible"' "$results" ||
+        fail "ch$nn: no results.json with max_score and visibility in build/lab/ch$nn/"
+    grep -q '^  "score": 0,' "$results" || fail "ch$nn: results.json does not give the score 0"
+    echo "check-handout: ch$nn untouched: $s, results.json says 0"
 done
-echo "check-handout: the handout is complete and holds no answer"
+# A lab that does not compile: make lab fails, and results.json says 0 and why.
+first=$(ls "$h"/exercises/ch01/*.c | head -1)
+cp "$first" "$scratch/kept.c"
+echo 'int this_does_not_compile = ;' >>"$first"
+! (cd "$h" && $MAKE CUDA=0 lab CH=1 >"$scratch/broken.log" 2>&1) || fail "make lab CH=1 succeeds with a file that does not compile"
+grep -q '^  "score": 0,' "$h/build/lab/ch01/results.json" && grep -q 'error' "$h/build/lab/ch01/results.json" ||
+    fail "a lab that does not compile leaves no results.json with score 0 and the compiler's message"
+cp "$scratch/kept.c" "$first"
+echo "check-handout: a lab that does not compile writes results.json with score 0 and the compiler's message"
+# Every lab with the answers: full marks.
+for nn in $labs; do
+    cp "solutions/ch$nn"/*.c "$h/exercises/ch$nn/"
+done
+for nn in $labs; do
+    (cd "$h" && $MAKE CUDA=0 lab CH="${nn#0}" >"$scratch/ch$nn.solved" 2>&1) ||
+        { cat "$scratch/ch$nn.solved" >&2; fail "make lab CH=${nn#0} does not run with the answers"; }
+    f=$(score_of "$scratch/ch$nn.solved")
+    [ -n "$f" ] && [ "${f%/*}" -eq "${f#*/}" ] ||
+        { cat "$scratch/ch$nn.solved" >&2; fail "ch$nn: with solutions/ch$nn/*.c copied in, the score is ${f:-nothing}, not full marks"; }
+    echo "check-handout: ch$nn with the answers copied in: $f"
+done
+echo "check-handout: the handout is complete, alone in its folder, and holds no answer"

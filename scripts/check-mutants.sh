@@ -122,7 +122,7 @@ for list in tests/mutants/ch[0-9][0-9].txt; do
         score=$(sed -n 's/^Score: //p' "$work/$name.txt")
         # Each failing test's block: its FAIL line and the indented lines under it.
         tests=$(awk -v func_name="$func" '
-            /^(PASS|FAIL|Score:)/ { if (t != "") print t (named ? "*" : ""); t = ""; named = 0 }
+            /^(PASS|FAIL|SKIP|Score:)/ { if (t != "") print t (named ? "*" : ""); t = ""; named = 0 }
             /^FAIL / { t = $2; next }
             t != "" && index($0, func_name) { named = 1 }
             END { if (t != "") print t (named ? "*" : "") }' "$work/$name.txt" | tr '\n' ' ')

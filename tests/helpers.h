@@ -14,14 +14,19 @@
 #include "tokenizer.h"
 
 /**
- * Path of a file in ../shared/models (searched like the programs do; then
- * in $KVLAB_SHARED_MODELS, a copy of that folder carried to a machine
- * without ../shared), or NULL when it is absent; in that case the caller
- * should call test_skip().
+ * Path of a model file, searched as the programs search (assets.h): in
+ * models/ first (a clone has stories260K.bin, tok512.bin and the golden
+ * text there), then in ../shared/models, then in $KVLAB_SHARED_MODELS (a
+ * copy of that folder carried to a machine without ../shared); NULL when
+ * it is in none of them, and then the caller calls test_skip() with
+ * TEST_NOT_FOUND(name).
  * @param name  e.g. "stories260K.bin"
  * @return one of four rotating static buffers, or NULL
  */
 const char *test_shared_file(const char *name);
+
+/** The SKIP reason for a model file that test_shared_file() did not find. */
+#define TEST_NOT_FOUND(name) name " is in neither models/ nor ../shared/models/"
 
 /**
  * Prints a visible "SKIP: <test>: <why>" line on stderr.
@@ -239,7 +244,7 @@ extern const ModelConfig TEST_SYNTH_GQA;
 void test_model_synthetic(TestModel *f, ModelConfig cfg, unsigned long long seed);
 
 /**
- * Opens stories260K and tok512 from ../shared/models, or prints SKIP.
+ * Opens stories260K and tok512 (models/, or ../shared/models), or prints SKIP.
  * @param f     receives the model
  * @param test  the test's name, for the SKIP line
  * @return 1 when opened, 0 when the files are absent (SKIP printed)

@@ -65,7 +65,7 @@ int main(int argc, char **argv)
             continue;
         if (suites[i].needs_answers && !test_lab_answers()) {
             printf("SKIP suite %s: it runs the chapters' lab code, and here that code is the untouched exercises "
-                   "(no solutions/: the handout); make lab CH=n grades your own\n", suites[i].name);
+                   "(the handout: this code is yours to write); make lab CH=n grades it\n", suites[i].name);
             continue;
         }
         if (!runner)

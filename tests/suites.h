@@ -25,7 +25,7 @@ void test_register_suite(const char *name, SuiteMaker make, int needs_answers);
 
 /**
  * Whether the chapters' lab code in this build is the answers
- * (solutions/). In the handout it is the untouched exercises: `make test`
+ * (the maintainers' tree). In the handout it is the exercises: `make test`
  * says so (KVLAB_LAB_ANSWERS=0), and the suites and tests that need the
  * answers are skipped with a SKIP line instead of failing.
  * @return 1 unless the environment has KVLAB_LAB_ANSWERS=0

@@ -412,7 +412,7 @@ END_TEST
 START_TEST(program_writes_the_best_beams)
 {
     if (!test_shared_file("stories260K.bin")) {
-        test_skip("program_writes_the_best_beams", "../shared/models is absent");
+        test_skip("program_writes_the_best_beams", TEST_NOT_FOUND("stories260K.bin"));
         return;
     }
     char out[PATH_MAX], json[PATH_MAX], reqs[PATH_MAX];

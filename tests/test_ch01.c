@@ -14,7 +14,7 @@ START_TEST(golden_once_upon_a_time)
 {
     const char *golden_path = test_shared_file("golden-once-upon-a-time-150.txt");
     if (!golden_path || !test_shared_file("stories260K.bin")) {
-        test_skip("golden_once_upon_a_time", "../shared/models is absent");
+        test_skip("golden_once_upon_a_time", TEST_NOT_FOUND("stories260K.bin or golden-once-upon-a-time-150.txt"));
         return;
     }
     size_t golden_len;

@@ -149,7 +149,7 @@ static int shared_model(ModelFiles *mf, const char *test)
     mf->model = test_shared_file("stories260K.bin");
     mf->tokenizer = test_shared_file("tok512.bin");
     if (!mf->model || !mf->tokenizer) {
-        test_skip(test, "../shared/models is absent");
+        test_skip(test, TEST_NOT_FOUND("stories260K.bin or tok512.bin"));
         return 0;
     }
     return 1;

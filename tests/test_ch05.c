@@ -25,7 +25,7 @@
 /* ------------------------------------------------------------ fixtures */
 
 /* SmolLM2-135M-Instruct from its GGUF file, with the tokenizer the file
- * holds; SKIP when ../shared/models lacks it. */
+ * holds; SKIP when neither models/ nor ../shared/models has it. */
 static CliOptions greedy(int block_size, size_t budget)
 {
     CliOptions o;

@@ -54,7 +54,26 @@ START_TEST(demo_runs_every_chapter_side_by_side)
     ck_assert_msg(strstr(r.out, "same tokens in every chapter: yes (0 of 3 requests differ"), "%s", r.out);
     /* No prompt of these fills a block of 16: nothing to share. */
     ck_assert_msg(strstr(r.out, "chapter 5 found 0 of the "), "%s", r.out);
-    ck_assert_msg(strstr(r.out, "\nterms: KV reserved = "), "no legend line under the table:\n%s", r.out);
+    const char *legend = strstr(r.out, "What the columns mean"), *table = strstr(r.out, "| chapter |");
+    ck_assert_msg(legend && table && legend < table && strstr(legend, "preemptions ") < table,
+                  "no legend of the columns before the table:\n%s", r.out);
+    /* One request's text from every chapter: the same tokens, the same text. */
+    const char *texts = strstr(r.out, "what request 1 ");
+    ck_assert_msg(texts != NULL, "no request's text:\n%s", r.out);
+    char first[512] = "";
+    for (int c = 1; c <= 5; c++) {
+        char label[32];
+        snprintf(label, sizeof label, "\n  chapter %d: a", c); /* the prompt is "a" */
+        const char *line = strstr(texts, label);
+        ck_assert_msg(line != NULL, "no text of chapter %d:\n%s", c, texts);
+        line += strlen(label) - 1;
+        size_t len = strcspn(line, "\n");
+        if (c == 1)
+            snprintf(first, sizeof first, "%.*s", (int)len, line);
+        else
+            ck_assert_msg(strlen(first) == len && strncmp(first, line, len) == 0, "chapter %d's text differs:\n%s",
+                          c, texts);
+    }
     ck_assert_msg(strstr(r.err, "demo: chapter 1 (recompute): 3 of 3 requests"), "no progress on stderr: %s", r.err);
     test_result_free(&r);
     char path[PATH_MAX + 32];

@@ -473,7 +473,7 @@ START_TEST(reads_smollm2)
 {
     const char *path = test_shared_file(SMOLLM2);
     if (!path) {
-        test_skip("reads_smollm2", "../shared/models/" SMOLLM2 " is absent");
+        test_skip("reads_smollm2", TEST_NOT_FOUND(SMOLLM2));
         return;
     }
     GgufFile f;
@@ -526,7 +526,7 @@ START_TEST(smollm2_truncated_anywhere)
 {
     const char *path = test_shared_file(SMOLLM2);
     if (!path) {
-        test_skip("smollm2_truncated_anywhere", "../shared/models/" SMOLLM2 " is absent");
+        test_skip("smollm2_truncated_anywhere", TEST_NOT_FOUND(SMOLLM2));
         return;
     }
     GgufFile f;

@@ -221,7 +221,7 @@ START_TEST(smollm2_cut_short_is_refused)
 {
     const char *path = test_shared_file(SMOLLM2);
     if (!path) {
-        test_skip("smollm2_cut_short_is_refused", "../shared/models/" SMOLLM2 " is absent");
+        test_skip("smollm2_cut_short_is_refused", TEST_NOT_FOUND(SMOLLM2));
         return;
     }
     FILE *f = fopen(path, "rb");

@@ -50,7 +50,7 @@ START_TEST(loads_stories260k)
 {
     const char *path = test_shared_file("stories260K.bin");
     if (!path) {
-        test_skip("loads_stories260k", "../shared/models/stories260K.bin is absent");
+        test_skip("loads_stories260k", TEST_NOT_FOUND("stories260K.bin"));
         return;
     }
     Model m;

@@ -348,7 +348,7 @@ START_TEST(batched_equals_solo_stories260k)
 {
     const char *mp = test_shared_file("stories260K.bin"), *tp = test_shared_file("tok512.bin");
     if (!mp || !tp) {
-        test_skip("batched_equals_solo_stories260k", "../shared/models is absent");
+        test_skip("batched_equals_solo_stories260k", TEST_NOT_FOUND("stories260K.bin or tok512.bin"));
         return;
     }
     Model m;

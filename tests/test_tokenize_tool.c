@@ -54,7 +54,7 @@ static void expect_info(const char *model, const char *const *lines)
 START_TEST(llama2c_ids_and_back)
 {
     if (!test_shared_file("stories260K.bin") || !test_shared_file("tok512.bin")) {
-        test_skip("llama2c_ids_and_back", "../shared/models/stories260K.bin or tok512.bin is absent");
+        test_skip("llama2c_ids_and_back", TEST_NOT_FOUND("stories260K.bin or tok512.bin"));
         return;
     }
     char model[PATH_MAX], tok[PATH_MAX];
@@ -84,7 +84,7 @@ START_TEST(gguf_ids_chat_and_back)
 {
     const char *model = test_shared_file(SMOLLM2);
     if (!model) {
-        test_skip("gguf_ids_chat_and_back", "../shared/models/" SMOLLM2 " is absent");
+        test_skip("gguf_ids_chat_and_back", TEST_NOT_FOUND(SMOLLM2));
         return;
     }
     expect_output((const char *const[]){"tokenize", "--model", model, "Once upon a time", NULL}, "6403 1980 253 655\n");
@@ -118,7 +118,7 @@ START_TEST(text_from_a_file)
 {
     const char *model = test_shared_file(SMOLLM2);
     if (!model) {
-        test_skip("text_from_a_file", "../shared/models/" SMOLLM2 " is absent");
+        test_skip("text_from_a_file", TEST_NOT_FOUND(SMOLLM2));
         return;
     }
     char path[PATH_MAX];

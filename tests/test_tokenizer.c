@@ -167,7 +167,7 @@ START_TEST(tok512_once_upon_a_time)
 {
     Tokenizer t;
     if (load_tok512(&t)) {
-        test_skip("tok512_once_upon_a_time", "../shared/models/tok512.bin is absent");
+        test_skip("tok512_once_upon_a_time", TEST_NOT_FOUND("tok512.bin"));
         return;
     }
     int n;
@@ -185,7 +185,7 @@ START_TEST(tok512_round_trips)
 {
     Tokenizer t;
     if (load_tok512(&t)) {
-        test_skip("tok512_round_trips", "../shared/models/tok512.bin is absent");
+        test_skip("tok512_round_trips", TEST_NOT_FOUND("tok512.bin"));
         return;
     }
     check_round_trips(&t, "tok512");
@@ -210,7 +210,7 @@ START_TEST(tok512_merges_shorten_common_text)
 {
     Tokenizer t;
     if (load_tok512(&t)) {
-        test_skip("tok512_merges_shorten_common_text", "../shared/models/tok512.bin is absent");
+        test_skip("tok512_merges_shorten_common_text", TEST_NOT_FOUND("tok512.bin"));
         return;
     }
     const char *text = "Once upon a time there was a little girl named Lily.";
@@ -299,7 +299,7 @@ START_TEST(vocab_size_mismatch_is_refused)
 
     const char *path = test_shared_file("tok512.bin");
     if (!path) {
-        test_skip("vocab_size_mismatch_is_refused (tok512 part)", "../shared/models/tok512.bin is absent");
+        test_skip("vocab_size_mismatch_is_refused (tok512 part)", TEST_NOT_FOUND("tok512.bin"));
         return;
     }
     size_t n;
@@ -468,7 +468,7 @@ START_TEST(merging_matches_the_quadratic_reference)
     }
     Tokenizer t;
     if (load_tok512(&t)) {
-        test_skip("merging_matches_the_quadratic_reference (tok512 part)", "../shared/models/tok512.bin is absent");
+        test_skip("merging_matches_the_quadratic_reference (tok512 part)", TEST_NOT_FOUND("tok512.bin"));
         return;
     }
     check_against_reference(&t, "tok512", 1000);
@@ -481,9 +481,15 @@ END_TEST
  * far inside the suite's time limit even under the sanitizers. */
 START_TEST(long_prompts_finish)
 {
+    /* The time guard runs on any vocabulary; whether merges shorten the
+     * story is a fact of tok512's merges only (the synthetic vocabulary's
+     * merges are not English), so that part needs the real file. */
     Tokenizer t;
-    if (load_tok512(&t))
+    int real = load_tok512(&t) == 0;
+    if (!real) {
         load_synthetic(&t, 512);
+        test_skip("long_prompts_finish (the merge check)", TEST_NOT_FOUND("tok512.bin"));
+    }
     size_t len = 200 * 1000;
     char *text = malloc(len + 1);
     static const char STORY[] = "Once upon a time there was a little girl named Lily. She liked to play. ";
@@ -495,7 +501,7 @@ START_TEST(long_prompts_finish)
         int *ids = encode(&t, text, 1, 0, &n);
         /* Every byte is covered; the story merges into far fewer tokens. */
         ck_assert_msg(n > 1 && n <= (int)len + 2, "kind %d: %d ids for %zu bytes", kind, n, len);
-        if (kind == 0)
+        if (kind == 0 && real)
             ck_assert_msg(n < (int)len / 2, "the story gave %d ids for %zu bytes: merges did not happen", n, len);
         free(ids);
     }
@@ -534,7 +540,7 @@ START_TEST(stream_prints_what_llama2c_prints)
 {
     Tokenizer t;
     if (load_tok512(&t)) {
-        test_skip("stream_prints_what_llama2c_prints", "../shared/models/tok512.bin is absent");
+        test_skip("stream_prints_what_llama2c_prints", TEST_NOT_FOUND("tok512.bin"));
         return;
     }
     for (size_t k = 0; k < N_ROUND_TRIP; k++) {

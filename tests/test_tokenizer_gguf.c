@@ -33,7 +33,7 @@ static int open_smollm2(Smollm2 *s, const char *test)
 {
     const char *path = test_shared_file(SMOLLM2);
     if (!path) {
-        test_skip(test, "../shared/models/" SMOLLM2 " is absent");
+        test_skip(test, TEST_NOT_FOUND(SMOLLM2));
         return -1;
     }
     Err err = {{0}};

@@ -5,10 +5,13 @@
  * One process, one model: chapters 1 and 2 serve the request file one
  * request at a time (they are single-request programs), chapters 3, 4 and
  * 5 serve it as a batch, all through the chapters' own code (the same
- * calls their programs make). It prints one table (wall time, tokens/s, KV
- * reserved and used, utilization, where the reserved memory went, how many
- * requests ran at once, preemptions), checks that every chapter produced
- * the same tokens for every request, and writes DIR/kv-timeline.tsv (KV
+ * calls their programs make). The default file, data/requests-demo.tsv,
+ * has eight requests that open with the same sentence, so that chapter 5
+ * has blocks to share. It prints what each column means, one table (wall
+ * time, tokens/s, KV reserved and used, utilization, where the reserved
+ * memory went, how many requests ran at once, preemptions), what chapter
+ * 5 found cached, the text one request got from every chapter, and checks
+ * that every chapter produced the same tokens for every request; it writes DIR/kv-timeline.tsv (KV
  * reserved and used after every step, one block per chapter; chapter 1's
  * block has the K/V it recomputed at each step) for scripts/demo.sh to
  * plot, DIR/demo.json, and the traces of chapters 3 and 4 (trace.h) that
@@ -80,7 +83,7 @@ static void usage(void)
     printf("Usage: %s [options]\n"
            "Every chapter on the same requests: one side-by-side table, the data of a plot of KV memory over the\n"
            "steps (scripts/demo.sh draws it; `make demo` does both).\n\n"
-           "  --requests FILE   request file (default data/requests-mixed.tsv)\n"
+           "  --requests FILE   request file (default data/requests-demo.tsv)\n"
            "  --model FILE      checkpoint (default: stories260K from models/ or ../shared/models/, else synthetic)\n"
            "  --tokenizer FILE  its tokenizer (default: found next to the model)\n"
            "  --kv-budget SIZE  KV memory of chapters 3, 4 and 5 (default: 8 requests of the model's full length)\n"
@@ -330,12 +333,26 @@ static const char *mib(char *buf, size_t n, size_t bytes)
     return buf;
 }
 
-/* The table's terms, in one line under it (the book's chapter 3 has them at length). */
-#define LEGEND "terms: KV reserved = held for requests (regions, blocks); KV used = holding K/V of tokens; " \
-               "KV util. = used / reserved, averaged over steps; of the reserved byte-steps, token states = " \
-               "holding K/V, reserved = held for tokens still to come, internal frag. = held but never filled, " \
-               "external frag. = free but in holes too small for the request waiting; max concurrent = most " \
-               "requests running at once"
+/* What each column means, printed before the table (chapter 3 of the book
+ * has the four parts of the reserved memory at length). */
+static const char *const LEGEND[] = {
+    "What the columns mean (every chapter serves the same requests with the same model; the memory columns are",
+    "exact, the times vary from run to run):",
+    "  wall s, tokens/s    time of the generation loops alone (the model is loaded once, before), and new tokens",
+    "                      per second of it",
+    "  steps               forward passes; chapters 1 and 2 serve one request at a time, so their steps add up,",
+    "                      chapters 3 to 5 serve many requests in each step",
+    "  KV reserved (peak)  the most K/V memory held for requests at once: regions (chapter 3), blocks (4, 5),",
+    "                      one cache per request (2); chapter 1 keeps none, it recomputes all of it every step",
+    "  KV used (peak)      the most of it that held keys and values of tokens at once",
+    "  KV util. (avg)      used / reserved, averaged over the steps",
+    "  token states ... external frag.   where the reserved memory went, as shares of its byte-steps (bytes",
+    "                      times the steps they were held; the four add up to 100%): holding K/V of tokens;",
+    "                      reserved for tokens still to come; internal fragmentation: held but never filled;",
+    "                      external fragmentation: free, but in holes too small for the request waiting",
+    "  max concurrent      the most requests running at once",
+    "  preemptions         requests stopped to give their memory back, and later run again from their tokens",
+    NULL};
 
 static void print_table(const ChapterRun *cr, FILE *f)
 {
@@ -461,6 +478,50 @@ static int write_json(const ChapterRun *cr, const char *dir, const char *model, 
     return outfile_commit(&out, err);
 }
 
+/* Request @p index's text as a chapter's program prints it: the prompt,
+ * then what the generated ids decode to (newlines shown as \n, so that
+ * each chapter's text is one line). */
+static void print_request_text(FILE *f, const Tokenizer *t, const char *prompt, const int *ids, int n)
+{
+    int n_prompt = 0, *prompt_ids = mem_alloc_array(MEM_ACTIVATIONS, strlen(prompt) + 3, sizeof(int));
+    Err err = {{0}};
+    DecodeStream text;
+    if (!prompt_ids || tokenizer_encode(t, prompt, 1, 0, prompt_ids, &n_prompt, &err) ||
+        decode_stream_init(&text, t, n_prompt > 0 ? prompt_ids[n_prompt - 1] : -1, &err)) {
+        fprintf(f, "(cannot decode: %s)", prompt_ids ? err.msg : "out of memory");
+        mem_free(prompt_ids);
+        return;
+    }
+    fputs(prompt, f);
+    size_t len;
+    for (int i = 0; i <= n; i++) {
+        const char *piece = i < n ? decode_stream_push(&text, ids[i], &len) : decode_stream_finish(&text, &len);
+        for (size_t k = 0; k < len; k++) {
+            if (piece[k] == '\n')
+                fputs("\\n", f);
+            else
+                fputc(piece[k], f);
+        }
+    }
+    decode_stream_free(&text);
+    mem_free(prompt_ids);
+}
+
+/* The text of the first request in every chapter: the same tokens, so the
+ * same text, whatever the chapter did with the memory. */
+static void print_texts(const ChapterRun *cr, const Assets *a, const RequestFile *rf, FILE *f)
+{
+    const int index = 0, seq_len = a->model.cfg.seq_len;
+    fprintf(f, "\nwhat request %d (up to %d new tokens) got from each chapter:\n", index + 1,
+            rf->items[index].max_new_tokens);
+    for (int c = 0; c < N_CHAPTERS; c++) {
+        fprintf(f, "  chapter %d: ", c + 1);
+        print_request_text(f, &a->tokenizer, rf->items[index].prompt, cr[c].tokens_of + (size_t)index * seq_len,
+                           cr[c].n_tokens_of[index]);
+        fputc('\n', f);
+    }
+}
+
 /* ------------------------------------------------------------ main */
 
 static int fail(const Err *err)
@@ -474,8 +535,8 @@ static int open_requests(const CliOptions *o, RequestFile *rf, char *shown, size
     char path[PATH_MAX];
     if (o->requests_path)
         snprintf(path, sizeof path, "%s", o->requests_path);
-    else if (assets_find_project_file("data/requests-mixed.tsv", path, sizeof path))
-        return err_set(err, "no --requests file given and data/requests-mixed.tsv not found");
+    else if (assets_find_project_file("data/requests-demo.tsv", path, sizeof path))
+        return err_set(err, "no --requests file given and data/requests-demo.tsv not found");
     snprintf(shown, n, "%s", path);
     return request_file_load(rf, path, err);
 }
@@ -616,14 +677,18 @@ int main(int argc, char **argv)
                "chapters 3, 4 and 5 share a KV budget of %s (8 requests of full length unless --kv-budget)\n\n",
                rf.count, requests, a.model_path, seq_len, model_kv_bytes_per_token(&a.model.cfg, sizeof(float)),
                cli_format_bytes(b, sizeof b, (double)budget));
+        for (int i = 0; LEGEND[i]; i++)
+            printf("%s\n", LEGEND[i]);
+        printf("\n");
         print_table(cr, stdout);
         const ChapterRun *c5 = &cr[CH_PREFIX];
-        printf("\n%s\n", LEGEND);
-        printf("\nchapter 5 found %ld of the %ld prompt positions it needed cached (%.1f%%) and computed %ld; only "
-               "full blocks of 16 tokens that another request shares can hit\n",
+        printf("\nchapter 5 found %ld of the %ld prompt positions it needed cached (%.1f%%) and computed %ld: "
+               "only whole blocks of 16 tokens that an earlier request's prompt shares can hit, so its rows differ "
+               "from chapter 4's only as far as the prompts share their openings\n",
                c5->prompt_hits, c5->prompt_positions,
                c5->prompt_positions ? 100.0 * (double)c5->prompt_hits / (double)c5->prompt_positions : 0.0,
                c5->prompt_positions - c5->prompt_hits);
+        print_texts(cr, &a, &rf, stdout);
         printf("same tokens in every chapter: %s (%d of %d requests differ from chapter 1)\n",
                differ ? "NO" : "yes", differ, rf.count);
     }

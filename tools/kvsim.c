@@ -130,6 +130,21 @@ static const Scenario *find_scenario(const char *name)
     return NULL;
 }
 
+/* Scenarios with code of their own, recognised before these options are
+ * read (tools/lib/kvsim_prefix.c, tools/lib/kvsim_swap.c). */
+static const char *const OWN_CODE_SCENARIOS = "prefix-multiturn-7b, prefix-multiturn-13b, paper-fig19";
+
+/* Every scenario's name, for the error that refuses another. */
+static const char *scenario_names(char *out, size_t n)
+{
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof SCENARIOS / sizeof SCENARIOS[0] && used < n; i++)
+        used += (size_t)snprintf(out + used, n - used, "%s, ", SCENARIOS[i].name);
+    if (used < n)
+        snprintf(out + used, n - used, "%s", OWN_CODE_SCENARIOS);
+    return out;
+}
+
 static void list_scenarios(FILE *f)
 {
     for (size_t i = 0; i < sizeof SCENARIOS / sizeof SCENARIOS[0]; i++)
@@ -442,9 +457,11 @@ static int parse_argv(Options *o, int argc, char **argv, int scenario_only, Err 
                 list_scenarios(stdout);
                 return 1;
             }
-            if (!(o->scenario = find_scenario(optarg)))
-                return err_set(err, "--scenario: '%s' is not one of source-13b-a100-80gb, paper-13b-a100-40gb, "
-                               "paper-fig2 (--scenario list describes them)", optarg);
+            if (!(o->scenario = find_scenario(optarg))) {
+                char names[512];
+                return err_set(err, "--scenario: '%s' is not one of %s (--help and --scenario list say what they do)",
+                               optarg, scenario_names(names, sizeof names));
+            }
             continue;
         }
         if (apply(o, c, LONGOPTS[index].name, optarg, err))

@@ -52,7 +52,7 @@ void paged_report_table(FILE *f, void *ctx, const ServingRun *run)
     double fr[4];
     kv_breakdown_fractions(&run->breakdown, fr);
     fprintf(f, "paged KV (block size %d)\n", p->shape.block_size);
-    fprintf(f, "  blocks         %d total x %s; peak %d used (step %ld); now %d used, %d free\n", p->n_blocks,
+    fprintf(f, "  blocks         %d total x %s; peak %d used (step %ld); at the end %d used, %d free\n", p->n_blocks,
             cli_format_bytes(a, sizeof a, (double)p->bytes_per_block), s->blocks_peak_used, s->blocks_peak_step,
             block_pool_used(p), block_pool_available(p));
     print_blocks_over_time(f, s, &run->timeline);

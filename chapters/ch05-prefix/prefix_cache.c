@@ -84,7 +84,8 @@ static void hash_know_block(PrefixCache *c, const Request *r, int i)
 
 /* The same in the tree. A block the tree already has an equal of stays
  * out, and so do r's later blocks: they would hang below a block r does
- * not hold, which could then be evicted from above them. */
+ * not hold, which could then be evicted from above them. (radix_insert()
+ * refuses, -1, to hang a block below one that has left the tree.) */
 static void radix_know_block(PrefixCache *c, const Request *r, int i)
 {
     int k = r->index, block = table_of(c, r)->blocks[i];
@@ -95,7 +96,7 @@ static void radix_know_block(PrefixCache *c, const Request *r, int i)
         in_tree = radix_insert(&c->radix, c->last_block[k], block, r->tokens + (size_t)i * (size_t)c->block_size);
     if (in_tree != block) {
         c->stopped[k] = 1;
-        c->duplicates++;
+        c->duplicates += in_tree >= 0;
         return;
     }
     c->last_block[k] = block;

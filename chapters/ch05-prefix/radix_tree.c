@@ -1,5 +1,7 @@
 /* Chapter 5: the radix tree over token ids whose edges own the blocks
- * (SGLang's RadixAttention on chapter 4's pool). See radix_tree.h. */
+ * (SGLang's RadixAttention on chapter 4's pool). The tree finds blocks;
+ * holding, parking and evicting them is the hash chain's (the lab's
+ * functions, on a HashChain of the tree's own). See radix_tree.h. */
 #include "radix_tree.h"
 
 #include <string.h>
@@ -12,15 +14,16 @@
 int radix_init(RadixTree *t, BlockPool *pool, Err *err)
 {
     memset(t, 0, sizeof *t);
-    int n = pool->n_blocks, bs = pool->shape.block_size;
+    int n = pool->n_blocks;
     t->pool = pool;
-    t->block_size = bs;
+    t->block_size = pool->shape.block_size;
+    if (hash_chain_init(&t->blocks, pool, err))
+        return -1;
     t->nodes = mem_alloc_array(MEM_KV_METADATA, (size_t)n + 1, sizeof(RadixNode));
     t->block_node = mem_alloc_array(MEM_KV_METADATA, (size_t)n, sizeof(int));
     t->block_next = mem_alloc_array(MEM_KV_METADATA, (size_t)n, sizeof(int));
     t->block_prev = mem_alloc_array(MEM_KV_METADATA, (size_t)n, sizeof(int));
-    t->tokens = mem_alloc_array(MEM_KV_METADATA, (size_t)n * (size_t)bs, sizeof(int));
-    if (!t->nodes || !t->block_node || !t->block_next || !t->block_prev || !t->tokens) {
+    if (!t->nodes || !t->block_node || !t->block_next || !t->block_prev) {
         radix_free(t);
         return err_set(err, "out of memory for a radix tree over %d blocks", n);
     }
@@ -38,24 +41,19 @@ int radix_init(RadixTree *t, BlockPool *pool, Err *err)
 
 void radix_free(RadixTree *t)
 {
+    hash_chain_free(&t->blocks);
     mem_free(t->nodes);
     mem_free(t->block_node);
     mem_free(t->block_next);
     mem_free(t->block_prev);
-    mem_free(t->tokens);
     memset(t, 0, sizeof *t);
 }
 
 /* ------------------------------------------------------------ helpers */
 
-static const int *block_tokens(const RadixTree *t, int block)
-{
-    return t->tokens + (size_t)block * (size_t)t->block_size;
-}
-
 static int same_tokens(const RadixTree *t, int block, const int *tokens)
 {
-    return memcmp(block_tokens(t, block), tokens, (size_t)t->block_size * sizeof(int)) == 0;
+    return memcmp(hash_chain_tokens(&t->blocks, block), tokens, (size_t)t->block_size * sizeof(int)) == 0;
 }
 
 /* The child of @p node whose edge starts with @p tokens, or -1. */
@@ -77,17 +75,12 @@ static int next_on_path(const RadixTree *t, int after, const int *tokens)
     return c >= 0 ? t->nodes[c].first_block : -1;
 }
 
-static void touch(RadixTree *t, int node)
-{
-    t->nodes[node].last_access = ++t->clock;
-}
-
 static int new_node(RadixTree *t, int parent)
 {
     int n = t->free_nodes;
     t->free_nodes = t->nodes[n].next_sibling;
     t->nodes[n] = (RadixNode){.parent = parent, .first_child = -1, .next_sibling = t->nodes[parent].first_child,
-                              .first_block = -1, .last_block = -1, .last_access = t->clock};
+                              .first_block = -1, .last_block = -1};
     t->nodes[parent].first_child = n;
     t->n_nodes++;
     return n;
@@ -110,8 +103,14 @@ static void free_node(RadixTree *t, int node)
     t->n_nodes--;
 }
 
-static void append_block(RadixTree *t, int node, int block, const int *tokens)
+/* @p block joins the end of @p node's edge, registered in the tree's hash
+ * chain after @p after (the block before it on its path, or -1). */
+static void append_block(RadixTree *t, int node, int after, int block, const int *tokens)
 {
+    HashChain *h = &t->blocks;
+    uint64_t parent_key = after >= 0 ? h->entries[after].key : HASH_CHAIN_ROOT_KEY;
+    long parent_id = after >= 0 ? h->entries[after].id : HASH_CHAIN_ROOT_ID;
+    hash_chain_register(h, block, hash_block_key(parent_key, tokens, t->block_size), parent_id, tokens);
     RadixNode *n = &t->nodes[node];
     t->block_node[block] = node;
     t->block_prev[block] = n->last_block;
@@ -122,7 +121,6 @@ static void append_block(RadixTree *t, int node, int block, const int *tokens)
         n->first_block = block;
     n->last_block = block;
     n->n_blocks++;
-    memcpy(t->tokens + (size_t)block * (size_t)t->block_size, tokens, (size_t)t->block_size * sizeof(int));
     t->n_blocks_in_tree++;
 }
 
@@ -141,7 +139,6 @@ static void split_before(RadixTree *t, int node, int block)
         t->nodes[c].parent = low;
     n->first_block = block;
     n->last_block = up->last_block;
-    n->last_access = up->last_access;
     up->last_block = t->block_prev[block];
     t->block_next[up->last_block] = -1;
     t->block_prev[block] = -1;
@@ -155,52 +152,59 @@ static void split_before(RadixTree *t, int node, int block)
 
 /* ------------------------------------------------------------ lookup */
 
+/* Appends to blocks[n..] the blocks of @p node's edge that hold the
+ * sequence's next tokens, up to @p room blocks in all; returns the new
+ * count. */
+static int follow_edge(const RadixTree *t, int node, const int *tokens, int n, int room, int *blocks)
+{
+    const size_t bs = (size_t)t->block_size;
+    for (int block = t->nodes[node].first_block; block >= 0 && n < room; block = t->block_next[block]) {
+        if (!same_tokens(t, block, tokens + (size_t)n * bs))
+            break;
+        blocks[n++] = block;
+    }
+    return n;
+}
+
 int radix_match(const RadixTree *t, const int *tokens, int n_tokens, int *blocks)
 {
-    const int bs = t->block_size;
-    int limit = (n_tokens - 1) / bs, n = 0, after = -1;
-    while (n < limit) {
-        int b = next_on_path(t, after, tokens + (size_t)n * (size_t)bs);
-        if (b < 0)
+    /* Whole blocks before the last position: that one is always computed. */
+    const int room = (n_tokens - 1) / t->block_size;
+    int n = 0, node = RADIX_ROOT;
+    while (n < room) {
+        node = child_starting_with(t, node, tokens + (size_t)n * (size_t)t->block_size);
+        if (node < 0)
             break;
-        blocks[n++] = after = b;
+        int before = n;
+        n = follow_edge(t, node, tokens, n, room, blocks);
+        if (n - before < t->nodes[node].n_blocks)
+            break; /* the sequence leaves this edge halfway: no child can follow */
     }
     return n;
 }
 
 void radix_take(RadixTree *t, BlockTable *tab, const int *blocks, int n)
 {
-    for (int i = 0; i < n; i++) {
-        int b = blocks[i];
-        if (t->pool->ref_count[b] == 0)
-            block_pool_hold_parked(t->pool, b); /* a parked block, in use again */
-        else
-            block_pool_retain(t->pool, b);
-        touch(t, t->block_node[b]);
-        tab->blocks[tab->n_blocks++] = b;
-    }
+    hash_chain_take(&t->blocks, tab, blocks, n);
 }
 
 /* ------------------------------------------------------------ insertion */
 
 int radix_insert(RadixTree *t, int after, int block, const int *tokens)
 {
+    if (after >= 0 && t->block_node[after] < 0)
+        return -1; /* evicted from above: nothing may hang below it */
     int equal = next_on_path(t, after, tokens);
-    if (equal >= 0) {
-        touch(t, t->block_node[equal]);
+    if (equal >= 0)
         return equal;
-    }
     int node = after >= 0 ? t->block_node[after] : RADIX_ROOT;
     if (after >= 0 && t->block_next[after] >= 0)
         split_before(t, node, t->block_next[after]); /* the path leaves this edge halfway */
     else if (node != RADIX_ROOT && t->nodes[node].first_child < 0) {
-        append_block(t, node, block, tokens); /* a leaf grows: edges stay compressed */
-        touch(t, node);
+        append_block(t, node, after, block, tokens); /* a leaf grows: edges stay compressed */
         return block;
     }
-    int child = new_node(t, node);
-    append_block(t, child, block, tokens);
-    touch(t, child);
+    append_block(t, new_node(t, node), after, block, tokens);
     return block;
 }
 
@@ -208,43 +212,37 @@ int radix_insert(RadixTree *t, int after, int block, const int *tokens)
 
 void radix_release(RadixTree *t, BlockTable *tab, void (*on_free)(void *ctx, int block), void *ctx)
 {
-    BlockPool *p = t->pool;
-    for (int i = tab->n_blocks - 1; i >= 0; i--) { /* tail first, as the hash chain does */
-        int b = tab->blocks[i];
-        if (t->block_node[b] >= 0 && p->ref_count[b] == 1) {
-            block_pool_park(p, b);
-            touch(t, t->block_node[b]);
-            if (on_free)
-                on_free(ctx, b);
-        } else if (block_pool_release(p, b) == 0 && on_free) {
-            on_free(ctx, b);
+    hash_chain_release(&t->blocks, tab, on_free, ctx);
+}
+
+/* Takes every node below @p node, and the blocks of their edges, out of
+ * the tree (the blocks stay registered in the hash chain). */
+static void drop_subtree_below(RadixTree *t, int node)
+{
+    while (t->nodes[node].first_child >= 0) {
+        int leaf = t->nodes[node].first_child;
+        while (t->nodes[leaf].first_child >= 0)
+            leaf = t->nodes[leaf].first_child;
+        for (int b = t->nodes[leaf].first_block, next; b >= 0; b = next) {
+            next = t->block_next[b];
+            t->block_node[b] = t->block_next[b] = t->block_prev[b] = -1;
+            t->n_blocks_in_tree--;
         }
+        free_node(t, leaf);
     }
-    tab->n_blocks = 0;
 }
 
-/* The least recently used leaf whose last block is parked, or -1 (ties,
- * which only a split makes, go to the lower node index). */
-static int leaf_to_trim(const RadixTree *t)
+/* An evicted block leaves the tree: the last block of its edge (anything
+ * below it goes too, which a least-recently-freed eviction never has). */
+static void forget_block(RadixTree *t, int b)
 {
-    int best = -1;
-    for (int c = 1; c <= t->pool->n_blocks; c++) {
-        const RadixNode *n = &t->nodes[c];
-        if (n->parent == RADIX_FREE_NODE || n->first_child >= 0 || t->pool->ref_count[n->last_block] != 0)
-            continue;
-        if (best < 0 || n->last_access < t->nodes[best].last_access)
-            best = c;
-    }
-    return best;
-}
-
-int radix_evict(RadixTree *t)
-{
-    int leaf = leaf_to_trim(t);
-    if (leaf < 0)
-        return -1;
-    RadixNode *n = &t->nodes[leaf];
-    int b = n->last_block;
+    int node = t->block_node[b];
+    if (node < 0)
+        return;
+    if (t->block_next[b] >= 0)
+        split_before(t, node, t->block_next[b]);
+    drop_subtree_below(t, node);
+    RadixNode *n = &t->nodes[node];
     n->last_block = t->block_prev[b];
     if (n->last_block >= 0)
         t->block_next[n->last_block] = -1;
@@ -254,8 +252,15 @@ int radix_evict(RadixTree *t)
     t->block_node[b] = t->block_prev[b] = t->block_next[b] = -1;
     t->n_blocks_in_tree--;
     if (n->n_blocks == 0)
-        free_node(t, leaf);
-    block_pool_free_parked(t->pool, b);
+        free_node(t, node);
+}
+
+int radix_evict(RadixTree *t)
+{
+    int b = hash_chain_evict(&t->blocks);
+    if (b < 0)
+        return -1;
+    forget_block(t, b);
     t->evictions++;
     return b;
 }

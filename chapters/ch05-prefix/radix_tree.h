@@ -19,21 +19,33 @@
  *      |      '- [who loved to ...]                         another branched off
  *      '- [The cat sat on the mat]
  *
+ * **Built on the hash chain's bookkeeping.** The tree finds blocks; it
+ * does not keep its own books of who holds them. Every block that joins
+ * the tree is registered in a ::HashChain of its own (hash_chain_register(),
+ * under its chained key, so that the registry stays a valid hash chain,
+ * although the tree never looks a block up by key), and from then on the
+ * lab's functions do the rest: a hit takes its blocks with
+ * hash_chain_take(), a table lets go with hash_chain_release() (tail first,
+ * a tree block whose last holder this was is parked in the LRU queue), and
+ * the pool gets a block back with hash_chain_evict(), which the tree then
+ * forgets. What the tree adds is the lookup (radix_match(), token by token
+ * down the edges) and where a block may join (radix_insert()).
+ *
  * **Eviction at the leaves.** A block's K/V depend on every block above it,
- * so the tree frees from the bottom: the block evicted is the last block
- * of the least recently used leaf whose last block nobody holds
- * (radix_evict()); an edge that loses its last block disappears, and its
- * parent may become a leaf. The policy is the hash chain's (free blocks
- * stay cached, parked, until the pool needs one; least recently used
- * first), applied where a tree can apply it. The hash chain can evict a
- * block in the middle of a cached chain and leave the blocks after it
- * unreachable; the tree never does.
+ * so the tree must free from the bottom. It does, with the hash chain's
+ * plain LRU queue: a request holds every block on its path, and a block
+ * joins the tree only below a block its request holds, so a parked block
+ * has nothing held below it, and every block below it was let go before it
+ * (a request lets go tail first). The least recently freed parked block is
+ * therefore always the last block of a leaf: evicting it trims that edge,
+ * an edge that loses its last block disappears, and its parent may become
+ * a leaf. The hash chain alone can evict a block in the middle of a cached
+ * chain and leave the blocks after it unreachable (it goes on registering
+ * after a block computed twice at once, below a block the request does not
+ * hold); the tree never does.
  *
- * A request holds every block on its path (it holds its whole table), so a
- * block nobody holds has no held block below it: there is always a leaf to
- * trim while some block is parked.
- *
- * Memory: the nodes, the links and the token ids are kv_metadata.
+ * Memory: the nodes, the links and the hash chain (its entries, token ids
+ * and buckets) are kv_metadata.
  */
 #ifndef KVLAB_CH05_RADIX_TREE_H
 #define KVLAB_CH05_RADIX_TREE_H
@@ -41,6 +53,7 @@
 #include "block_pool.h"
 #include "parking.h"
 #include "err.h"
+#include "hash_chain.h"
 
 /** The root's node index. */
 #define RADIX_ROOT 0
@@ -53,20 +66,18 @@ typedef struct {
     int first_block;  /**< the edge's first block, or -1 (the root has no edge) */
     int last_block;   /**< the edge's last block */
     int n_blocks;     /**< blocks on the edge */
-    long last_access; /**< the tree's clock when a request last went through this node */
 } RadixNode;
 
 /** The tree and the blocks it owns. */
 typedef struct {
     BlockPool *pool;   /**< chapter 4's pool, whose blocks the edges own */
+    HashChain blocks;  /**< the tree's blocks registered, their token ids, and the LRU queue of the parked ones */
     int block_size;    /**< tokens per block */
     RadixNode *nodes;  /**< [n_blocks + 1] node 0 is the root; every other node owns at least one block */
     int free_nodes;    /**< first unused node (through next_sibling), or -1 */
     int *block_node;   /**< [n_blocks] the node whose edge owns each block, or -1: not in the tree */
     int *block_next;   /**< [n_blocks] the next block along the same edge, or -1 */
     int *block_prev;   /**< [n_blocks] the previous block along the same edge, or -1 */
-    int *tokens;       /**< [n_blocks][block_size] token ids of each block in the tree */
-    long clock;        /**< advances at every access, for least-recently-used order */
     int n_nodes;       /**< nodes in use, the root included */
     int n_blocks_in_tree; /**< blocks the edges own */
     long evictions;    /**< blocks evicted so far */
@@ -91,7 +102,9 @@ void radix_free(RadixTree *t);
 /**
  * The longest path of whole blocks that a token sequence follows from the
  * root, never covering the sequence's last position (which must be
- * computed, for its logits). Changes nothing.
+ * computed, for its logits): down one edge at a time, the child whose
+ * first block holds the next tokens, then along its edge while the blocks
+ * agree. Changes nothing.
  * @param t         the tree
  * @param tokens    [n_tokens] the sequence
  * @param n_tokens  its length, >= 1
@@ -102,8 +115,8 @@ int radix_match(const RadixTree *t, const int *tokens, int n_tokens, int *blocks
 
 /**
  * A hit: table @p tab takes blocks[0..n-1] from the tree (one holder more
- * each; a parked one gets its holder back), and the nodes on the way are
- * touched.
+ * each; a parked one leaves the LRU queue and gets its holder back):
+ * hash_chain_take() on the tree's blocks.
  * @param t       the tree
  * @param tab     the table (appended to)
  * @param blocks  [n] a path from radix_match()
@@ -121,14 +134,17 @@ void radix_take(RadixTree *t, BlockTable *tab, const int *blocks, int n);
  * @param after   the tree block before it on its path, or -1 for a first block
  * @param block   a held block, not in the tree
  * @param tokens  [block_size] its token ids (copied)
- * @return @p block when it joined the tree, else the equal block already there
+ * @return @p block when it joined the tree (registered in t->blocks), else
+ *         the equal block already there; -1 when @p after is no longer in
+ *         the tree (an eviction took it: nothing may hang below it)
  */
 int radix_insert(RadixTree *t, int after, int block, const int *tokens);
 
 /**
  * A table lets go of its blocks, last block first: a block of the tree
- * whose last holder this was is parked (its node touched); any other is
- * released to chapter 4's pool.
+ * whose last holder this was is parked at the newest end of the LRU queue;
+ * any other is released to chapter 4's pool (hash_chain_release() on the
+ * tree's blocks).
  * @param t        the tree
  * @param tab      the table; empty afterwards
  * @param on_free  called with each block no table holds any more (may be NULL)
@@ -137,11 +153,15 @@ int radix_insert(RadixTree *t, int after, int block, const int *tokens);
 void radix_release(RadixTree *t, BlockTable *tab, void (*on_free)(void *ctx, int block), void *ctx);
 
 /**
- * Evicts one block: the last block of the least recently used leaf whose
- * last block is parked. It leaves the tree (its node too, when that was
- * its only block) and goes back on chapter 4's free stack.
+ * Evicts one block: the least recently freed parked block
+ * (hash_chain_evict(), which unregisters it and puts it back on chapter
+ * 4's free stack), always the last block of a leaf (see the file comment).
+ * It leaves the tree, and its node too when that was its only block. (A
+ * block with blocks below it, which only a wrong eviction order could
+ * give, takes them out of the tree with it: they stay parked, unreachable,
+ * until they are evicted in turn.)
  * @param t  the tree
- * @return the block, or -1 when no leaf can be trimmed
+ * @return the block, or -1 when nothing is parked
  */
 int radix_evict(RadixTree *t);
 

@@ -27,10 +27,12 @@ static size_t metadata_bytes(const PrefixCache *c)
 {
     size_t n = (size_t)c->server->kv.pool.n_blocks, bs = (size_t)c->block_size, reqs = (size_t)c->run->n_reqs;
     size_t books = reqs * (3 * sizeof(int) + sizeof(uint64_t) + sizeof(long));
+    size_t chain = n * sizeof(HashChainEntry) + n * bs * sizeof(int); /* entries, token ids; + buckets */
     if (c->mode == PREFIX_CACHE_HASH)
-        return books + n * sizeof(HashChainEntry) + n * bs * sizeof(int) + (size_t)c->hash.n_buckets * sizeof(int);
-    if (c->mode == PREFIX_CACHE_RADIX)
-        return books + (n + 1) * sizeof(RadixNode) + 3 * n * sizeof(int) + n * bs * sizeof(int);
+        return books + chain + (size_t)c->hash.n_buckets * sizeof(int);
+    if (c->mode == PREFIX_CACHE_RADIX) /* the nodes and links, over a hash chain of its own */
+        return books + (n + 1) * sizeof(RadixNode) + 3 * n * sizeof(int) + chain +
+               (size_t)c->radix.blocks.n_buckets * sizeof(int);
     return books;
 }
 

@@ -32,7 +32,9 @@ int main(int argc, char **argv)
              paged_check(&p.run, &p.err) == 0 &&                     /* a budget no request fits */
              window_open(&w, &o, &p.run, &p.err) == 0 &&             /* the occupancy masks, the forced ids */
              serving_program_start(&p) == 0 &&
-             paged_open(&p.run, &server, p.log, &p.err) == 0;        /* chapter 4's pool, tables, queue */
+             paged_open(&p.run, &server, NULL, &p.err) == 0;         /* chapter 4's pool, tables, queue */
+    if (ok && p.log)
+        paged_print_setup(server, &p.run, PROGRAM.name, p.log);      /* under this program's name */
     w.server = server;
     while (ok && serving_unfinished(&p.run)) {
         ok = window_step(&w, &p.run, &p.err) == 0;

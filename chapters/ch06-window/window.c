@@ -5,6 +5,9 @@
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "infile.h"
 #include "mem.h"
@@ -73,11 +76,20 @@ int window_open(WindowCache *w, const WindowOptions *o, const ServingRun *run, E
     w->forced = mem_alloc_array(MEM_ACTIVATIONS, n, sizeof(int *));
     w->n_forced = mem_alloc_array(MEM_ACTIVATIONS, n, sizeof(int));
     w->fed = mem_alloc_array(MEM_ACTIVATIONS, n, sizeof(int));
+    /* One scratch pool per thread of the forward pass, each room for every
+     * position of a sequence, one KV head wide, K and V. */
+    w->n_gather = ops_threads();
+    size_t gather_floats = (size_t)w->n_gather * (size_t)w->capacity * (size_t)run->opts->block_size * 2u *
+                           (size_t)model_head_dim(&run->model->cfg);
+    w->gather = mem_alloc_array(MEM_ACTIVATIONS, gather_floats, sizeof(float));
+    w->identity = mem_alloc_array(MEM_ACTIVATIONS, (size_t)w->capacity, sizeof(int));
     if (o->evict == WINDOW_EVICT_H2O)
         w->attn = mem_alloc_array(MEM_KV_METADATA, n * (size_t)w->n_heads * (size_t)w->seq_len, sizeof(float));
-    if (!w->held || !w->rows_held || !w->n_held || !w->forced || !w->n_forced || !w->fed ||
-        (o->evict == WINDOW_EVICT_H2O && !w->attn))
+    if (!w->held || !w->rows_held || !w->n_held || !w->forced || !w->n_forced || !w->fed || !w->gather ||
+        !w->identity || (o->evict == WINDOW_EVICT_H2O && !w->attn))
         return err_set(err, "out of memory for the occupancy masks of %d sequences", w->n_seqs);
+    for (int i = 0; i < w->capacity; i++)
+        w->identity[i] = i;
     memset(w->held, 0, n * (size_t)w->seq_len);
     memset(w->rows_held, 0, n * (size_t)w->capacity * sizeof(int));
     memset(w->n_held, 0, n * sizeof(int));
@@ -97,6 +109,8 @@ void window_close(WindowCache *w)
     mem_free(w->forced);
     mem_free(w->n_forced);
     mem_free(w->fed);
+    mem_free(w->gather);
+    mem_free(w->identity);
     mem_free(w->force_buf);
     mem_free(w->argmax_buf);
     memset(w, 0, sizeof *w);
@@ -146,32 +160,77 @@ static int visible(const WindowCache *w, const unsigned char *held, int pos, int
     return pos < w->opt.sinks || pos > qpos - w->opt.window;
 }
 
+/* The scratch pool of one thread: the rows a query may see, gathered in
+ * position order into blocks 0, 1, ... of a one-layer pool whose rows are
+ * one KV head wide (the chapter's block size). */
+static BlockPool gather_pool(const WindowCache *w, int hd)
+{
+#ifdef _OPENMP
+    int slot = omp_get_thread_num() % w->n_gather; /* as the forward pass picks its score row */
+#else
+    int slot = 0;
+#endif
+    const int bs = w->server->kv.pool.shape.block_size;
+    return (BlockPool){.shape = {.block_size = bs, .n_layers = 1, .kv_dim = hd, .elem_bytes = sizeof(float)},
+                       .n_blocks = w->capacity,
+                       .floats_per_block = 2u * (size_t)bs * (size_t)hd,
+                       .storage = w->gather + (size_t)slot * (size_t)w->capacity * 2u * (size_t)bs * (size_t)hd};
+}
+
+/* Copies the K and V rows of KV head slice @p slice at the visible
+ * positions of @p seq into @p view, in position order; returns how many. */
+static int gather_visible(const WindowCache *w, int seq, int layer, size_t slice, int qpos, BlockPool *view)
+{
+    const BlockPool *pool = &w->server->kv.pool;
+    const BlockTable *t = &w->server->kv.tables.tables[seq];
+    const int bs = pool->shape.block_size, kv_dim = pool->shape.kv_dim, hd = view->shape.kv_dim;
+    const unsigned char *held = w->held + (size_t)seq * w->seq_len; /* [seq_len] */
+    const size_t row_bytes = (size_t)hd * sizeof(float);
+    int n = 0;
+    for (int pos = 0; pos <= qpos; pos++) {
+        if (!visible(w, held, pos, qpos))
+            continue;
+        size_t from = slice + (size_t)(pos % bs) * (size_t)kv_dim, to = (size_t)(n % bs) * (size_t)hd;
+        memcpy(block_pool_keys(view, n / bs, 0) + to, block_pool_keys(pool, t->blocks[pos / bs], layer) + from,
+               row_bytes);
+        memcpy(block_pool_values(view, n / bs, 0) + to, block_pool_values(pool, t->blocks[pos / bs], layer) + from,
+               row_bytes);
+        n++;
+    }
+    return n;
+}
+
+/* H2O's scores: adds to @p attn[pos] the weight the query gave each
+ * visible position. The weights are computed again from the gathered keys
+ * (the softmax paged_attention() computed; its scratch is its own). */
+static void note_weights(const WindowCache *w, int seq, int qpos, const BlockPool *view, int n, const float *q,
+                         float *weights, float *attn)
+{
+    const int bs = view->shape.block_size, hd = view->shape.kv_dim;
+    for (int j = 0; j < n; j++)
+        weights[j] = attention_score(q, block_pool_keys(view, j / bs, 0) + (size_t)(j % bs) * (size_t)hd, hd);
+    softmax(weights, n);
+    const unsigned char *held = w->held + (size_t)seq * w->seq_len; /* [seq_len] */
+    for (int pos = 0, j = 0; pos <= qpos; pos++)
+        if (visible(w, held, pos, qpos))
+            attn[pos] += weights[j++];
+}
+
 void window_attention(WindowCache *w, int seq, int layer, int head, const float *q, int qpos, float *out,
                       float *scores, int note)
 {
-    const PagedKv *kv = &w->server->kv;
-    const BlockPool *pool = &kv->pool;
-    const BlockTable *t = &kv->tables.tables[seq];
-    const int bs = pool->shape.block_size, kv_dim = pool->shape.kv_dim, hd = model_head_dim(&kv->cfg);
-    const size_t slice = (size_t)(head / model_kv_mul(&kv->cfg)) * (size_t)hd; /* the KV head's part of a row */
-    const unsigned char *held = w->held + (size_t)seq * w->seq_len;          /* [seq_len] */
-    int n = 0;
-    for (int pos = 0; pos <= qpos; pos++)
-        if (visible(w, held, pos, qpos)) {
-            const float *keys = block_pool_keys(pool, t->blocks[pos / bs], layer) + slice; /* [bs][kv_dim] */
-            scores[n++] = attention_score(q, keys + (size_t)(pos % bs) * kv_dim, hd);
-        }
-    softmax(scores, n);
-    memset(out, 0, (size_t)hd * sizeof(float));
-    float *attn = note && w->attn ? w->attn + ((size_t)seq * w->n_heads + head) * w->seq_len : NULL; /* [seq_len] */
-    n = 0;
-    for (int pos = 0; pos <= qpos; pos++)
-        if (visible(w, held, pos, qpos)) {
-            const float *values = block_pool_values(pool, t->blocks[pos / bs], layer) + slice; /* [bs][kv_dim] */
-            if (attn)
-                attn[pos] += scores[n];
-            attention_accumulate(out, scores[n++], values + (size_t)(pos % bs) * kv_dim, hd);
-        }
+    const ModelConfig *c = &w->server->kv.cfg;
+    const int hd = model_head_dim(c);
+    const size_t slice = (size_t)(head / model_kv_mul(c)) * (size_t)hd; /* the KV head's part of a row */
+    BlockPool view = gather_pool(w, hd);
+    int n = gather_visible(w, seq, layer, slice, qpos, &view);
+    /* Chapter 4's PagedAttention over the gathered rows, through a table
+     * that names blocks 0, 1, ... of the scratch pool in order. */
+    BlockTable in_order = {.blocks = w->identity, .n_blocks = block_count_for_tokens(n, view.shape.block_size),
+                           .capacity = w->capacity};
+    paged_attention(&view, &in_order, 0, 0, hd, q, n, out, scores);
+    if (note && w->attn)
+        note_weights(w, seq, qpos, &view, n, q, scores, w->attn + ((size_t)seq * w->n_heads + head) * w->seq_len);
 }
 
 static void window_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out,

@@ -57,7 +57,7 @@
  * | the program: options, open, loop, report | chapters/ch06-window/main.c | main() |
  * | the options, refused in one line | chapters/ch06-window/options.c | window_parse_options() |
  * | one step: schedule, forward, sample, force, account, evict | chapters/ch06-window/window.c | window_step() |
- * | attention over the rows held only | chapters/ch06-window/window.c | window_attention() |
+ * | attention over the rows held only: gathered, then chapter 4's paged_attention() | chapters/ch06-window/window.c | window_attention() |
  * | which positions go: window, sinks, heavy hitters | chapters/ch06-window/window.c | window_evict() |
  * | a block gives its last row back: to the pool | chapters/ch06-window/window.c | drop_position() |
  * | teacher forcing, perplexity, agreement | chapters/ch06-window/window.c | window_force() |
@@ -108,6 +108,9 @@ typedef struct {
     long forced_steps;    /**< steps whose token was forced */
     long forced_agree;    /**< of which the greedy token was the forced one */
     int *fed;             /**< [n_seqs] positions each sequence fed this step (scratch) */
+    float *gather;        /**< [n_gather][capacity][2][block_size][head_dim] the rows a query may see, per thread */
+    int n_gather;         /**< scratch pools in gather: the forward pass's threads */
+    int *identity;        /**< [capacity] 0, 1, 2, ...: the block table of a scratch pool */
     int peak_positions;   /**< most positions one sequence held in a decode step (after its write) */
     int peak_blocks;      /**< most blocks one sequence held in a decode step */
     int prompt_peak_positions; /**< the same in steps that fed a sequence prompt positions (the whole chunk is held) */
@@ -169,7 +172,11 @@ KvSeam window_seam(WindowCache *w);
 /**
  * Attention of one query head at position @p qpos over the positions it
  * may see (held, and inside the window or a sink, or any held with h2o),
- * in position order: the bits of paged_attention() when it sees them all.
+ * in position order. The mask is applied around chapter 4's
+ * paged_attention(), not inside it: the visible rows of the query's KV head
+ * are gathered, in order, into a scratch pool of this thread, and
+ * paged_attention() runs over them; so the bits are paged_attention()'s
+ * over the positions kept, and with nothing dropped, chapter 4's exactly.
  * @param w        the books
  * @param seq      the sequence
  * @param layer    layer index

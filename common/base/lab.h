@@ -2,7 +2,7 @@
  * @file lab.h
  * @brief Support for lab exercises: a clear message from unfinished code.
  *
- * The exercise files in exercises/ are the solutions with their heart cut
+ * The exercise files in exercises/ are the answers with their heart cut
  * out. What is left must compile and fail the lab tests cleanly, so every
  * cut-out region ends in LAB_TODO(), which tells the student, once per
  * function, what is missing.

@@ -26,8 +26,8 @@ typedef struct {
 } OptionSpec;
 
 static const OptionSpec SPECS[] = {
-    {"model", OPT_MODEL, CLI_MODEL, "FILE", "checkpoint (llama2.c legacy or ak42 v1); default: models/, then ../shared/models/, then a synthetic model"},
-    {"tokenizer", OPT_TOKENIZER, CLI_MODEL, "FILE", "tokenizer.bin for the model; default: found by vocabulary size next to the model"},
+    {"model", OPT_MODEL, CLI_MODEL, "FILE", "checkpoint: llama2.c (legacy or ak42 v1) or GGUF (e.g. SmolLM2-135M-Instruct.Q4_1.gguf, with its own tokenizer); default: stories260K from models/, then ../shared/models/, then a synthetic model"},
+    {"tokenizer", OPT_TOKENIZER, CLI_MODEL, "FILE", "llama2.c tokenizer for the model (a GGUF model brings its own); default: found by vocabulary size next to the model"},
     {"prompt", OPT_PROMPT, CLI_PROMPT, "TEXT", "prompt text (default \"Once upon a time\")"},
     {"chat", OPT_CHAT, CLI_CHAT, NULL, "wrap each prompt as one user message in the model's ChatML template, with its default system message; generation stops at <|im_end|>, which is not printed (a model without a chat template is refused)"},
     {"steps", OPT_STEPS, CLI_PROMPT, "N", "new tokens to generate after the prompt (default 256; stops earlier at BOS, EOS or the end of the context)"},

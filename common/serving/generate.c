@@ -183,9 +183,13 @@ int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, Forw
     g->elapsed_s = now_seconds() - start;
     if (out) {
         size_t len;
-        const char *rest = decode_stream_finish(&text, &len); /* a character cut off at the very end */
+        decode_stream_finish(&text, &len); /* a character the last token left unfinished */
         if (rc == 0) {
-            fwrite(rest, 1, len, out);
+            /* The text ends in whole UTF-8 characters: a character that
+             * --steps (or the end of the context) cut off is shown as the
+             * replacement character U+FFFD, not as its first bytes. */
+            if (len > 0)
+                fputs("\xEF\xBF\xBD", out);
             fputc('\n', out);
         }
         fflush(out);

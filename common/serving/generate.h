@@ -14,7 +14,8 @@
  * generation and is not printed. The text goes out through a DecodeStream
  * (tokenizer.h), so it is cut only between whole UTF-8 characters: a token
  * that ends inside a character (byte-level BPE splits many) prints when
- * the character is complete.
+ * the character is complete, and a character that the last token leaves
+ * unfinished (--steps, or the context, ran out first) prints as U+FFFD.
  *
  * With `--chat` (generation_init_chat()) the prompt is the user's message
  * in the model's ChatML template (chat.h); only the answer is printed, and
@@ -132,7 +133,8 @@ void generation_free(Generation *g);
 /**
  * Runs the loop until @p steps new tokens, a stop token (tokenizer_is_stop(),
  * or g->end_token), or seq_len + 1 tokens. Prints the text to @p out (NULL:
- * print nothing) as it goes, in whole UTF-8 characters, then a newline.
+ * print nothing) as it goes, in whole UTF-8 characters (one left unfinished
+ * at the end prints as U+FFFD), then a newline.
  * @param g       initialised by generation_init()
  * @param m       the model
  * @param t       the tokenizer

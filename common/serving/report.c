@@ -127,9 +127,11 @@ static void print_kv(FILE *f, const RunReport *r)
         return;
     }
     const KvTimeline *t = r->kv;
-    fprintf(f, "  reserved       now %s, peak %s\n", cli_format_bytes(a, sizeof a, (double)t->reserved),
+    /* The timeline's last sample: the last step, before its finished
+     * requests gave their memory back (at the end of a run all is free). */
+    fprintf(f, "  reserved       last step %s, peak %s\n", cli_format_bytes(a, sizeof a, (double)t->reserved),
             cli_format_bytes(b, sizeof b, (double)t->peak_reserved));
-    fprintf(f, "  used           now %s (%zu tokens), peak %s\n", cli_format_bytes(a, sizeof a, (double)t->used),
+    fprintf(f, "  used           last step %s (%zu tokens), peak %s\n", cli_format_bytes(a, sizeof a, (double)t->used),
             per_token ? t->used / per_token : 0, cli_format_bytes(b, sizeof b, (double)t->peak_used));
     fprintf(f, "  utilization    %.1f%% averaged over %ld steps, %.1f%% at peak use\n",
             100.0 * kv_timeline_avg_utilization(t), t->util_steps, 100.0 * t->util_at_peak);

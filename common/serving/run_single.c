@@ -44,11 +44,22 @@ typedef struct {
     void *chapter;
 } ReportContext;
 
+/* Why generation ended, in words. */
+static const char *finish_words(const Generation *g)
+{
+    switch (g->finish) {
+    case FINISH_STOP: return "the model chose a stop token (EOS or BOS; <|im_end|> with --chat), not printed";
+    case FINISH_SEQ_LEN: return "the sequence reached the model's context (seq_len)";
+    default: return "the number of new tokens asked for (--steps)";
+    }
+}
+
 static void table_hook(FILE *f, const void *p)
 {
     const ReportContext *rc = p;
     fprintf(f, "work\n  %ld token positions run through the model for %d new tokens\n", rc->g->positions_run,
             rc->g->n_tokens - rc->g->n_prompt);
+    fprintf(f, "  stopped at     %s\n", finish_words(rc->g));
     step_time_table(f, rc->g);
     if (rc->dev)
         device_run_report_table(f, rc->dev);

@@ -679,7 +679,7 @@ done:
  * pool (a block table per sequence), with the same values: the contiguous
  * and the paged kernels read the same numbers. The contiguous kernel is
  * checked against attention_reference(), the paged one against chapter
- * 4's paged_attention() (the lab's answer, solutions/ch04/) over the
+ * 4's paged_attention() (the lab's answer) over the
  * pool, which must itself give attention_reference()'s bits. */
 typedef struct {
     int n, heads, kv_heads, hd, max_pos;

@@ -1,7 +1,7 @@
 /* Chapter 1 lab: the tests `make lab CH=1` grades.
  *
  * The student writes three functions, one file each in exercises/ch01/
- * (the answers: solutions/ch01/): naive_prepare (how many positions are cached:
+ * (exercises/ch01/, one file each): naive_prepare (how many positions are cached:
  * none), naive_store (put a token's K and V in row e->pos) and naive_attend
  * (causal attention of one head over positions 0..e->pos, with grouped-query
  * heads). Each piece is tested alone on small cases whose answer can be
@@ -536,14 +536,15 @@ static const char *excerpt(const char *text, size_t len, size_t at, char out[200
     return out;
 }
 
-/* The public golden test (../shared/models/README.md) with the lab code. */
+/* The public golden test (models/LICENSE-tinyllamas.md) with the lab code. */
 START_TEST(golden_stories260K)
 {
     const char *model_path = test_shared_file("stories260K.bin");
     const char *tok_path = test_shared_file("tok512.bin");
     const char *golden_path = test_shared_file("golden-once-upon-a-time-150.txt");
     if (!model_path || !tok_path || !golden_path) {
-        test_skip("golden_stories260K", "../shared/models is absent");
+        test_skip("golden_stories260K", "stories260K.bin, tok512.bin or golden-once-upon-a-time-150.txt is in "
+                                        "neither models/ nor ../shared/models/");
         return;
     }
     size_t golden_len;
@@ -580,15 +581,17 @@ END_TEST
 Suite *lab_suite(void)
 {
     Suite *s = suite_create("lab-ch01");
-    lab_add_test(s, prepare_caches_nothing, 10);
-    lab_add_test(s, store_writes_row_at_pos, 10);
-    lab_add_test(s, store_reuses_rows_across_layers, 10);
-    lab_add_test(s, attend_hand_checked, 10);
-    lab_add_test(s, attend_matches_reference, 10);
-    lab_add_test(s, attend_is_causal, 10);
-    lab_add_test(s, attend_gqa_head_mapping, 10);
-    lab_add_test(s, generation_matches_reference, 30);
-    lab_add_test(s, generation_recomputes_everything, 30);
-    lab_add_test(s, golden_stories260K, 60);
+    lab_add_test(s, prepare_caches_nothing, LAB_UNIT_S, 1, "naive_prepare()");
+    lab_add_test(s, store_writes_row_at_pos, LAB_UNIT_S, 1, "naive_store()");
+    lab_add_test(s, store_reuses_rows_across_layers, LAB_UNIT_S, 1, "naive_store()");
+    lab_add_test(s, attend_hand_checked, LAB_UNIT_S, 1, "naive_attend()");
+    lab_add_test(s, attend_matches_reference, LAB_UNIT_S, 1, "naive_attend()");
+    lab_add_test(s, attend_is_causal, LAB_UNIT_S, 1, "naive_attend()");
+    lab_add_test(s, attend_gqa_head_mapping, LAB_UNIT_S, 1, "naive_attend()");
+    lab_add_test(s, generation_matches_reference, LAB_RUN_S, 2,
+                 "chapter 1's generation loop with your naive_prepare(), naive_store() and naive_attend()");
+    lab_add_test(s, generation_recomputes_everything, LAB_RUN_S, 1, "naive_prepare(), in chapter 1's generation loop");
+    lab_add_test(s, golden_stories260K, LAB_RUN_S, 2,
+                 "chapter 1's generation loop with your naive_prepare(), naive_store() and naive_attend()");
     return s;
 }

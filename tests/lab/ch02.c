@@ -1,6 +1,6 @@
 /* Chapter 2 lab tests: the contiguous KV cache (kv_cache_prepare(),
- * kv_cache_store(), kv_cache_attend(), kv_cache_grow(): solutions/ch02/, or
- * your exercises/ch02/ under `make lab CH=2`).
+ * kv_cache_store(), kv_cache_attend(), kv_cache_grow(): your
+ * exercises/ch02/ under `make lab CH=2`).
  *
  * Small cases you can check by hand first (prepare, store, attend, grow),
  * then whole generations that must give exactly the logits of a reference
@@ -271,40 +271,50 @@ START_TEST(prepare_grows_by_doubling)
     }
     ck_assert_msg(capacities[16] == 16 && capacities[17] == 32 && capacities[32] == 32 && capacities[33] == 40,
                   "expected capacities 16, 32, 32, 40 at 16, 17, 32, 33 tokens, got %d, %d, %d, %d; hint: "
-                  "kv_cache_prepare() makes room (kv_cache_make_room() doubles, never beyond seq_len 40) through "
-                  "kv_cache_grow()",
+                  "kv_cache_grow() must leave the cache at the capacity it is asked for (kv_cache_prepare() asks "
+                  "through kv_cache_make_room(), which doubles, never beyond seq_len 40)",
                   capacities[16], capacities[17], capacities[32], capacities[33]);
-    ck_assert_msg(kv.reallocations == 2, "expected 2 reallocations (16 -> 32 -> 40), got %d; hint: one "
-                  "kv_cache_grow() per doubling", kv.reallocations);
+    ck_assert_msg(kv.reallocations == 2, "expected 2 reallocations (16 -> 32 -> 40), got %d; hint: "
+                  "kv_cache_grow() counts one per call (kv_cache_make_room() calls it once per doubling)",
+                  kv.reallocations);
     kv_cache_free(&kv);
 }
 END_TEST
 
 /* ------------------------------------------------------------ whole generations */
 
-/* A reference store with another layout, [pos][layer][kv_dim], read with
- * the shared attention reference: the tokens any correct cache must give. */
+/* A reference store with another layout, each position's K and V of a
+ * layer side by side ([pos][layer][2][kv_dim]), copied element by element
+ * and read with the shared attention reference: the tokens any correct
+ * cache must give. */
 typedef struct {
     ModelConfig cfg;
     int length;
-    float *keys, *values; /* [seq_len][n_layers][kv_dim] */
+    float *records; /* [seq_len][n_layers][2][kv_dim] */
 } RefKv;
+
+static float *ref_record(const RefKv *r, int pos, int layer)
+{
+    return r->records + ((size_t)pos * (size_t)r->cfg.n_layers + (size_t)layer) * 2u * (size_t)model_kv_dim(&r->cfg);
+}
 
 static void ref_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
 {
     RefKv *r = ctx;
     int kv_dim = model_kv_dim(&r->cfg);
-    size_t row = ((size_t)e->pos * (size_t)r->cfg.n_layers + (size_t)layer) * (size_t)kv_dim;
-    memcpy(r->keys + row, k, (size_t)kv_dim * sizeof(float));
-    memcpy(r->values + row, v, (size_t)kv_dim * sizeof(float));
+    float *record = ref_record(r, e->pos, layer); /* K, then V */
+    for (int i = 0; i < kv_dim; i++) {
+        record[i] = k[i];
+        record[kv_dim + i] = v[i];
+    }
 }
 
 static void ref_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out, float *scores)
 {
     RefKv *r = ctx;
-    int hd = model_head_dim(&r->cfg), kv_dim = model_kv_dim(&r->cfg), stride = r->cfg.n_layers * kv_dim;
-    size_t off = (size_t)layer * (size_t)kv_dim + (size_t)(head / model_kv_mul(&r->cfg)) * (size_t)hd;
-    attention_reference(out, q, r->keys + off, r->values + off, e->pos + 1, stride, hd, scores);
+    int hd = model_head_dim(&r->cfg), kv_dim = model_kv_dim(&r->cfg), stride = r->cfg.n_layers * 2 * kv_dim;
+    const float *keys = ref_record(r, 0, layer) + (size_t)(head / model_kv_mul(&r->cfg)) * (size_t)hd;
+    attention_reference(out, q, keys, keys + kv_dim, e->pos + 1, stride, hd, scores);
 }
 
 static int ref_prepare(void *ctx, int n_tokens, int *cached, Err *err)
@@ -376,15 +386,13 @@ static void expect_reference_logits(const Model *m, const Tokenizer *t, const ch
     Generation g;
     ck_assert_int_eq(generation_init(&g, m, t, prompt, &err), 0);
     RefKv ref = {.cfg = m->cfg};
-    size_t floats = (size_t)m->cfg.seq_len * (size_t)m->cfg.n_layers * (size_t)model_kv_dim(&m->cfg);
-    ref.keys = calloc(floats, sizeof(float));
-    ref.values = calloc(floats, sizeof(float));
+    size_t floats = (size_t)m->cfg.seq_len * (size_t)m->cfg.n_layers * 2u * (size_t)model_kv_dim(&m->cfg);
+    ref.records = calloc(floats, sizeof(float));
     SingleStreamKv ref_kv = {.seam = {.ctx = &ref, .store = ref_store, .attend = ref_attend}, .prepare = ref_prepare};
     float *want = generate_with(m, t, steps, &ref_kv, &g, NULL, &err, &rc, &n_want);
     ck_assert_msg(rc == 0, "the reference failed: %s", err.msg);
     generation_free(&g);
-    free(ref.keys);
-    free(ref.values);
+    free(ref.records);
 
     /* Yours. */
     ck_assert_int_eq(generation_init(&g, m, t, prompt, &err), 0);
@@ -432,14 +440,15 @@ START_TEST(logits_equal_the_reference_on_a_synthetic_gqa_model)
 }
 END_TEST
 
-/* The golden output of ../shared/models: chapter 2 prints exactly it. */
+/* The golden output (models/LICENSE-tinyllamas.md): chapter 2 prints exactly it. */
 START_TEST(golden_output_on_stories260k)
 {
     char model_path[PATH_MAX], tok_path[PATH_MAX], golden_path[PATH_MAX];
     if (assets_find("stories260K.bin", model_path, sizeof model_path) ||
         assets_find("tok512.bin", tok_path, sizeof tok_path) ||
         assets_find("golden-once-upon-a-time-150.txt", golden_path, sizeof golden_path)) {
-        fprintf(stderr, "SKIP: golden_output_on_stories260k: stories260K or its golden file is absent\n");
+        fprintf(stderr, "SKIP: golden_output_on_stories260k: stories260K.bin, tok512.bin or "
+                        "golden-once-upon-a-time-150.txt is in neither models/ nor ../shared/models/\n");
         return;
     }
     Err err = {{0}};
@@ -481,14 +490,18 @@ END_TEST
 Suite *lab_suite(void)
 {
     Suite *s = suite_create("lab-ch02");
-    lab_add_test(s, prepare_reports_what_is_already_cached, 10);
-    lab_add_test(s, store_writes_row_layer_pos, 10);
-    lab_add_test(s, attend_averages_values_under_equal_scores, 10);
-    lab_add_test(s, attend_weights_by_the_scores, 10);
-    lab_add_test(s, grow_moves_rows_and_counts_the_move, 10);
-    lab_add_test(s, grow_twice_keeps_the_largest_peak, 10);
-    lab_add_test(s, prepare_grows_by_doubling, 10);
-    lab_add_test(s, logits_equal_the_reference_on_a_synthetic_gqa_model, 120);
-    lab_add_test(s, golden_output_on_stories260k, 120);
+    lab_add_test(s, prepare_reports_what_is_already_cached, LAB_UNIT_S, 1, "kv_cache_prepare()");
+    lab_add_test(s, store_writes_row_layer_pos, LAB_UNIT_S, 1, "kv_cache_store()");
+    lab_add_test(s, attend_averages_values_under_equal_scores, LAB_UNIT_S, 1, "kv_cache_attend()");
+    lab_add_test(s, attend_weights_by_the_scores, LAB_UNIT_S, 1, "kv_cache_attend()");
+    lab_add_test(s, grow_moves_rows_and_counts_the_move, LAB_UNIT_S, 1, "kv_cache_grow()");
+    lab_add_test(s, grow_twice_keeps_the_largest_peak, LAB_UNIT_S, 1, "kv_cache_grow()");
+    lab_add_test(s, prepare_grows_by_doubling, LAB_UNIT_S, 1, "kv_cache_grow(), as kv_cache_prepare() calls it");
+    lab_add_test(s, logits_equal_the_reference_on_a_synthetic_gqa_model, LAB_RUN_S, 2,
+                 "chapter 2's generation loop with your kv_cache_prepare(), kv_cache_store(), kv_cache_attend() "
+                 "and kv_cache_grow()");
+    lab_add_test(s, golden_output_on_stories260k, LAB_RUN_S, 2,
+                 "chapter 2's generation loop with your kv_cache_prepare(), kv_cache_store(), kv_cache_attend() "
+                 "and kv_cache_grow()");
     return s;
 }

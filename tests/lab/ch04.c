@@ -1,5 +1,5 @@
 /* Chapter 4 lab: the block allocator, the slot mapping, copy-on-write,
- * PagedAttention and the admission rule (solutions/ch04/, regions
+ * PagedAttention and the admission rule (exercises/ch04/, regions
  * ch04.alloc, ch04.release, ch04.slot, ch04.cow, ch04.attend, ch04.admit),
  * first on small cases you can check by hand, then end to end: a server
  * that preempts and forks must give every request the tokens it gets alone. */
@@ -281,8 +281,9 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
     ck_assert(serving_run_init(&run, &m, &t, &o, &rf, &err) == 0);
     PagedServer *s = NULL;
     int rc = paged_serve(&run, &s, NULL, &err);
-    ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: the allocator, the "
-                           "admission rule and copy-on-write all take part",
+    ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: this test runs the whole "
+                           "chapter (block_pool_alloc(), block_pool_release(), paged_can_admit() and "
+                           "block_table_make_writable() all take part): the unit tests above name the one at fault",
                   err.msg);
     if (want_preempt)
         ck_assert_msg(s->preemptions > 0, "expected preemptions in a pool of %d blocks, got none", blocks);
@@ -293,11 +294,13 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
                      want);
         int same = n == r->n_tokens - r->n_prompt && memcmp(want, r->tokens + r->n_prompt, n * sizeof(int)) == 0;
         ck_assert_msg(same, "expected request %d (sample %d, %d preemptions) to give its solo tokens, got "
-                            "different ones; hint: check the slot mapping (store) and the block order in attention%s",
-                      r->spec->id, r->sample, r->preemptions, n_samples > 1 ? ", and copy-on-write" : "");
+                            "different ones; hint: this test runs the whole chapter: the unit tests above name the "
+                            "function at fault (block_table_slot() places a token, paged_attention() reads the "
+                            "blocks in table order%s)",
+                      r->spec->id, r->sample, r->preemptions, n_samples > 1 ? ", block_table_make_writable() copies shared blocks" : "");
     }
     ck_assert_msg(s->kv.pool.n_free == s->kv.pool.n_blocks, "expected every block free at the end, got %d of %d; "
-                                                            "hint: release must return blocks to the free stack",
+                                                            "hint: block_pool_release() returns a block to the free stack when its last holder lets go",
                   s->kv.pool.n_free, s->kv.pool.n_blocks);
     paged_close(s);
     serving_run_free(&run);
@@ -320,16 +323,19 @@ START_TEST(forked_samples_give_their_solo_tokens)
 }
 END_TEST
 
+/* What the end-to-end tests exercise. */
+#define WHOLE_CHAPTER "chapter 4's server with every function of the lab"
+
 Suite *lab_suite(void)
 {
     Suite *s = suite_create("ch04");
-    lab_add_test(s, alloc_hands_out_each_block_once, 10);
-    lab_add_test(s, release_frees_at_zero_and_refuses_double_free, 10);
-    lab_add_test(s, slot_lookup_at_block_boundaries, 10);
-    lab_add_test(s, cow_copies_only_a_shared_block, 10);
-    lab_add_test(s, attend_through_scattered_blocks, 10);
-    lab_add_test(s, admit_keeps_the_watermark, 10);
-    lab_add_test(s, server_gives_solo_tokens_under_preemption, 60);
-    lab_add_test(s, forked_samples_give_their_solo_tokens, 60);
+    lab_add_test(s, alloc_hands_out_each_block_once, LAB_UNIT_S, 1, "block_pool_alloc()");
+    lab_add_test(s, release_frees_at_zero_and_refuses_double_free, LAB_UNIT_S, 1, "block_pool_release()");
+    lab_add_test(s, slot_lookup_at_block_boundaries, LAB_UNIT_S, 1, "block_table_slot()");
+    lab_add_test(s, cow_copies_only_a_shared_block, LAB_UNIT_S, 1, "block_table_make_writable()");
+    lab_add_test(s, attend_through_scattered_blocks, LAB_UNIT_S, 1, "paged_attention()");
+    lab_add_test(s, admit_keeps_the_watermark, LAB_UNIT_S, 1, "paged_can_admit()");
+    lab_add_test(s, server_gives_solo_tokens_under_preemption, LAB_RUN_S, 2, WHOLE_CHAPTER);
+    lab_add_test(s, forked_samples_give_their_solo_tokens, LAB_RUN_S, 2, WHOLE_CHAPTER);
     return s;
 }

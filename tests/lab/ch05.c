@@ -1,9 +1,15 @@
 /* Chapter 5 lab: the hash chain of a prefix cache and its LRU queue
- * (solutions/ch05/, regions ch05.keys, ch05.find, ch05.match, ch05.take,
+ * (exercises/ch05/, regions ch05.keys, ch05.find, ch05.match, ch05.take,
  * ch05.release, ch05.evict), first on small cases you can check by hand,
  * then end to end: chapter 4's server with the cache above its pool must
  * give every request the tokens it gets alone, and save exactly the
  * prefill positions that shared full blocks allow.
+ *
+ * Each small case sets up what it needs with the project's own code (keys
+ * registered with hash_chain_register(), parked blocks with
+ * block_pool_park() and hash_chain_queue_push_newest()), never with another function of this
+ * lab, so that its hint can only blame the function it tests (match calls
+ * your hash_chain_find(), as it must: its tests say so).
  *
  * Chapter 5 runs on chapter 4's pool: block_pool_alloc() and
  * block_pool_release() from lab 4 must work first (every test says so
@@ -52,7 +58,8 @@ static void lab_close(Lab *lab)
 
 /* Table t takes fresh blocks for n full blocks of @p tokens, each
  * registered in its chain (what the cache does as a request's blocks
- * fill). Returns the table. */
+ * fill). Returns the table; the keys it registered are in
+ * lab->h.entries[block].key. */
 static BlockTable *lab_cache_sequence(Lab *lab, int t, const int *tokens, int n)
 {
     BlockTable *tab = &lab->bt.tables[t];
@@ -64,6 +71,34 @@ static BlockTable *lab_cache_sequence(Lab *lab, int t, const int *tokens, int n)
         registered = hash_chain_register(&lab->h, tab->blocks[i], key, registered, tokens + 4 * i);
     }
     return tab;
+}
+
+/* The keys of a cached sequence's blocks, as lab_cache_sequence()
+ * registered them (not your hash_chain_keys(): a match test must fail for
+ * hash_chain_match() only). */
+static void registered_keys(const Lab *lab, const BlockTable *t, int n, uint64_t *keys)
+{
+    for (int i = 0; i < n; i++)
+        keys[i] = lab->h.entries[t->blocks[i]].key;
+}
+
+/* Parks a held, registered block at the newest end of the queue, as a
+ * release does for the last holder (with the project's primitives, not
+ * your hash_chain_release()). */
+static void park(Lab *lab, int block)
+{
+    block_pool_park(&lab->pool, block);
+    hash_chain_queue_push_newest(&lab->h, block);
+}
+
+/* Whether @p block can still be found in its bucket. */
+static int in_its_bucket(const HashChain *h, int block)
+{
+    int first = h->buckets[h->entries[block].key & (uint64_t)(h->n_buckets - 1)];
+    for (int b = first; b >= 0; b = h->entries[b].next)
+        if (b == block)
+            return 1;
+    return 0;
 }
 
 /* ------------------------------------------------------------ keys */
@@ -147,7 +182,7 @@ START_TEST(match_finds_the_longest_cached_run)
     const BlockTable *t = lab_cache_sequence(&lab, 0, s, 4);
     uint64_t keys[4];
     int blocks[5] = {-1, -1, -1, -1, -1};
-    hash_chain_keys(s, 17, 4, keys);
+    registered_keys(&lab, t, 4, keys);
     int n = hash_chain_match(&lab.h, s, 17, keys, blocks);
     ck_assert_msg(n == 4, "expected 4 cached blocks for a 17-token sequence whose 4 full blocks are cached, got %d; "
                   "hint: hash_chain_match() finds block i with keys[i], its tokens, and the registration number "
@@ -171,21 +206,21 @@ START_TEST(match_stops_at_the_first_miss)
     Lab lab;
     lab_open(&lab);
     int s[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
-    lab_cache_sequence(&lab, 0, s, 3);
+    const BlockTable *t = lab_cache_sequence(&lab, 0, s, 3);
+    uint64_t keys[3];
+    registered_keys(&lab, t, 3, keys);
     /* Block 1 is evicted: block 2 stays registered, but after block 0 the
      * sequence has to compute block 1, and block 2's rows are positions
      * 8-11, not 4-7. */
     int b1 = lab.bt.tables[0].blocks[1];
     hash_chain_unregister(&lab.h, b1);
-    uint64_t keys[3];
     int blocks[4] = {-1, -1, -1, -1};
-    hash_chain_keys(s, 13, 4, keys);
     int n = hash_chain_match(&lab.h, s, 13, keys, blocks);
     ck_assert_msg(n == 1 && blocks[1] == -1, "expected 1 block (the run ends where block 1 is missing), got %d with "
                   "blocks[1] = %d; hint: hash_chain_match() stops at the first block it cannot find", n, blocks[1]);
     /* A different block 0: nothing at all, though later tokens agree. */
     int other[13] = {9, 9, 9, 9, 5, 6, 7, 8, 9, 10, 11, 12, 13};
-    hash_chain_keys(other, 13, 4, keys);
+    keys[0] = hash_block_key(HASH_CHAIN_ROOT_KEY, other, 4); /* later keys do not matter: block 0 misses */
     n = hash_chain_match(&lab.h, other, 13, keys, blocks);
     ck_assert_msg(n == 0, "expected no block for a sequence whose first block differs, got %d; hint: "
                   "hash_chain_match() starts at block 0 with parent HASH_CHAIN_ROOT_ID", n);
@@ -264,7 +299,9 @@ START_TEST(take_gets_parked_blocks_out_of_the_queue)
     BlockTable *t = lab_cache_sequence(&lab, 0, s, 3);
     int ids[3];
     memcpy(ids, t->blocks, sizeof ids);
-    hash_chain_release(&lab.h, t, NULL, NULL); /* all three parked */
+    for (int i = 2; i >= 0; i--) /* all three parked, tail first, as a release leaves them */
+        park(&lab, ids[i]);
+    t->n_blocks = 0;
     BlockTable *u = &lab.bt.tables[1];
     hash_chain_take(&lab.h, u, ids, 2); /* a hit on blocks 0 and 1 */
     ck_assert_msg(u->n_blocks == 2 && u->blocks[0] == ids[0] && u->blocks[1] == ids[1],
@@ -274,26 +311,46 @@ START_TEST(take_gets_parked_blocks_out_of_the_queue)
                   "expected the taken blocks held once each and 1 block still parked, got %d holders and %d parked; "
                   "hint: hash_chain_take() gives a parked block its holder back with block_pool_hold_parked()",
                   lab.pool.ref_count[ids[0]], lab.pool.n_parked);
-    ck_assert_msg(lab.h.n_queued == 1 && !lab.h.entries[ids[0]].in_queue && !lab.h.entries[ids[1]].in_queue,
-                  "expected only block %d left in the LRU queue, got %d queued; hint: hash_chain_take() takes a hit "
-                  "block out of the queue (hash_chain_queue_remove()), or it could be evicted while in use",
-                  ids[2], lab.h.n_queued);
+    ck_assert_msg(lab.h.n_queued == 1 && !lab.h.entries[ids[0]].in_queue && !lab.h.entries[ids[1]].in_queue &&
+                      lab.h.oldest == ids[2] && lab.h.newest == ids[2],
+                  "expected only block %d left in the LRU queue, got %d queued (oldest %d, newest %d); hint: "
+                  "hash_chain_take() takes a hit block out of the queue (hash_chain_queue_remove()), or it could be "
+                  "evicted while in use", ids[2], lab.h.n_queued, lab.h.oldest, lab.h.newest);
     /* A second request hits the same blocks while the first holds them. */
     BlockTable *w = &lab.bt.tables[2];
     hash_chain_take(&lab.h, w, ids, 2);
-    ck_assert_msg(lab.pool.ref_count[ids[0]] == 2 && lab.pool.n_parked == 1,
-                  "expected 2 holders of a block two tables took, got %d (with %d parked); hint: hash_chain_take() "
-                  "retains a block others hold (block_pool_retain())", lab.pool.ref_count[ids[0]], lab.pool.n_parked);
-    int e = hash_chain_evict(&lab.h);
-    ck_assert_msg(e == ids[2], "expected the eviction to take block %d, the only one no table holds, got %d; hint: "
-                  "hash_chain_take() must take hit blocks out of the LRU queue", ids[2], e);
-    e = hash_chain_evict(&lab.h);
-    ck_assert_msg(e == -1, "expected nothing else to evict (every other block is in use), got block %d; hint: "
-                  "hash_chain_take() takes hit blocks out of the LRU queue, and hash_chain_evict() the block it "
-                  "evicts", e);
+    ck_assert_msg(lab.pool.ref_count[ids[0]] == 2 && lab.pool.ref_count[ids[1]] == 2 && lab.pool.n_parked == 1,
+                  "expected 2 holders of each block two tables took, got %d and %d (with %d parked); hint: "
+                  "hash_chain_take() retains a block others hold (block_pool_retain())", lab.pool.ref_count[ids[0]],
+                  lab.pool.ref_count[ids[1]], lab.pool.n_parked);
+    ck_assert_msg(lab.h.n_queued == 1 && lab.h.oldest == ids[2],
+                  "expected the queue to keep block %d alone, got %d queued; hint: hash_chain_take() leaves the "
+                  "queue alone for a block others hold (it is not in it)", ids[2], lab.h.n_queued);
     lab_close(&lab);
 }
 END_TEST
+
+/* Checks one eviction: @p want (the oldest parked block) went back to the
+ * free stack, unregistered and out of the queue. */
+static void expect_eviction(Lab *lab, int k, int want)
+{
+    int parked = lab->pool.n_parked, free_blocks = lab->pool.n_free;
+    long evictions = lab->h.evictions;
+    int got = hash_chain_evict(&lab->h);
+    ck_assert_msg(got == want, "expected eviction %d to take block %d (least recently freed: the oldest end of the "
+                  "queue), got %d; hint: hash_chain_evict() takes h->oldest", k, want, got);
+    ck_assert_msg(lab->pool.n_parked == parked - 1 && lab->pool.n_free == free_blocks + 1 &&
+                      lab->pool.free_stack[lab->pool.n_free - 1] == got,
+                  "expected block %d back on the free stack (%d free, %d parked), got %d free, %d parked; hint: "
+                  "hash_chain_evict() gives it back with block_pool_free_parked()", got, free_blocks + 1, parked - 1,
+                  lab->pool.n_free, lab->pool.n_parked);
+    ck_assert_msg(lab->h.entries[got].id == 0 && !in_its_bucket(&lab->h, got) && !lab->h.entries[got].in_queue,
+                  "expected block %d unregistered and out of the queue, got id %ld, in queue %d; hint: "
+                  "hash_chain_evict() unregisters the block (hash_chain_unregister()): its K/V are about to be "
+                  "overwritten, so no lookup may find it", got, lab->h.entries[got].id, lab->h.entries[got].in_queue);
+    ck_assert_msg(lab->h.evictions == evictions + 1, "expected %ld evictions counted, got %ld; hint: "
+                  "hash_chain_evict() counts each one (h->evictions)", evictions + 1, lab->h.evictions);
+}
 
 START_TEST(evict_takes_the_least_recently_freed)
 {
@@ -302,31 +359,46 @@ START_TEST(evict_takes_the_least_recently_freed)
     int a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[4] = {9, 9, 9, 9};
     BlockTable *ta = lab_cache_sequence(&lab, 0, a, 2), *tb = lab_cache_sequence(&lab, 1, b, 1);
     int a0 = ta->blocks[0], a1 = ta->blocks[1], b0 = tb->blocks[0];
-    hash_chain_release(&lab.h, ta, NULL, NULL); /* a1, then a0 */
-    hash_chain_release(&lab.h, tb, NULL, NULL); /* b0, freed last */
+    park(&lab, a1); /* a lets go, tail first */
+    park(&lab, a0);
+    park(&lab, b0); /* b0, freed last */
+    ta->n_blocks = tb->n_blocks = 0;
     int want[3] = {a1, a0, b0};
-    for (int k = 0; k < 3; k++) {
-        int parked = lab.pool.n_parked, free_blocks = lab.pool.n_free;
-        int got = hash_chain_evict(&lab.h);
-        ck_assert_msg(got == want[k], "expected eviction %d to take block %d (least recently freed), got %d; hint: "
-                      "hash_chain_evict() takes the oldest end of the LRU queue (h->oldest)", k + 1, want[k], got);
-        ck_assert_msg(lab.pool.n_parked == parked - 1 && lab.pool.n_free == free_blocks + 1 &&
-                          lab.pool.free_stack[lab.pool.n_free - 1] == got,
-                      "expected block %d back on the free stack (%d free, %d parked), got %d free, %d parked; hint: "
-                      "hash_chain_evict() gives it back with block_pool_free_parked()", got, free_blocks + 1,
-                      parked - 1, lab.pool.n_free, lab.pool.n_parked);
-        ck_assert_msg(lab.h.entries[got].id == 0 && !lab.h.entries[got].in_queue,
-                      "expected block %d unregistered and out of the queue, got id %ld, in queue %d; hint: "
-                      "hash_chain_evict() unregisters the block (hash_chain_unregister()): its K/V are about to be "
-                      "overwritten, so no lookup may find it", got, lab.h.entries[got].id, lab.h.entries[got].in_queue);
-        ck_assert_int_eq(lab.h.evictions, k + 1);
-    }
-    uint64_t keys[2];
-    int blocks[2];
-    hash_chain_keys(a, 8, 4, keys);
-    ck_assert_msg(hash_chain_match(&lab.h, a, 9, keys, blocks) == 0,
-                  "expected no hit on evicted blocks; hint: hash_chain_evict() unregisters what it evicts");
+    for (int k = 0; k < 3; k++)
+        expect_eviction(&lab, k + 1, want[k]);
     ck_assert_msg(hash_chain_evict(&lab.h) == -1, "expected -1 from an empty queue; hint: hash_chain_evict()");
+    lab_close(&lab);
+}
+END_TEST
+
+/* Frees, hits and evictions interleaved: a block a request took and let go
+ * again is freed anew, so it moves to the newest end; evictions always
+ * take the oldest end, whatever came in after. */
+START_TEST(evict_follows_frees_and_hits)
+{
+    Lab lab;
+    lab_open(&lab);
+    int x[4] = {1, 1, 1, 1}, y[4] = {2, 2, 2, 2}, z[4] = {3, 3, 3, 3}, w[4] = {4, 4, 4, 4};
+    int bx = lab_cache_sequence(&lab, 0, x, 1)->blocks[0], by = lab_cache_sequence(&lab, 1, y, 1)->blocks[0];
+    int bz = lab_cache_sequence(&lab, 2, z, 1)->blocks[0];
+    park(&lab, bx);
+    park(&lab, by);
+    park(&lab, bz); /* queue, oldest first: x y z */
+    expect_eviction(&lab, 1, bx);
+    /* A hit on y (taken out of the queue, held), then y is let go again. */
+    hash_chain_queue_remove(&lab.h, by);
+    block_pool_hold_parked(&lab.pool, by);
+    park(&lab, by); /* queue: z y */
+    lab.bt.tables[0].n_blocks = 0;
+    int bw = lab_cache_sequence(&lab, 0, w, 1)->blocks[0];
+    park(&lab, bw); /* queue: z y w */
+    expect_eviction(&lab, 2, bz);
+    expect_eviction(&lab, 3, by);
+    expect_eviction(&lab, 4, bw);
+    ck_assert_msg(lab.h.oldest == -1 && lab.h.newest == -1 && lab.h.n_queued == 0,
+                  "expected an empty queue after evicting every parked block, got oldest %d, newest %d, %d queued; "
+                  "hint: hash_chain_evict() takes the block out of the queue (hash_chain_queue_remove())",
+                  lab.h.oldest, lab.h.newest, lab.h.n_queued);
     lab_close(&lab);
 }
 END_TEST
@@ -369,9 +441,9 @@ static void serve(Served *sv, int block_size, int blocks)
     sv->o.kv_budget = (size_t)blocks * (size_t)block_size * model_kv_bytes_per_token(&CFG, sizeof(float));
     ck_assert(serving_run_init(&sv->run, &sv->m, &sv->t, &sv->o, &sv->rf, &err) == 0);
     int rc = prefix_serve(&sv->run, PREFIX_CACHE_HASH, &sv->server, &sv->cache, &err);
-    ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: hash_chain_take(), "
-                  "hash_chain_release() and hash_chain_evict() keep the pool's books (every block held, parked or "
-                  "free)", err.msg);
+    ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: this test runs the whole "
+                  "chapter: hash_chain_take(), hash_chain_release() and hash_chain_evict() keep the pool's books "
+                  "(every block held, parked or free); their tests above name the one at fault", err.msg);
 }
 
 static void served_close(Served *sv)
@@ -379,8 +451,9 @@ static void served_close(Served *sv)
     const BlockPool *p = &sv->server->kv.pool;
     ck_assert_msg(p->n_free + p->n_parked == p->n_blocks && p->n_parked == sv->cache->hash.n_queued,
                   "expected every block free or parked in the queue at the end, got %d free, %d parked, %d queued of "
-                  "%d; hint: hash_chain_release() parks and queues together, hash_chain_evict() unparks and "
-                  "dequeues together", p->n_free, p->n_parked, sv->cache->hash.n_queued, p->n_blocks);
+                  "%d; hint: this test runs the whole chapter: a block is parked and queued together, unparked and "
+                  "dequeued together (the release, take and evict tests above name the function at fault)",
+                  p->n_free, p->n_parked, sv->cache->hash.n_queued, p->n_blocks);
     prefix_cache_close(sv->cache);
     paged_close(sv->server);
     serving_run_free(&sv->run);
@@ -390,17 +463,28 @@ static void served_close(Served *sv)
     mem_free(sv->image);
 }
 
+/* Each request's tokens when it runs alone: the same at every block size,
+ * so computed once per test process. */
+static int solo_tokens[8][80], n_solo_tokens[8], solo_known;
+
 static void expect_solo_tokens(const Served *sv)
 {
+    ck_assert(sv->run.n_reqs <= 8);
     for (int i = 0; i < sv->run.n_reqs; i++) {
         const Request *r = &sv->run.reqs[i];
-        int want[80];
-        int n = test_solo_tokens(&sv->m, &sv->t, r->spec->prompt, r->spec->max_new_tokens, want);
-        int same = n == r->n_tokens - r->n_prompt && memcmp(want, r->tokens + r->n_prompt, (size_t)n * sizeof(int)) == 0;
+        if (!(solo_known & (1 << i))) {
+            n_solo_tokens[i] = test_solo_tokens(&sv->m, &sv->t, r->spec->prompt, r->spec->max_new_tokens,
+                                                solo_tokens[i]);
+            solo_known |= 1 << i;
+        }
+        int n = n_solo_tokens[i];
+        int same = n == r->n_tokens - r->n_prompt &&
+                   memcmp(solo_tokens[i], r->tokens + r->n_prompt, (size_t)n * sizeof(int)) == 0;
         ck_assert_msg(same, "expected request %d (%d preemptions) to give its solo tokens, got different ones; hint: "
-                      "a cached block is used only when its key, chain and tokens agree (hash_chain_find(), "
-                      "hash_chain_match()), and never evicted while a table holds it (hash_chain_take(), "
-                      "hash_chain_release(), hash_chain_evict())", r->spec->id, r->preemptions);
+                      "this test runs the whole chapter: a cached block may be used only when its key, chain and "
+                      "tokens agree (hash_chain_find(), hash_chain_match()), and never evicted while a table holds "
+                      "it (hash_chain_take(), hash_chain_release(), hash_chain_evict()): their tests above name the "
+                      "function at fault", r->spec->id, r->preemptions);
     }
 }
 
@@ -433,8 +517,9 @@ START_TEST(server_saves_exactly_the_shared_full_blocks)
         serve(&sv, bs, 512 / bs);
         long want = expected_hits(&sv.run, bs), got = sv.cache->hit_tokens;
         ck_assert_msg(got == want, "expected %ld prompt positions found cached at block size %d, got %ld; hint: "
-                      "hash_chain_keys() and hash_chain_match() find every full block an earlier prompt shares, up "
-                      "to the first that differs and never the last position", want, bs, got);
+                      "this test runs the whole chapter: every full block an earlier prompt shares must be found, up "
+                      "to the first that differs and never the last position (hash_chain_keys(), "
+                      "hash_chain_match(); their tests above name the function at fault)", want, bs, got);
         expect_solo_tokens(&sv);
         served_close(&sv);
     }
@@ -447,25 +532,32 @@ START_TEST(server_gives_solo_tokens_while_evicting)
     serve(&sv, 4, 20); /* 80 positions: room for the longest request and a little */
     ck_assert_msg(sv.cache->hash.evictions > 0 && sv.cache->hit_tokens > 0,
                   "expected hits and evictions in a pool of 20 blocks, got %ld hit positions and %ld evictions; "
-                  "hint: hash_chain_release() parks cached blocks, hash_chain_evict() gives them back",
+                  "hint: this test runs the whole chapter: hash_chain_release() parks cached blocks, "
+                  "hash_chain_evict() gives them back",
                   sv.cache->hit_tokens, sv.cache->hash.evictions);
     expect_solo_tokens(&sv);
     served_close(&sv);
 }
 END_TEST
 
+/* What the end-to-end tests exercise. */
+#define WHOLE_CHAPTER "chapter 4's server with your hash chain above its pool (every function of the lab)"
+
 Suite *lab_suite(void)
 {
     Suite *s = suite_create("ch05");
-    lab_add_test(s, keys_chain_every_full_block, 10);
-    lab_add_test(s, find_accepts_only_the_exact_block, 10);
-    lab_add_test(s, match_finds_the_longest_cached_run, 10);
-    lab_add_test(s, match_stops_at_the_first_miss, 10);
-    lab_add_test(s, release_parks_cached_blocks_tail_first, 10);
-    lab_add_test(s, release_keeps_blocks_others_hold, 10);
-    lab_add_test(s, take_gets_parked_blocks_out_of_the_queue, 10);
-    lab_add_test(s, evict_takes_the_least_recently_freed, 10);
-    lab_add_test(s, server_saves_exactly_the_shared_full_blocks, 60);
-    lab_add_test(s, server_gives_solo_tokens_while_evicting, 60);
+    lab_add_test(s, keys_chain_every_full_block, LAB_UNIT_S, 1, "hash_chain_keys()");
+    lab_add_test(s, find_accepts_only_the_exact_block, LAB_UNIT_S, 1, "hash_chain_find()");
+    lab_add_test(s, match_finds_the_longest_cached_run, LAB_UNIT_S, 1,
+                 "hash_chain_match() (with your hash_chain_find(): pass its test first)");
+    lab_add_test(s, match_stops_at_the_first_miss, LAB_UNIT_S, 1,
+                 "hash_chain_match() (with your hash_chain_find(): pass its test first)");
+    lab_add_test(s, release_parks_cached_blocks_tail_first, LAB_UNIT_S, 1, "hash_chain_release()");
+    lab_add_test(s, release_keeps_blocks_others_hold, LAB_UNIT_S, 1, "hash_chain_release()");
+    lab_add_test(s, take_gets_parked_blocks_out_of_the_queue, LAB_UNIT_S, 1, "hash_chain_take()");
+    lab_add_test(s, evict_takes_the_least_recently_freed, LAB_UNIT_S, 1, "hash_chain_evict()");
+    lab_add_test(s, evict_follows_frees_and_hits, LAB_UNIT_S, 1, "hash_chain_evict()");
+    lab_add_test(s, server_saves_exactly_the_shared_full_blocks, LAB_RUN_S, 2, WHOLE_CHAPTER);
+    lab_add_test(s, server_gives_solo_tokens_while_evicting, LAB_RUN_S, 2, WHOLE_CHAPTER);
     return s;
 }

@@ -10,15 +10,21 @@
  *                                untouched exercises: stubs must fail)
  *            --results FILE      also write the results in the format of
  *                                Gradescope's autograder (results.json):
- *                                top-level score, and each test with its
- *                                name, score, max_score, status and output
- *                                (what was expected, and the hint)
+ *                                top-level score and output, and each test
+ *                                with its name, score, max_score, status,
+ *                                visibility and output (what was expected,
+ *                                and the hint)
+ *            --note FILE         text for the top-level output of
+ *                                results.json (make lab passes the
+ *                                compiler's warnings)
  *
  * Each test runs alone, in a child process (Check's fork mode) with its own
  * time limit, so a crash or a hang in the student's code fails that test
  * only. What the child printed is captured and shown under the test it
- * belongs to. A score is not an error: without --expect the exit status is
- * 0 whatever the score. */
+ * belongs to. A test scores its points when it passes, 0 otherwise; one
+ * that was skipped (it printed "SKIP: ...") scores 0 too and says why. A
+ * score is not an error: without --expect the exit status is 0 whatever
+ * the score. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -32,16 +38,38 @@
 
 #define MAX_TESTS 128
 #define SHOWN_OUTPUT_LINES 12
+#define NOTE_MAX (16 * 1024)
 
-/* The graded tests, in the order lab_suite() added them. */
-static const char *test_names[MAX_TESTS];
-static double test_timeouts[MAX_TESTS];
+/* The graded tests, in the order lab_suite() (then lab_hidden_tests()) added them. */
+typedef struct {
+    const char *name;
+    double timeout_s;
+    int points;
+    const char *exercises;  /* the function under test, as hints name it */
+    const char *visibility; /* Gradescope's */
+} GradedInfo;
+
+static GradedInfo tests[MAX_TESTS];
 static int n_tests;
 static int registry_frozen; /* lab_suite() is called again for every run */
 static int no_fork;         /* --no-fork: run in this process, for a debugger */
 static const char *program; /* argv[0], for the hints */
+static const char *visibility_now = "visible";
 
-void lab_add_test(Suite *s, const TTest *test, double timeout_s)
+void lab_set_visibility(const char *visibility)
+{
+    static const char *const known[] = {"visible", "hidden", "after_due_date", "after_published"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(visibility, known[i]) == 0) {
+            visibility_now = known[i];
+            return;
+        }
+    fprintf(stderr, "grader: lab_set_visibility(\"%s\"): Gradescope knows visible, hidden, after_due_date and "
+                    "after_published\n", visibility);
+    exit(2);
+}
+
+void lab_add_test(Suite *s, const TTest *test, double timeout_s, int points, const char *exercises)
 {
     TCase *tc = tcase_create(test->name);
     tcase_set_timeout(tc, timeout_s);
@@ -53,9 +81,11 @@ void lab_add_test(Suite *s, const TTest *test, double timeout_s)
         fprintf(stderr, "grader: more than %d lab tests; raise MAX_TESTS in tests/lab/grader.c\n", MAX_TESTS);
         exit(2);
     }
-    test_names[n_tests] = test->name;
-    test_timeouts[n_tests] = timeout_s;
-    n_tests++;
+    if (points < 1 || !exercises || !*exercises) {
+        fprintf(stderr, "grader: test %s: give it 1 point or more and the function it exercises\n", test->name);
+        exit(2);
+    }
+    tests[n_tests++] = (GradedInfo){test->name, timeout_s, points, exercises, visibility_now};
 }
 
 float lab_max_abs_diff(const float *a, const float *b, int n, int *where)
@@ -105,12 +135,17 @@ static char *read_stream(FILE *f)
     return buf;
 }
 
-/* The chapter's tests, then the instructor's hidden ones if linked in. */
+/* The chapter's tests, then the instructor's hidden ones if linked in
+ * (visible only once the results are published, unless they say). */
 static Suite *graded_suite(void)
 {
+    lab_set_visibility("visible");
     Suite *s = lab_suite();
-    if (lab_hidden_tests)
+    if (lab_hidden_tests) {
+        lab_set_visibility("after_published");
         lab_hidden_tests(s);
+        lab_set_visibility("visible");
+    }
     return s;
 }
 
@@ -154,27 +189,28 @@ static int run_one(const char *name, Outcome *o)
 }
 
 /* What a child's death means, for someone who did not expect it. */
-static void explain_error(FILE *out, const char *name, const Outcome *o, double timeout_s)
+static void explain_error(FILE *out, const GradedInfo *t, const Outcome *o)
 {
-    const char *m = o->msg;
+    const char *m = o->msg, *f = t->exercises;
     if (strstr(m, "timeout"))
         fprintf(out, "      did not finish within %.0f s\n"
-               "      hint: a loop that never ends? check the bounds and the step of every loop you wrote\n",
-               timeout_s);
+               "      hint: %s never returned: a loop that never ends? check the bounds and the step of every\n"
+               "            loop in it (a linked list walked without moving on, a counter that never reaches its end)\n",
+               t->timeout_s, f);
     else if (strstr(m, "signal 11") || strstr(m, "signal 7"))
         fprintf(out, "      crashed: %s\n"
-               "      hint: an index outside a buffer? compare your indexing with the shape comments\n"
+               "      hint: in %s, an index outside a buffer? compare the indexing with the shape comments\n"
                "            ([rows][cols]) and the loop bounds; to see where it crashes, run\n"
                "            gdb -ex run --args %s --no-fork %s\n",
-               m, program, name);
+               m, f, program, t->name);
     else if (strstr(m, "signal 8"))
-        fprintf(out, "      crashed: %s\n      hint: an integer division by zero\n", m);
+        fprintf(out, "      crashed: %s\n      hint: an integer division by zero in %s\n", m, f);
     else if (strstr(m, "Early exit"))
         fprintf(out, "      the test process exited early (%s)\n"
-               "      hint: library code must return, never call exit(); a sanitizer report also ends this way\n",
-               m);
+               "      hint: %s must return, never call exit(); a sanitizer report also ends this way\n",
+               m, f);
     else
-        fprintf(out, "      crashed: %s\n", m);
+        fprintf(out, "      crashed: %s (in %s)\n", m, f);
 }
 
 /* Prints n bytes of text indented, also after each newline inside it. */
@@ -240,34 +276,49 @@ static const char *skip_reason(const char *output)
     return why ? why + 2 : skip;
 }
 
-/* Prints one test's result to @p out; returns 1 when it passed. */
-static int report_one(FILE *out, int i, const Outcome *o)
+/* How a test ended, for the score. */
+typedef enum { GRADE_FAILED, GRADE_PASSED, GRADE_SKIPPED } Grade;
+
+/* "  [3 points]" after the name of a test worth more than one. */
+static void points_note(const GradedInfo *t, char *buf, size_t n)
 {
-    const char *name = test_names[i];
+    buf[0] = '\0';
+    if (t->points > 1)
+        snprintf(buf, n, "  [%d points]", t->points);
+}
+
+/* Prints one test's result to @p out. */
+static Grade report_one(FILE *out, const GradedInfo *t, const Outcome *o)
+{
+    char pts[32];
+    points_note(t, pts, sizeof pts);
     if (o->rtype == CK_PASS) {
         const char *skip = skip_reason(o->output);
-        if (skip)
-            fprintf(out, "PASS  %s (skipped: %.*s)\n", name, (int)strcspn(skip, "\n"), skip);
-        else
-            fprintf(out, "PASS  %s\n", name);
-        return 1;
+        if (!skip) {
+            fprintf(out, "PASS  %s%s\n", t->name, pts);
+            return GRADE_PASSED;
+        }
+        fprintf(out, "SKIP  %s%s  (not run: 0 of %d point%s)\n      why: %.*s\n"
+                "      hint: a test that did not run earns nothing; put the file it names in models/ and grade again\n",
+                t->name, pts, t->points, t->points == 1 ? "" : "s", (int)strcspn(skip, "\n"), skip);
+        return GRADE_SKIPPED;
     }
     if (o->rtype == CK_ERROR) {
-        fprintf(out, "FAIL  %s  (after %s)\n", name, o->where);
-        explain_error(out, name, o, test_timeouts[i]);
+        fprintf(out, "FAIL  %s%s  (after %s)\n", t->name, pts, o->where);
+        explain_error(out, t, o);
     } else {
-        fprintf(out, "FAIL  %s  (%s)\n", name, o->where);
+        fprintf(out, "FAIL  %s%s  (%s)\n", t->name, pts, o->where);
         print_failure(out, o);
     }
     print_output(out, o->output);
-    return 0;
+    return GRADE_FAILED;
 }
 
 /* One test's result for results.json: the report as printed, each line
  * without its indentation (Gradescope shows the text as it is). */
 typedef struct {
     int run;     /* 1 when the test was run */
-    int passed;  /* 1 when it passed */
+    Grade grade; /* how it ended */
     char *text;  /* what report_one() printed (malloc'd) */
 } GradedTest;
 
@@ -289,9 +340,9 @@ static char *unindented(const char *text)
     return copy;
 }
 
-/* results.json as Gradescope's autograder reads it: each graded test one
- * point, the score their sum. */
-static int write_results(const char *path, const char *title, const GradedTest *g, int passed)
+/* results.json as Gradescope's autograder reads it: each test its points
+ * when passed (0 when failed or skipped), the score their sum. */
+static int write_results(const char *path, const char *output, const GradedTest *g, int score)
 {
     /* A temporary file renamed into place: an autograder never reads half
      * a results.json, and a failed write leaves the previous one. */
@@ -305,18 +356,19 @@ static int write_results(const char *path, const char *title, const GradedTest *
     JsonWriter j;
     json_init(&j, f, 1);
     json_begin_object(&j, NULL);
-    json_double(&j, "score", (double)passed);
-    json_string(&j, "output", title);
+    json_double(&j, "score", (double)score);
+    json_string(&j, "output", output);
     json_begin_array(&j, "tests");
     for (int i = 0; i < n_tests; i++) {
         if (!g[i].run)
             continue;
         char *text = unindented(g[i].text ? g[i].text : "");
         json_begin_object(&j, NULL);
-        json_string(&j, "name", test_names[i]);
-        json_double(&j, "score", g[i].passed ? 1.0 : 0.0);
-        json_double(&j, "max_score", 1.0);
-        json_string(&j, "status", g[i].passed ? "passed" : "failed");
+        json_string(&j, "name", tests[i].name);
+        json_double(&j, "score", g[i].grade == GRADE_PASSED ? (double)tests[i].points : 0.0);
+        json_double(&j, "max_score", (double)tests[i].points);
+        json_string(&j, "status", g[i].grade == GRADE_PASSED ? "passed" : "failed");
+        json_string(&j, "visibility", tests[i].visibility);
         json_string(&j, "output", text ? text : "");
         json_end_object(&j);
         free(text);
@@ -329,6 +381,26 @@ static int write_results(const char *path, const char *title, const GradedTest *
         return -1;
     }
     return 0;
+}
+
+/* The top-level output of results.json: the title, the score line, and
+ * the note (the compiler's warnings), if any. */
+static char *top_output(const char *title, const char *score_line, const char *note_path)
+{
+    char note[NOTE_MAX] = "";
+    if (note_path) {
+        FILE *f = fopen(note_path, "r");
+        if (f) {
+            size_t n = fread(note, 1, sizeof note - 1, f);
+            note[n] = '\0';
+            fclose(f);
+        }
+    }
+    size_t len = strlen(title) + strlen(score_line) + strlen(note) + 4;
+    char *text = malloc(len);
+    if (text)
+        snprintf(text, len, "%s\n%s%s%s", title, score_line, *note ? "\n" : "", note);
+    return text;
 }
 
 static int wanted(const char *name, int n_selected, char **selected)
@@ -344,42 +416,55 @@ static int wanted(const char *name, int n_selected, char **selected)
 static int known_test(const char *name)
 {
     for (int i = 0; i < n_tests; i++)
-        if (strcmp(test_names[i], name) == 0)
+        if (strcmp(tests[i].name, name) == 0)
             return 1;
     return 0;
 }
 
 static void usage(FILE *f, const char *prog)
 {
-    fprintf(f, "usage: %s [--title TEXT] [--expect full|incomplete] [--results FILE] [--no-fork] [TEST...]\n", prog);
+    fprintf(f, "usage: %s [--title TEXT] [--expect full|incomplete] [--results FILE] [--note FILE] [--no-fork] "
+               "[TEST...]\n", prog);
 }
 
-int main(int argc, char **argv)
+/* Options; returns the index of the first test name, or -1 (exit 2) / -2 (help). */
+static int parse_args(int argc, char **argv, const char **title, const char **expect, const char **results,
+                      const char **note)
 {
-    const char *title = "lab", *expect = NULL, *results = NULL;
-    program = argv[0];
-    int first_test = 1;
-    for (; first_test < argc && strncmp(argv[first_test], "--", 2) == 0; first_test++) {
-        const char *opt = argv[first_test];
+    int i = 1;
+    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
+        const char *opt = argv[i];
         if (strcmp(opt, "--help") == 0) {
             usage(stdout, argv[0]);
-            return 0;
+            return -2;
         }
         if (strcmp(opt, "--no-fork") == 0) {
             no_fork = 1;
             continue;
         }
-        if (first_test + 1 == argc || (strcmp(opt, "--title") && strcmp(opt, "--expect") && strcmp(opt, "--results"))) {
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        const char **slot = strcmp(opt, "--title") == 0     ? title
+                            : strcmp(opt, "--expect") == 0  ? expect
+                            : strcmp(opt, "--results") == 0 ? results
+                            : strcmp(opt, "--note") == 0    ? note
+                                                            : NULL;
+        if (!slot || !value) {
             usage(stderr, argv[0]);
-            return 2;
+            return -1;
         }
-        if (strcmp(opt, "--title") == 0)
-            title = argv[++first_test];
-        else if (strcmp(opt, "--results") == 0)
-            results = argv[++first_test];
-        else
-            expect = argv[++first_test];
+        *slot = value;
+        i++;
     }
+    return i;
+}
+
+int main(int argc, char **argv)
+{
+    const char *title = "lab", *expect = NULL, *results = NULL, *note = NULL;
+    program = argv[0];
+    int first_test = parse_args(argc, argv, &title, &expect, &results, &note);
+    if (first_test < 0)
+        return first_test == -2 ? 0 : 2;
     if (expect && strcmp(expect, "full") && strcmp(expect, "incomplete")) {
         fprintf(stderr, "grader: --expect takes full or incomplete, not '%s'\n", expect);
         return 2;
@@ -401,20 +486,20 @@ int main(int argc, char **argv)
         if (!known_test(argv[i])) {
             fprintf(stderr, "grader: no lab test named '%s'; the tests are:", argv[i]);
             for (int t = 0; t < n_tests; t++)
-                fprintf(stderr, " %s", test_names[t]);
+                fprintf(stderr, " %s", tests[t].name);
             fprintf(stderr, "\n");
             return 2;
         }
 
     printf("%s\n", title);
     static GradedTest graded[MAX_TESTS];
-    int run = 0, passed = 0;
+    int run = 0, passed = 0, skipped = 0, score = 0, max_score = 0;
     for (int i = 0; i < n_tests; i++) {
-        if (!wanted(test_names[i], argc - first_test, argv + first_test))
+        if (!wanted(tests[i].name, argc - first_test, argv + first_test))
             continue;
         Outcome o;
-        if (run_one(test_names[i], &o)) {
-            fprintf(stderr, "grader: could not run test %s\n", test_names[i]);
+        if (run_one(tests[i].name, &o)) {
+            fprintf(stderr, "grader: could not run test %s\n", tests[i].name);
             free(o.output);
             return 2;
         }
@@ -422,8 +507,11 @@ int main(int argc, char **argv)
         size_t len = 0;
         FILE *report = open_memstream(&graded[i].text, &len);
         graded[i].run = 1;
-        graded[i].passed = report_one(report ? report : stdout, i, &o);
-        passed += graded[i].passed;
+        graded[i].grade = report_one(report ? report : stdout, &tests[i], &o);
+        passed += graded[i].grade == GRADE_PASSED;
+        skipped += graded[i].grade == GRADE_SKIPPED;
+        score += graded[i].grade == GRADE_PASSED ? tests[i].points : 0;
+        max_score += tests[i].points;
         if (report) {
             fclose(report);
             fputs(graded[i].text, stdout);
@@ -431,18 +519,25 @@ int main(int argc, char **argv)
         fflush(stdout);
         free(o.output);
     }
-    printf("Score: %d/%d\n", passed, run);
-    int results_failed = results && write_results(results, title, graded, passed) != 0;
+    char score_line[256];
+    snprintf(score_line, sizeof score_line, "Score: %d/%d", score, max_score);
+    printf("%s\n", score_line);
+    if (passed < run)
+        printf("(%d of %d tests passed%s)\n", passed, run,
+               skipped ? "; a skipped test did not run and scores 0, not its points" : "");
+    char *output = results ? top_output(title, score_line, note) : NULL;
+    int results_failed = results && write_results(results, output ? output : title, graded, score) != 0;
+    free(output);
     for (int i = 0; i < n_tests; i++)
         free(graded[i].text);
     if (results_failed)
         return 2;
 
-    if (expect && strcmp(expect, "full") == 0 && passed < run) {
-        fprintf(stderr, "grader: expected full marks, got %d/%d\n", passed, run);
+    if (expect && strcmp(expect, "full") == 0 && score < max_score) {
+        fprintf(stderr, "grader: expected full marks, got %d/%d\n", score, max_score);
         return 1;
     }
-    if (expect && strcmp(expect, "incomplete") == 0 && passed == run) {
+    if (expect && strcmp(expect, "incomplete") == 0 && score == max_score) {
         fprintf(stderr, "grader: expected a failing score, but all %d tests passed: the lab tests do not catch the stubs\n",
                 run);
         return 1;

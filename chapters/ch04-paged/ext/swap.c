@@ -95,21 +95,35 @@ void swap_forget_block(SwapSpace *sw, int block)
     sw->exact[block] = 0;
 }
 
-/* A slot whose last table let go: free again, and unlinked. */
+/* Slots are handed out and taken back by the chapter's own allocator
+ * (block_pool_alloc(), block_pool_release()), run over the swap space's
+ * books: a pool whose blocks are the slots, with no bytes of its own. */
+static BlockPool slot_books(const SwapSpace *sw)
+{
+    return (BlockPool){.n_blocks = sw->n_slots, .free_stack = sw->free_stack, .n_free = sw->n_free,
+                       .ref_count = sw->ref_count};
+}
+
+/* A swapped-out table lets go of a slot; when it was the last, the slot
+ * is free again and unlinked. */
 static void release_slot(SwapSpace *sw, int slot)
 {
-    if (--sw->ref_count[slot] > 0)
+    BlockPool books = slot_books(sw);
+    int holders = block_pool_release(&books, slot);
+    sw->n_free = books.n_free;
+    if (holders != 0)
         return;
     if (sw->device_copy[slot] >= 0)
         sw->host_copy[sw->device_copy[slot]] = -1;
     sw->device_copy[slot] = -1;
-    sw->free_stack[sw->n_free++] = slot;
 }
 
+/* A free slot with one holder (swap_slots_needed() said there is one). */
 static int take_slot(SwapSpace *sw)
 {
-    int slot = sw->free_stack[--sw->n_free];
-    sw->ref_count[slot] = 1;
+    BlockPool books = slot_books(sw);
+    int slot = block_pool_alloc(&books);
+    sw->n_free = books.n_free;
     return slot;
 }
 
@@ -166,7 +180,8 @@ static int slot_for_block(SwapSpace *sw, const BlockPool *p, ServingRun *run, in
 {
     int slot = exact_copy(sw, block);
     if (slot >= 0) {
-        sw->ref_count[slot]++;
+        BlockPool books = slot_books(sw);
+        block_pool_retain(&books, slot);
         return slot;
     }
     slot = take_slot(sw);
