@@ -133,16 +133,20 @@ space := $(empty) $(empty)
 CUDA_OK :=
 CUDA_NO_GPU :=
 ifneq ($(CUDA),0)
+# nvcc is run by its real path: through a symbolic link in another folder
+# (a /usr/bin/nvcc) it looks for its own tools (cicc) beside the link and
+# does not find them.
 ifeq ($(origin NVCC),undefined)
-NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || \
-                ls -d /usr/local/cuda-*/bin/nvcc 2>/dev/null | sort -V | tail -n 1)
+NVCC_FOUND := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || \
+                      ls -d /usr/local/cuda-*/bin/nvcc 2>/dev/null | sort -V | tail -n 1)
+NVCC := $(or $(realpath $(NVCC_FOUND)),$(NVCC_FOUND))
 endif
 ifeq ($(CUDA),auto)
 GPU_PRESENT := $(shell { test -e /dev/nvidia0 || PATH="$$PATH:/usr/local/nvidia/bin" timeout 10 nvidia-smi -L 2>/dev/null | grep -q '^GPU'; } && echo yes)
 endif
 # The toolkit is the folder above nvcc's bin/, found through symbolic
 # links (a /usr/bin/nvcc that links into /usr/local/cuda-13.0/bin is that
-# toolkit); the first of nvcc's real folder, its folder as named and
+# toolkit): the first of nvcc's real folder, its folder as named and
 # /usr/local/cuda that holds the headers.
 NVCC_REAL := $(realpath $(shell command -v '$(NVCC)' 2>/dev/null))
 CUDA_HOME_CANDIDATES := $(patsubst %/bin/nvcc,%,$(filter %/bin/nvcc,$(NVCC_REAL) $(NVCC))) /usr/local/cuda
@@ -314,7 +318,7 @@ endif
 # through the emulator in ../shared/tools/cuda-emu (one fiber per GPU
 # thread; see scripts/emu-check.sh): kernel-check --quick, the GPU suites
 # and a dry run of scripts/gpu-check.sh; EMU_FULL=1 runs every kernel-check
-# case (263: 393 s instead of 1 s on 2 cores), EMU_BUILD_ONLY=1 only builds
+# case (the full shapes too: many minutes on 2 cores), EMU_BUILD_ONLY=1 only builds
 # build/emu/. SKIP when the emulator or a CUDA toolkit's headers are absent.
 EMU_DIR ?= ../shared/tools/cuda-emu
 emu-check: deps
