@@ -26,7 +26,7 @@ typedef struct {
     int version;              /**< 1.. */
     const char *version_name; /**< e.g. "block-reduce" */
     int supported;            /**< 0: this version does not take this shape (not an error) */
-    double max_error;         /**< worst error over all outputs (relative: see cases.c) */
+    double max_error;         /**< worst error over all outputs (how it is measured: kcase.h) */
     double tolerance;         /**< the case fails above this */
     long long outputs;        /**< numbers compared */
     int passed;               /**< max_error <= tolerance */
