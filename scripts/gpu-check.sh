@@ -381,6 +381,9 @@ unpack_debs() {
                 ar p "$deb" "$data" | tar -x --zstd -f - -C "$DEBS_PREFIX" || return 1
         fi
     done
+    # the development packages' .so links point into runtime packages not
+    # carried (the archives are linked statically): no dangling links left
+    find "$DEBS_PREFIX" -xtype l -delete
 }
 debs_file() { find "$DEBS_PREFIX" -name "$1" | head -n 1; }
 
