@@ -27,17 +27,25 @@
  *    score storage, any length. Teaches: memory-bound kernels want wide,
  *    coalesced loads and a single pass; the online softmax makes that
  *    possible (the idea behind FlashAttention and flash-decoding).
+ * v4 "split": v3's loop over partitions of KVK_SPLIT_PARTITION positions,
+ *    a block per (entry, head, partition) leaving a partial result in
+ *    scratch, then a merge kernel (kvk_split_reduce). The contiguous twin of
+ *    PagedAttention v2: with both, kernel-check compares paged with
+ *    contiguous split against split, and one-pass (v3) against one-pass
+ *    (PagedAttention v1), so that the ratio measures the paging alone.
  *
  * Accumulation is f32 whatever the cache's type; results differ from the
- * reference by rounding only (tolerances in kernels/check/cases.c). */
+ * reference by rounding only (the tolerance and its reason:
+ * kernels/check/attention_check.c). */
 #include "kernel_common.cuh"
 
 extern "C" const KvkVersion kvk_attention_versions[] = {
     {"thread-per-head", "the CPU loop, one thread per (entry, head), scores in global scratch"},
     {"block-softmax", "a block per (entry, head), scores in shared memory, block reductions"},
     {"online-softmax", "a block per (entry, head), one pass, coalesced 16-byte loads, groups merged"},
+    {"split", "v3 over partitions of the sequence in parallel, then a merge kernel"},
 };
-extern "C" const int kvk_attention_n_versions = 3;
+extern "C" const int kvk_attention_n_versions = 4;
 
 /* Everything a kernel needs to find its query, keys, values and output. */
 template <typename T> struct AttentionArgs {
@@ -48,8 +56,9 @@ template <typename T> struct AttentionArgs {
     const long long *base_row;
     const int *pos;
     int n, n_heads, kv_mul, head_dim, kv_dim;
-    float *scratch;
-    int scratch_stride;
+    float *scratch;     /* v1: [pairs][max_pos] scores; v4: the partials (kvk_split_reduce) */
+    int scratch_stride; /* v1: max_pos */
+    int max_parts;      /* v4: partitions of max_pos */
 };
 
 template <typename T> __global__ void attention_v1(AttentionArgs<T> a)
@@ -121,21 +130,26 @@ template <typename T> __global__ void attention_v2(AttentionArgs<T> a)
 
 template <typename T, int NV> __global__ void attention_v3(AttentionArgs<T> a, int lanes)
 {
-    extern __shared__ float merge[]; /* [groups][head_dim + 2] */
-    constexpr int VEC = Vec16<T>::size;
+    extern __shared__ float merge[]; /* kvk_merge_floats(groups, 1, head_dim) */
     int pair = blockIdx.x, i = pair / a.n_heads, h = pair % a.n_heads, hd = a.head_dim;
-    const float *q = a.q + (long long)i * a.n_heads * hd + h * hd;
-    long long column = (long long)(h / a.kv_mul) * hd;
+    long long at = (long long)i * a.n_heads * hd + h * hd, column = (long long)(h / a.kv_mul) * hd;
     KvkContiguousRows rows = {a.base_row[i]};
-    KvkGroupState<NV, VEC> s;
-    kvk_group_attend<T, NV>(s, q, a.k + column, a.v + column, a.kv_dim, rows, 0, a.pos[i] + 1, lanes,
-                            1.0f / sqrtf((float)hd));
-    float M, L;
-    kvk_block_merge<NV, VEC>(s, merge, hd, lanes, &M, &L);
-    float *out = a.out + (long long)i * a.n_heads * hd + h * hd;
-    int groups = blockDim.x / lanes;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x)
-        out[d] = kvk_merged_acc(merge, groups, hd, d, M) / L;
+    kvk_attend_one_pass<T, NV>(a.out + at, a.q + at, a.k + column, a.v + column, a.kv_dim, rows, a.pos[i] + 1, hd,
+                               lanes, merge);
+}
+
+/* v4: v3 over one partition; the partial results go to scratch
+ * (m, l: [pairs][max_parts]; acc: [pairs][max_parts][head_dim]). */
+template <typename T, int NV> __global__ void attention_v4_partition(AttentionArgs<T> a, int lanes)
+{
+    extern __shared__ float merge[]; /* kvk_merge_floats(groups, 1, head_dim) */
+    int pair = blockIdx.x, i = pair / a.n_heads, h = pair % a.n_heads, hd = a.head_dim;
+    long long at = (long long)i * a.n_heads * hd + h * hd, column = (long long)(h / a.kv_mul) * hd;
+    long long slots = (long long)a.n * a.n_heads * a.max_parts;
+    KvkContiguousRows rows = {a.base_row[i]};
+    kvk_attend_partition<T, NV>(a.scratch, a.scratch + slots, a.scratch + 2 * slots,
+                                (long long)pair * a.max_parts + blockIdx.y, a.q + at, a.k + column, a.v + column,
+                                a.kv_dim, rows, a.pos[i] + 1, blockIdx.y, hd, lanes, merge);
 }
 
 /* Largest dynamic shared memory a block may ask for without opting in. */
@@ -143,7 +157,12 @@ template <typename T, int NV> __global__ void attention_v3(AttentionArgs<T> a, i
 
 static size_t v3_shared_bytes(int head_dim, int lanes)
 {
-    return (size_t)(KVK_ATTENTION_THREADS / lanes) * (size_t)(head_dim + 2) * sizeof(float);
+    return kvk_merge_floats(KVK_ATTENTION_THREADS / lanes, 1, head_dim) * sizeof(float);
+}
+
+static int split_partitions(int max_pos)
+{
+    return (max_pos + KVK_SPLIT_PARTITION - 1) / KVK_SPLIT_PARTITION;
 }
 
 extern "C" int kvk_attention_supports(int version, Dtype t, KvkHeads h, int max_pos)
@@ -157,13 +176,19 @@ extern "C" int kvk_attention_supports(int version, Dtype t, KvkHeads h, int max_
     case 2: /* the scores, plus the reductions' 2 x 32 floats of static shared memory */
         return (size_t)max_pos * sizeof(float) + 64 * sizeof(float) <= DEFAULT_SHARED_LIMIT;
     case 3: return kvk_group_shape(h.head_dim, (int)dtype_bytes(t), &lanes, &vectors);
+    case 4: return kvk_group_shape(h.head_dim, (int)dtype_bytes(t), &lanes, &vectors) && split_partitions(max_pos) <= 65535;
     default: return 0;
     }
 }
 
 extern "C" size_t kvk_attention_scratch_floats(int version, int n, int max_pos, KvkHeads h)
 {
-    return version == 1 ? (size_t)n * (size_t)h.n_heads * (size_t)max_pos : 0;
+    size_t pairs = (size_t)n * (size_t)h.n_heads;
+    if (version == 1)
+        return pairs * (size_t)max_pos;
+    if (version == 4)
+        return pairs * (size_t)split_partitions(max_pos) * (size_t)(h.head_dim + 2);
+    return 0;
 }
 
 extern "C" int kvk_attention_pick(Dtype t, KvkHeads h, int max_pos)
@@ -174,10 +199,16 @@ extern "C" int kvk_attention_pick(Dtype t, KvkHeads h, int max_pos)
     return 0;
 }
 
-template <typename T, int NV> static void launch_v3(const AttentionArgs<T> &a, int lanes, cudaStream_t stream)
+template <typename T, int NV>
+static void launch_v3(int version, const AttentionArgs<T> &a, int lanes, cudaStream_t stream)
 {
-    attention_v3<T, NV><<<a.n * a.n_heads, KVK_ATTENTION_THREADS, v3_shared_bytes(a.head_dim, lanes), stream>>>(
-        a, lanes);
+    size_t shared = v3_shared_bytes(a.head_dim, lanes);
+    if (version == 3) {
+        attention_v3<T, NV><<<a.n * a.n_heads, KVK_ATTENTION_THREADS, shared, stream>>>(a, lanes);
+        return;
+    }
+    dim3 grid((unsigned)(a.n * a.n_heads), (unsigned)a.max_parts);
+    attention_v4_partition<T, NV><<<grid, KVK_ATTENTION_THREADS, shared, stream>>>(a, lanes);
 }
 
 template <typename T>
@@ -195,18 +226,29 @@ static int attention_launch(int version, AttentionArgs<T> a, int max_pos, cudaSt
     }
     int lanes = 0, vectors = 0;
     kvk_group_shape(a.head_dim, (int)sizeof(T), &lanes, &vectors);
+    a.max_parts = split_partitions(max_pos);
     switch (vectors) {
-    case 1: launch_v3<T, 1>(a, lanes, stream); break;
-    case 2: launch_v3<T, 2>(a, lanes, stream); break;
-    case 3: launch_v3<T, 3>(a, lanes, stream); break;
-    case 4: launch_v3<T, 4>(a, lanes, stream); break;
-    case 5: launch_v3<T, 5>(a, lanes, stream); break;
-    case 6: launch_v3<T, 6>(a, lanes, stream); break;
-    case 7: launch_v3<T, 7>(a, lanes, stream); break;
-    case 8: launch_v3<T, 8>(a, lanes, stream); break;
-    default: return err_set(err, "attention v3: head_dim %d cannot be split into 16-byte vectors", a.head_dim);
+    case 1: launch_v3<T, 1>(version, a, lanes, stream); break;
+    case 2: launch_v3<T, 2>(version, a, lanes, stream); break;
+    case 3: launch_v3<T, 3>(version, a, lanes, stream); break;
+    case 4: launch_v3<T, 4>(version, a, lanes, stream); break;
+    case 5: launch_v3<T, 5>(version, a, lanes, stream); break;
+    case 6: launch_v3<T, 6>(version, a, lanes, stream); break;
+    case 7: launch_v3<T, 7>(version, a, lanes, stream); break;
+    case 8: launch_v3<T, 8>(version, a, lanes, stream); break;
+    default: return err_set(err, "attention v%d: head_dim %d cannot be split into 16-byte vectors", version, a.head_dim);
     }
-    return KVK_CHECK_LAUNCH(err, "attention v3");
+    if (KVK_CHECK_LAUNCH(err, version == 3 ? "attention v3" : "attention v4 (partitions)"))
+        return -1;
+    if (version == 3)
+        return 0;
+    long long slots = (long long)pairs * a.max_parts;
+    float *m = a.scratch, *l = a.scratch + slots, *acc = a.scratch + 2 * slots;
+    kvk_split_reduce<void><<<(unsigned)pairs, kvk_split_reduce_threads(a.head_dim),
+                             (size_t)a.max_parts * sizeof(float), stream>>>(a.out, m, l, acc, a.pos, a.n_heads,
+                                                                            a.head_dim, a.max_parts,
+                                                                            KVK_SPLIT_PARTITION);
+    return KVK_CHECK_LAUNCH(err, "attention v4 (merge)");
 }
 
 extern "C" int kvk_attention(int version, Dtype t, float *out, const float *q, const void *k_layer,
@@ -220,25 +262,26 @@ extern "C" int kvk_attention(int version, Dtype t, float *out, const float *q, c
     if (n < 0 || !kvk_attention_supports(version, t, h, max_pos))
         return err_set(err, "attention v%d: unsupported shape (n %d, heads %d/%d, head_dim %d, %d positions, %s)",
                        version, n, h.n_heads, h.n_kv_heads, h.head_dim, max_pos, dtype_name(t));
-    if (version == 1 && !scratch)
-        return err_set(err, "attention v1: needs scratch of %zu floats", kvk_attention_scratch_floats(1, n, max_pos, h));
+    if ((version == 1 || version == 4) && !scratch)
+        return err_set(err, "attention v%d: needs scratch of %zu floats", version,
+                       kvk_attention_scratch_floats(version, n, max_pos, h));
     switch (t) {
     case DTYPE_F32: {
         AttentionArgs<float> a = {out, q, (const float *)k_layer, (const float *)v_layer, base_row, pos, n,
                                   h.n_heads, h.n_heads / h.n_kv_heads, h.head_dim, h.n_kv_heads * h.head_dim,
-                                  scratch, 0};
+                                  scratch, 0, 0};
         return attention_launch(version, a, max_pos, stream, err);
     }
     case DTYPE_F16: {
         AttentionArgs<__half> a = {out, q, (const __half *)k_layer, (const __half *)v_layer, base_row, pos, n,
                                    h.n_heads, h.n_heads / h.n_kv_heads, h.head_dim, h.n_kv_heads * h.head_dim,
-                                   scratch, 0};
+                                   scratch, 0, 0};
         return attention_launch(version, a, max_pos, stream, err);
     }
     default: {
         AttentionArgs<__nv_bfloat16> a = {out, q, (const __nv_bfloat16 *)k_layer, (const __nv_bfloat16 *)v_layer,
                                           base_row, pos, n, h.n_heads, h.n_heads / h.n_kv_heads, h.head_dim,
-                                          h.n_kv_heads * h.head_dim, scratch, 0};
+                                          h.n_kv_heads * h.head_dim, scratch, 0, 0};
         return attention_launch(version, a, max_pos, stream, err);
     }
     }

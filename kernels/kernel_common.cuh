@@ -14,16 +14,26 @@
 
 #include "kernels.h"
 
+/* nvcc defines __launch_bounds__; the CPU emulator's g++ does not, and has
+ * no registers to bound. */
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+
 /* Checks the launch just queued: a bad configuration (too many threads,
- * too much shared memory) is reported here, with the caller's file:line. */
+ * too much shared memory) is reported here, with the caller's file:line.
+ * cudaGetLastError() also returns a fault of an EARLIER kernel or copy (an
+ * illegal address, say) once the runtime has seen it, and such a fault is
+ * sticky: every later call returns it. The launch checked here did not
+ * cause it, so the message says so instead of blaming this kernel. */
 #define KVK_CHECK_LAUNCH(err, what) kvk_check_launch((err), (what), __FILE__, __LINE__)
 
 static inline int kvk_check_launch(Err *err, const char *what, const char *file, int line)
 {
     cudaError_t rc = cudaGetLastError();
-    if (rc != cudaSuccess)
-        return err_set(err, "%s:%d: launching %s: %s", file, line, what, cudaGetErrorString(rc));
-    return 0;
+    if (rc == cudaSuccess)
+        return 0;
+    return kvk_launch_error(err, (int)rc, what, file, line);
 }
 
 /* Refuses a version number outside 1..n with a message that names the op. */
@@ -75,6 +85,23 @@ template <typename T> struct alignas(16) Vec16 {
         *reinterpret_cast<int4 *>(p) = bits;
     }
 };
+
+/* A 16-byte load of K or V, which a kernel reads once and never again:
+ * ld.global.cs ("cache streaming", evict first), so that the rows streamed
+ * through L2 do not push out what is read again (the query, the block
+ * table, the other kernels' weights). The CPU emulator compiles device code
+ * as host code (no __CUDA_ARCH__): a plain load there. */
+template <typename T> __device__ __forceinline__ Vec16<T> kvk_load_stream(const T *p)
+{
+    Vec16<T> r;
+#ifdef __CUDA_ARCH__
+    int4 bits = __ldcs(reinterpret_cast<const int4 *>(p));
+#else
+    int4 bits = *reinterpret_cast<const int4 *>(p);
+#endif
+    memcpy(&r.v, &bits, sizeof bits);
+    return r;
+}
 
 /* ------------------------------------------------------------ reductions */
 
@@ -218,11 +245,12 @@ template <int NV, int VEC> struct KvkGroupState {
  * times in every lane, so the shuffles never miss a lane).
  *
  * q_head: [head_dim] f32; k_head, v_head: the cache layer offset to this
- * K/V head's columns, rows kv_dim apart. */
+ * K/V head's columns, rows kv_dim apart, read once (streaming loads). */
 template <typename T, int NV, typename Rows>
-__device__ __forceinline__ void kvk_group_attend(KvkGroupState<NV, Vec16<T>::size> &s, const float *q_head,
-                                                 const T *k_head, const T *v_head, long long kv_dim, Rows rows,
-                                                 int t_begin, int t_end, int lanes, float scale)
+__device__ __forceinline__ void kvk_group_attend(KvkGroupState<NV, Vec16<T>::size> &s, const float *__restrict__ q_head,
+                                                 const T *__restrict__ k_head, const T *__restrict__ v_head,
+                                                 long long kv_dim, Rows rows, int t_begin, int t_end, int lanes,
+                                                 float scale)
 {
     constexpr int VEC = Vec16<T>::size;
     const int group = threadIdx.x / lanes, lane = threadIdx.x % lanes;
@@ -252,7 +280,7 @@ __device__ __forceinline__ void kvk_group_attend(KvkGroupState<NV, Vec16<T>::siz
             const T *k_row = k_head + row * kv_dim;
 #pragma unroll
             for (int c = 0; c < NV; c++) {
-                Vec16<T> kv = Vec16<T>::load(k_row + (lane + c * lanes) * VEC);
+                Vec16<T> kv = kvk_load_stream(k_row + (lane + c * lanes) * VEC);
 #pragma unroll
                 for (int e = 0; e < VEC; e++)
                     dot += q[c][e] * kvk_to_f32(kv.v[e]);
@@ -272,7 +300,7 @@ __device__ __forceinline__ void kvk_group_attend(KvkGroupState<NV, Vec16<T>::siz
         const T *v_row = v_head + row * kv_dim;
 #pragma unroll
         for (int c = 0; c < NV; c++) {
-            Vec16<T> vv = Vec16<T>::load(v_row + (lane + c * lanes) * VEC);
+            Vec16<T> vv = kvk_load_stream(v_row + (lane + c * lanes) * VEC);
 #pragma unroll
             for (int e = 0; e < VEC; e++)
                 s.acc[c][e] = s.acc[c][e] * rescale + p * kvk_to_f32(vv.v[e]);
@@ -280,48 +308,191 @@ __device__ __forceinline__ void kvk_group_attend(KvkGroupState<NV, Vec16<T>::siz
     }
 }
 
-/* Merges the groups' states of a block. `shared` holds
- * groups x (head_dim + 2) floats. Afterwards every thread can read the
- * merged maximum (*M), sum (*L) and, for d < head_dim, the unnormalised
- * sum acc[d] from `shared` (see kvk_merged_acc()). Every thread of the block
- * must call it. */
-template <int NV, int VEC>
-__device__ __forceinline__ void kvk_block_merge(const KvkGroupState<NV, VEC> &s, float *shared, int head_dim,
+/* ------------------------------------------------ merging in a block
+ *
+ * At the end of its keys every group holds a state per head. The block
+ * merges them in shared memory, one region per head:
+ *
+ *     [groups] m, [groups] l, [groups] w, [groups][head_dim] acc
+ *
+ * where w is each group's weight in the merge, e^(m_g - M), computed once
+ * per group (not once per element of the output). */
+
+/* Floats of shared memory the merge of `heads` heads needs. */
+static inline size_t kvk_merge_floats(int groups, int heads, int head_dim)
+{
+    return (size_t)groups * (size_t)heads * (size_t)(head_dim + 3);
+}
+
+/* The region of head h in the merge's shared memory. */
+__device__ __forceinline__ float *kvk_merge_region(float *shared, int h, int groups, int head_dim)
+{
+    return shared + (size_t)h * groups * (head_dim + 3);
+}
+
+/* Merges the states of the block's groups for H heads (s[h]: this
+ * thread's state for head h; `shared`: kvk_merge_floats(groups, H,
+ * head_dim) floats). Afterwards every thread has each head's merged
+ * maximum M[h] and sum L[h], and reads element d of its unnormalised
+ * weighted sum with kvk_merged_acc(). Every thread of the block must call
+ * it. */
+template <int NV, int VEC, int H>
+__device__ __forceinline__ void kvk_block_merge(const KvkGroupState<NV, VEC> *s, float *shared, int head_dim,
                                                 int lanes, float *M, float *L)
 {
     const int group = threadIdx.x / lanes, lane = threadIdx.x % lanes;
     const int groups = blockDim.x / lanes;
-    float *g_m = shared;                       /* [groups] */
-    float *g_l = shared + groups;              /* [groups] */
-    float *g_acc = shared + 2 * groups;        /* [groups][head_dim] */
-    if (lane == 0) {
-        g_m[group] = s.m;
-        g_l[group] = s.l;
+#pragma unroll
+    for (int h = 0; h < H; h++) {
+        float *r = kvk_merge_region(shared, h, groups, head_dim);
+        if (lane == 0) {
+            r[group] = s[h].m;
+            r[groups + group] = s[h].l;
+        }
+#pragma unroll
+        for (int c = 0; c < NV; c++)
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                r[3 * groups + group * head_dim + (lane + c * lanes) * VEC + e] = s[h].acc[c][e];
     }
-#pragma unroll
-    for (int c = 0; c < NV; c++)
-#pragma unroll
-        for (int e = 0; e < VEC; e++)
-            g_acc[group * head_dim + (lane + c * lanes) * VEC + e] = s.acc[c][e];
     __syncthreads();
-    float m = -INFINITY;
-    for (int g = 0; g < groups; g++)
-        m = fmaxf(m, g_m[g]);
-    float l = 0.0f;
-    for (int g = 0; g < groups; g++)
-        l += g_l[g] * kvk_merge_weight(g_m[g], m);
-    *M = m;
-    *L = l;
+    /* One thread per (head, group) computes that group's weight. */
+    for (int j = threadIdx.x; j < H * groups; j += blockDim.x) {
+        float *r = kvk_merge_region(shared, j / groups, groups, head_dim);
+        float m = -INFINITY;
+        for (int g = 0; g < groups; g++)
+            m = fmaxf(m, r[g]);
+        r[2 * groups + j % groups] = kvk_merge_weight(r[j % groups], m);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < H; h++) {
+        const float *r = kvk_merge_region(shared, h, groups, head_dim);
+        float m = -INFINITY, l = 0.0f;
+        for (int g = 0; g < groups; g++) {
+            m = fmaxf(m, r[g]);
+            l += r[groups + g] * r[2 * groups + g];
+        }
+        M[h] = m;
+        L[h] = l;
+    }
 }
 
-/* Element d of the merged unnormalised sum (after kvk_block_merge()). */
-__device__ __forceinline__ float kvk_merged_acc(const float *shared, int groups, int head_dim, int d, float M)
+/* Element d of head h's merged unnormalised sum (after kvk_block_merge()). */
+__device__ __forceinline__ float kvk_merged_acc(float *shared, int h, int groups, int head_dim, int d)
 {
-    const float *g_m = shared, *g_acc = shared + 2 * groups;
+    const float *r = kvk_merge_region(shared, h, groups, head_dim);
+    const float *w = r + 2 * groups, *acc = r + 3 * groups;
     float a = 0.0f;
     for (int g = 0; g < groups; g++)
-        a += g_acc[g * head_dim + d] * kvk_merge_weight(g_m[g], M);
+        a += acc[g * head_dim + d] * w[g];
     return a;
+}
+
+/* ------------------------------------- a block's whole job, two ways
+ *
+ * The contiguous and the paged kernels differ only in Rows, how they find
+ * a key's row: these are the bodies they share. */
+
+/* One pass over positions 0..n_pos-1 of one (entry, head): every group's
+ * keys, merged, normalised into out[head_dim]. Every thread of the block
+ * calls it. */
+template <typename T, int NV, typename Rows>
+__device__ __forceinline__ void kvk_attend_one_pass(float *out, const float *q_head, const T *k_head,
+                                                    const T *v_head, long long kv_dim, Rows rows, int n_pos,
+                                                    int head_dim, int lanes, float *merge)
+{
+    KvkGroupState<NV, Vec16<T>::size> s;
+    kvk_group_attend<T, NV>(s, q_head, k_head, v_head, kv_dim, rows, 0, n_pos, lanes, 1.0f / sqrtf((float)head_dim));
+    float M, L;
+    kvk_block_merge<NV, Vec16<T>::size, 1>(&s, merge, head_dim, lanes, &M, &L);
+    int groups = blockDim.x / lanes;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+        out[d] = kvk_merged_acc(merge, 0, groups, head_dim, d) / L;
+}
+
+/* One partition, `part`, of KVK_SPLIT_PARTITION positions of one (entry,
+ * head): its keys, merged, left unnormalised as partial result `slot` (the
+ * layout of kvk_split_reduce() below, which merges the partitions). A
+ * partition past the sequence leaves at once, the whole block. */
+template <typename T, int NV, typename Rows>
+__device__ __forceinline__ void kvk_attend_partition(float *part_m, float *part_l, float *part_acc, long long slot,
+                                                     const float *q_head, const T *k_head, const T *v_head,
+                                                     long long kv_dim, Rows rows, int n_pos, int part, int head_dim,
+                                                     int lanes, float *merge)
+{
+    int t_begin = part * KVK_SPLIT_PARTITION;
+    if (t_begin >= n_pos)
+        return;
+    int t_end = min(n_pos, t_begin + KVK_SPLIT_PARTITION);
+    KvkGroupState<NV, Vec16<T>::size> s;
+    kvk_group_attend<T, NV>(s, q_head, k_head, v_head, kv_dim, rows, t_begin, t_end, lanes,
+                            1.0f / sqrtf((float)head_dim));
+    float M, L;
+    kvk_block_merge<NV, Vec16<T>::size, 1>(&s, merge, head_dim, lanes, &M, &L);
+    if (threadIdx.x == 0) {
+        part_m[slot] = M;
+        part_l[slot] = L;
+    }
+    int groups = blockDim.x / lanes;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+        part_acc[slot * head_dim + d] = kvk_merged_acc(merge, 0, groups, head_dim, d);
+}
+
+/* ---------------------------------------------- merging partitions
+ *
+ * The split kernels (attention v4, paged attention v2 and v3) cut each
+ * sequence into partitions of part_len positions; a first kernel leaves
+ * one partial result per (entry, head, partition) in scratch,
+ *
+ *     part_m, part_l: [pairs][max_parts]   part_acc: [pairs][max_parts][head_dim]
+ *
+ * and this kernel merges the partitions of each (entry, head) (one block
+ * each; `max_parts` floats of dynamic shared memory), the same merge as
+ * the groups inside a block, one level up. The grid of the first kernel
+ * was sized on the host from max_pos, but this kernel reads how many
+ * partitions an entry has from its position on the device. The caller's
+ * rule is pos[i] < max_pos; an entry that breaks it has partitions nobody
+ * computed, and reading them would read the next pair's partials. Its
+ * output is NaN instead, which every comparison with a reference catches.
+ * (A template only so that the files that include this header and do not
+ * launch it compile no copy of it.) */
+template <typename Unused>
+__global__ void kvk_split_reduce(float *__restrict__ out, const float *__restrict__ part_m,
+                                 const float *__restrict__ part_l, const float *__restrict__ part_acc,
+                                 const int *__restrict__ pos, int n_heads, int head_dim, int max_parts, int part_len)
+{
+    extern __shared__ float weight[]; /* [max_parts] */
+    int pair = blockIdx.x, i = pair / n_heads;
+    int parts = pos[i] / part_len + 1;
+    if (parts > max_parts) {
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+            out[(long long)pair * head_dim + d] = nanf("");
+        return;
+    }
+    const float *m = part_m + (long long)pair * max_parts, *l = part_l + (long long)pair * max_parts;
+    const float *acc = part_acc + (long long)pair * max_parts * head_dim;
+    float M = -INFINITY;
+    for (int p = 0; p < parts; p++)
+        M = fmaxf(M, m[p]);
+    for (int p = threadIdx.x; p < parts; p += blockDim.x)
+        weight[p] = kvk_merge_weight(m[p], M);
+    __syncthreads();
+    float L = 0.0f;
+    for (int p = 0; p < parts; p++)
+        L += l[p] * weight[p];
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float a = 0.0f;
+        for (int p = 0; p < parts; p++)
+            a += acc[(long long)p * head_dim + d] * weight[p];
+        out[(long long)pair * head_dim + d] = a / L;
+    }
+}
+
+/* Threads of a kvk_split_reduce() block: whole warps, at most 128. */
+static inline int kvk_split_reduce_threads(int head_dim)
+{
+    return head_dim >= 128 ? 128 : ((head_dim + 31) / 32) * 32;
 }
 
 #endif

@@ -57,8 +57,8 @@ typedef struct {
 /** Threads per block of the attention kernels (four warps). */
 #define KVK_ATTENTION_THREADS 128
 
-/** Positions per partition of the split (sequence-parallel) paged attention. */
-#define KVK_PAGED_PARTITION 256
+/** Positions per partition of the split (sequence-parallel) kernels: attention v4, paged attention v2. */
+#define KVK_SPLIT_PARTITION 256
 
 /** Attention head shape. */
 typedef struct {
@@ -66,6 +66,34 @@ typedef struct {
     int n_kv_heads; /**< K/V heads; query head h reads K/V head h / (n_heads / n_kv_heads) */
     int head_dim;   /**< width of one head */
 } KvkHeads;
+
+/* -------------------------------------------------------------- launch.cu */
+
+/**
+ * The message of a failed launch check (KVK_CHECK_LAUNCH in
+ * kernel_common.cuh, after every launch). A launch error (a bad
+ * configuration, too many resources, no machine code for this GPU) names
+ * the kernel just launched. A fault of an earlier kernel or copy (an
+ * illegal or misaligned address, a trap, an ECC error) also comes back
+ * from the check after a later launch, and keeps coming back from every
+ * call: that one says it happened before this launch, and that
+ * compute-sanitizer finds where, instead of blaming this kernel.
+ * @param err   receives the message
+ * @param code  the cudaError_t the check got
+ * @param what  the kernel launched, e.g. "attention v3"
+ * @param file  the launcher's file
+ * @param line  the launcher's line
+ * @return -1
+ */
+int kvk_launch_error(Err *err, int code, const char *what, const char *file, int line);
+
+/**
+ * Whether a CUDA error code is a fault of a kernel or copy that ran (an
+ * error the context keeps, "sticky") rather than a refused launch.
+ * @param code  a cudaError_t
+ * @return 1 for a fault that happened on the device, 0 otherwise
+ */
+int kvk_error_is_device_fault(int code);
 
 /* ------------------------------------------------------------ rmsnorm.cu */
 
@@ -316,6 +344,7 @@ extern const int kvk_attention_n_versions;
  * @param max_pos   1 + the largest pos (sizes shared memory and scratch)
  * @param h         head shape
  * @param scratch   [kvk_attention_scratch_floats()] or NULL when that is 0
+ *                  (v1: the scores; v4: the partitions' partial results)
  * @param stream    CUDA stream
  * @param err       receives the reason on failure
  * @return 0 on success, -1 on failure
@@ -383,8 +412,11 @@ typedef struct {
  * of @p layer. Reference: paged_attention() of chapter 4 (the lab,
  * solutions/ch04/paged_attention.c), which reads the same layout on the
  * CPU.
- * @param version   1 (one pass) or 2 (split along the sequence into
- *                  KVK_PAGED_PARTITION-position partitions, then a reduction)
+ * @param version   1 (one pass, the teaching version), 2 (split along the
+ *                  sequence into KVK_SPLIT_PARTITION-position partitions,
+ *                  then a reduction) or 3 (the fast version: several keys
+ *                  in flight, the query heads of a GQA group from one read
+ *                  of K/V, split only as far as the GPU's occupancy asks)
  * @param t         element type of the cache
  * @param out       [n][n_heads * head_dim] f32
  * @param q         [n][n_heads * head_dim] f32
@@ -395,9 +427,9 @@ typedef struct {
  *                  read it when they run, so a CUDA graph can replay a
  *                  launch with new positions)
  * @param n         entries
- * @param max_pos   more than every pos[i] (version 2 sizes its partition
- *                  grid from it; an entry at or past it gets NaN from
- *                  version 2, never another entry's partials). Passing the
+ * @param max_pos   more than every pos[i] (versions 2 and 3 size their
+ *                  partition grid from it; an entry at or past it gets NaN
+ *                  from them, never another entry's partials). Passing the
  *                  model's seq_len keeps the launch the same at every step.
  * @param h         head shape
  * @param scratch   [kvk_paged_attention_scratch_floats()] or NULL when that is 0
@@ -410,24 +442,52 @@ int kvk_paged_attention(int version, Dtype t, float *out, const float *q, const 
                         cudaStream_t stream, Err *err);
 
 /**
- * Scratch a version of kvk_paged_attention() needs (the partial results of
- * the partitions for version 2).
+ * Scratch a call of kvk_paged_attention() needs: the partitions' partial
+ * results of version 2, and of version 3 when it splits (which it decides
+ * from n, max_pos, the shape and the GPU's occupancy).
  * @param version  the version
- * @param n        entries
+ * @param t        cache type
+ * @param n        entries of the call
  * @param max_pos  1 + the largest position
  * @param h        head shape
  * @return floats of scratch (0: none)
  */
-size_t kvk_paged_attention_scratch_floats(int version, int n, int max_pos, KvkHeads h);
+size_t kvk_paged_attention_scratch_floats(int version, Dtype t, int n, int max_pos, KvkHeads h);
 
 /**
- * Whether kvk_paged_attention() supports a shape (both versions share the
- * inner loop, so they support the same shapes).
- * @param t   cache type
- * @param h   head shape
+ * Whether a version of kvk_paged_attention() supports a shape: versions 1
+ * and 2 take every head that splits into 16-byte vectors (8 or fewer per
+ * lane); version 3 the heads of 1, 2, 4, 8, 16, 32 or 12 such vectors.
+ * @param version  the version
+ * @param t        cache type
+ * @param h        head shape
  * @return 1 if supported
  */
-int kvk_paged_attention_supports(Dtype t, KvkHeads h);
+int kvk_paged_attention_supports(int version, Dtype t, KvkHeads h);
+
+/**
+ * The version of kvk_paged_attention() the forward pass uses for a step
+ * of n entries: 3 where it supports the shape; otherwise 2 (split) when
+ * n x n_heads blocks of version 1 would not fill the blocks the GPU holds
+ * at once, else 1. Depends on n and the device only, so a captured CUDA
+ * graph stays valid.
+ * @param t  cache type
+ * @param h  head shape
+ * @param n  entries of the step
+ * @return the version, or 0 when none supports the shape
+ */
+int kvk_paged_attention_pick(Dtype t, KvkHeads h, int n);
+
+/**
+ * The scratch kvk_paged_attention_pick()'s versions need for any step of
+ * at most @p max_n entries.
+ * @param t        cache type
+ * @param h        head shape
+ * @param max_n    most entries of a step
+ * @param max_pos  the max_pos the calls will pass
+ * @return floats of scratch (0: none)
+ */
+size_t kvk_paged_attention_pick_scratch_floats(Dtype t, KvkHeads h, int max_n, int max_pos);
 
 /* --------------------------------------------------------- block_copy.cu */
 

@@ -12,7 +12,7 @@
  *
  * Both sum in a different order from the CPU (and may fuse multiply-adds),
  * so results differ from the reference by rounding only; see the tolerance
- * in kernels/check/cases.c. */
+ * in kernels/check/rmsnorm_check.c. */
 #include "kernel_common.cuh"
 
 extern "C" const KvkVersion kvk_rmsnorm_versions[] = {

@@ -9,15 +9,18 @@
 #      the emulator: ../shared is read-only in CI);
 #   2. builds kvlab against it into $EMU_BUILD (CUDA forced on, kernels
 #      through scripts/emu-nvcc.sh);
-#   3. build/emu/kernel-check --quick --no-time (EMU_FULL=1: every case,
-#      263 cases: 393 s instead of 1 s on 2 cores);
+#   3. build/emu/kernel-check --quick --no-time: every version of every
+#      kernel on the small shapes, paged attention v3 against chapter 4's
+#      CPU PagedAttention among them (EMU_FULL=1: every case, the full
+#      shapes too: many minutes on 2 cores);
 #   4. the GPU test suites (cuda_kernels cuda_forward cuda_chapters
 #      serving_device device_cli); a GPU test that skips for want of a
 #      device fails here, since the emulator is one; then device_cli again
 #      with the emulator reporting no device;
 #   5. scripts/gpu-check.sh, the script of the first GPU run, as a dry run
 #      with the emulator as its device: small sizes, one step forced to
-#      time out; it must leave at most 8 files, the summary and the tables.
+#      time out, then once stopped after 25 s; it must leave at most 8
+#      files, the summary and the tables (scripts/gpu-check-dry-run.sh).
 #
 # A pass is necessary, not sufficient: timing, races hidden by the fixed
 # order of the fibers, misaligned loads and tensor-core rounding are not

@@ -6,9 +6,13 @@
 #
 #   1. a whole run, small sizes, with one step that must time out: exit
 #      status 3 (nothing failed, something timed out), that step reported
-#      TIMEOUT, the steps after it run, no FAIL;
+#      TIMEOUT, the steps after it run, no FAIL; kernels.md joined from
+#      kernel-check's four parts (paged v3 among them, the per-version
+#      paged/contiguous ratios, how it timed), decode.md with chapter 3's
+#      contiguous and chapter 4's paged store;
 #   2. a run stopped by a signal after 25 s (as the device tool's time
-#      limit would): the EXIT trap still publishes the summary.
+#      limit would): the EXIT trap still publishes the summary, and the
+#      kernel rows written before it was stopped.
 #
 # Each time the results folder must hold at most 8 files, at most 2
 # folders down, each under 16 MiB, named in letters, digits, '.', '_' and
@@ -58,9 +62,23 @@ grep -q '^Result: INCOMPLETE' "$OUT/summary.md" || fail "summary.md does not end
 grep -q '^| racecheck-paged | ok' "$OUT/summary.md" || fail "the last step did not run after the timeout"
 grep -q '^| ch04-paged | ' "$OUT/chapters.md" || fail "chapters.md has no chapter 4 row"
 grep -q '^| stories260K | GPU' "$OUT/chapters.md" || fail "chapters.md has no chapter 1 GPU row"
-[ "$(grep -c '^| stories260K |' "$OUT/decode.md")" -eq 5 ] || fail "decode.md does not have 5 rows"
+[ "$(grep -c '^| stories260K |' "$OUT/decode.md")" -eq 7 ] || fail "decode.md does not have 7 rows"
+grep -q '^| stories260K | f32 | f32 | paged, blocks of 16 (PagedAttention v3 ' "$OUT/decode.md" ||
+    fail "decode.md has no row of chapter 4's paged store with PagedAttention v3"
+grep -q '^| stories260K | f32 | f32 | contiguous (attention v3 ' "$OUT/decode.md" ||
+    fail "decode.md has no row of the contiguous store"
+for part in paged attention elementwise matmul; do # kernel-check in four parts, one table
+    grep -q "^| kernels-$part | ok" "$OUT/summary.md" || fail "kernel-check's $part part did not pass"
+done
+for k in paged_attention attention rmsnorm block_copy matmul; do
+    grep -q "^| $k | " "$OUT/kernels.md" || fail "kernels.md has no $k row"
+done
+grep -q '^| paged_attention | .* | v3 gqa-tiles | .* | ok | ' "$OUT/kernels.md" || fail "kernels.md has no passing paged v3"
+grep -q '^| paged/contiguous | .* | paged v2 / contig. v4 (split) |' "$OUT/kernels.md" ||
+    fail "kernels.md has no split-against-split ratio"
+grep -q '^Timing: median of 1 call, each alone after ' "$OUT/kernels.md" || fail "kernels.md does not say how it timed"
 listing=$(tar -tzf "$OUT/logs.tar.gz")
-grep -qx 'logs/gpu-suites.log' <<< "$listing" || fail "logs.tar.gz has no logs/gpu-suites.log"
+grep -qx 'logs/suite-cuda_kernels.log' <<< "$listing" || fail "logs.tar.gz has no logs/suite-cuda_kernels.log"
 
 # ------------------------------------------------------------ 2. stopped
 rm -rf "$STOPPED_OUT"
@@ -70,4 +88,6 @@ timeout -s TERM 25 scripts/gpu-check.sh "$STOPPED_OUT" > "$EMU_BUILD/gpu-check-s
 check_returnable "$STOPPED_OUT"
 grep -q '^Result: STOPPED' "$STOPPED_OUT/summary.md" || fail "the stopped run's summary does not say it was stopped"
 grep -q '| STOPPED |' "$STOPPED_OUT/summary.md" || fail "the step that was running is not reported STOPPED"
+grep -q '^| paged_attention | ' "$STOPPED_OUT/kernels.md" ||
+    fail "the stopped run did not return the kernel rows written before it was stopped"
 echo "gpu-check dry run: passed (a whole run with a timeout, and a run stopped after 25 s)"

@@ -2,10 +2,15 @@
 # scripts/gpu-prepare.sh: prepares the first GPU run, on a machine with apt
 # (the GPU machine has no network). From the checkout's root:
 #
-#   - downloads the Check test library and what it needs (check,
-#     libsubunit-dev, libsubunit0) as Debian packages into .debs/ with
-#     apt-get download; scripts/gpu-check.sh unpacks them there when
-#     pkg-config finds no Check;
+#   - downloads, as Debian packages into .debs/ (apt-get download), every
+#     library the build needs that a bare CUDA image may lack: the Check
+#     test library (check, libsubunit-dev, libsubunit0: the test suites)
+#     and PCRE2 (libpcre2-dev: the GPT-2 pre-tokenizer in every program).
+#     scripts/gpu-check.sh unpacks them there and links them statically
+#     when the machine has none of its own (no dynamic library to carry);
+#   - says which C library the static archives need at the least (the
+#     newest glibc symbol version their objects reference), so that a GPU
+#     image too old for them is known before the run;
 #   - copies stories260K and its tokenizer from ../shared/models into
 #     .gpu-shared/models/ (../shared does not travel to the GPU machine;
 #     without them the GPU tests use a synthetic model of the same shape);
@@ -16,25 +21,53 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(check libsubunit-dev libsubunit0)
+CHECK_PACKAGES=(check libsubunit-dev libsubunit0)
+PCRE2_PACKAGES=(libpcre2-dev)
 CARRY=()
 
-command -v apt-get > /dev/null || { echo "gpu-prepare: error: no apt-get on this machine" >&2; exit 1; }
+fail() {
+    echo "gpu-prepare: error: $*" >&2
+    exit 1
+}
+
+command -v apt-get > /dev/null || fail "no apt-get on this machine"
 rm -rf .debs
 mkdir -p .debs
 # (As root, apt-get warns that it downloads unsandboxed: harmless, not shown.)
-if ! apt_log=$(cd .debs && apt-get download "${PACKAGES[@]}" 2>&1); then
+if ! apt_log=$(cd .debs && apt-get download "${CHECK_PACKAGES[@]}" "${PCRE2_PACKAGES[@]}" 2>&1); then
     echo "$apt_log" >&2
-    echo "gpu-prepare: error: apt-get download ${PACKAGES[*]} failed (try: apt-get update)" >&2
-    exit 1
+    fail "apt-get download ${CHECK_PACKAGES[*]} ${PCRE2_PACKAGES[*]} failed (try: apt-get update)"
 fi
 for deb in .debs/*.deb; do
-    dpkg-deb --info "$deb" > /dev/null || { echo "gpu-prepare: error: $deb is not a Debian package" >&2; exit 1; }
+    dpkg-deb --info "$deb" > /dev/null || fail "$deb is not a Debian package"
 done
-contents=$(dpkg-deb --contents .debs/check_*.deb)
-grep -q 'libcheck_pic\.a' <<< "$contents" ||
-    { echo "gpu-prepare: error: the check package has no libcheck_pic.a" >&2; exit 1; }
+# What gpu-check.sh links: each archive must be in its package.
+needs=("check_*.deb:libcheck_pic.a" "libsubunit-dev_*.deb:libsubunit.a" "libpcre2-dev_*.deb:libpcre2-8.a"
+       "libpcre2-dev_*.deb:pcre2.h")
+for need in "${needs[@]}"; do
+    deb=$(ls .debs/${need%%:*} 2> /dev/null | head -n 1)
+    [ -n "$deb" ] || fail "no ${need%%:*} in .debs/"
+    contents=$(dpkg-deb --contents "$deb")
+    grep -q "/${need#*:}\$" <<< "$contents" || fail "$deb has no ${need#*:}"
+done
 echo "gpu-prepare: .debs/: $(cd .debs && ls | tr '\n' ' ')($(du -sh .debs | cut -f1))"
+
+# The newest glibc symbol version the static archives reference: their
+# undefined symbols resolve against the GPU machine's C library, which must
+# be at least that. Read from this machine's libc, which they were built
+# against (a Debian package of this release).
+unpacked=$(mktemp -d)
+trap 'rm -rf "$unpacked"' EXIT
+for deb in .debs/*.deb; do dpkg-deb -x "$deb" "$unpacked"; done
+libc=$(ldconfig -p 2> /dev/null | awk '$1 == "libc.so.6" { print $NF; exit }')
+if [ -n "$libc" ] && command -v nm > /dev/null && command -v objdump > /dev/null; then
+    undefined=$(find "$unpacked" -name 'libcheck_pic.a' -o -name 'libsubunit.a' -o -name 'libpcre2-8.a' |
+        xargs nm -u 2> /dev/null | awk 'NF >= 2 { print $NF }' | sort -u)
+    exported=$(objdump -T "$libc" | awk '$NF ~ /^[A-Za-z_]/ { print $(NF-1), $NF }')
+    newest=$(awk 'NR == FNR { need[$1] = 1; next } ($2 in need) { print $1 }' <(echo "$undefined") \
+        <(echo "$exported") | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -n 1)
+    echo "gpu-prepare: the static archives need ${newest:-no versioned} glibc symbols at the most (this machine: $(ldd --version 2> /dev/null | head -n 1 | grep -o '[0-9.]*$'))"
+fi
 CARRY+=(.debs)
 
 MODEL_FILES=(stories260K.bin tok512.bin)

@@ -615,7 +615,7 @@ static void store_both(const Device *dev, DeviceKv *kv, BlockPool *cpu, int tabl
     ck_assert(device_alloc((void **)&pos, (size_t)n * sizeof(int), MEM_ACTIVATIONS, &err) == 0);
     for (int i = 0; i < n; i++)
         pos_host[i] = e[i].pos;
-    ck_assert(cudaMemcpy(pos, pos_host, (size_t)n * sizeof(int), cudaMemcpyHostToDevice) == cudaSuccess);
+    cuda_test_upload(dev, pos, pos_host, (size_t)n * sizeof(int));
     DeviceStep st = {.entries = e, .n = n, .pos = pos, .max_pos = 0, .logit_rows = 0};
     ck_assert_msg(kv->seam.begin_step(kv->seam.ctx, &st, &err) == 0, "%s", err.msg);
     ck_assert_msg(device_sync(dev, &err) == 0, "%s", err.msg);
@@ -624,8 +624,8 @@ static void store_both(const Device *dev, DeviceKv *kv, BlockPool *cpu, int tabl
             k[j] = 2.0f * sampler_random_f32(rng) - 1.0f;
             v[j] = 2.0f * sampler_random_f32(rng) - 1.0f;
         }
-        ck_assert(cudaMemcpy(dk, k, per_layer * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
-        ck_assert(cudaMemcpy(dv, v, per_layer * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+        cuda_test_upload(dev, dk, k, per_layer * sizeof(float));
+        cuda_test_upload(dev, dv, v, per_layer * sizeof(float));
         ck_assert_msg(kv->seam.store(kv->seam.ctx, layer, &st, dk, dv, &err) == 0, "%s", err.msg);
         dtype_round(k, per_layer, t);
         dtype_round(v, per_layer, t);
@@ -656,9 +656,7 @@ static void expect_same_pool(const Device *dev, DeviceKv *kv, BlockPool *cpu, Dt
     ck_assert_uint_eq(block_bytes, cpu->floats_per_block * dtype_bytes(t));
     size_t bytes = (size_t)cpu->n_blocks * block_bytes, eb = dtype_bytes(t);
     unsigned char *got = malloc(bytes), *want = malloc(bytes);
-    Err err = {{0}};
-    ck_assert_msg(device_sync(dev, &err) == 0, "%s", err.msg);
-    ck_assert(cudaMemcpy(got, blocks, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+    cuda_test_download(dev, got, blocks, bytes);
     dtype_from_f32(want, cpu->storage, (size_t)cpu->n_blocks * cpu->floats_per_block, t);
     for (size_t i = 0; i < bytes; i++) {
         if (got[i] == want[i])

@@ -1,7 +1,8 @@
 /* Every version of every kernel against its CPU reference, on the small
- * shapes of kernels/check/cases.c (the tolerances, with their reasons, are
- * there), and cuBLAS working in the ledger's workspace. Without a CUDA
- * device each test prints a SKIP line and passes. */
+ * shapes of the kernel checks (kernels/check/NAME_check.c, each with its
+ * tolerance and the reason for it), and cuBLAS working in the ledger's
+ * workspace. Without a CUDA device each test prints a SKIP line and
+ * passes. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,7 +27,7 @@ typedef struct {
 static void record(const KcaseResult *r, void *ctx)
 {
     Tally *t = ctx;
-    if (r->outputs < 0 || !r->supported)
+    if (r->goal || !r->supported)
         return; /* performance goals and shapes a version does not take */
     t->checked++;
     if (!r->passed && t->failed++ == 0)
@@ -193,9 +194,11 @@ static void blas_workspace_check(void)
 #endif
 
 #ifdef KVLAB_CUDA
-/* Version 2 of paged attention sizes its partition grid from max_pos; an
- * entry at or past it (the caller broke the rule) must come out NaN, not
- * merged from partitions nobody computed (that read the next pair's). */
+/* Versions 2 and 3 of paged attention size their partition grid from
+ * max_pos; an entry at or past it (the caller broke the rule) must come
+ * out NaN, never merged from partitions nobody computed (that read the
+ * next pair's). Version 3 checks every entry's position itself, whether
+ * it splits (max_pos 257: two partitions) or not (256: one). */
 static void paged_split_past_max_pos(void)
 {
     enum { HD = 8, BS = 16, POS = 300, BLOCKS = (POS + BS) / BS };
@@ -205,8 +208,13 @@ static void paged_split_past_max_pos(void)
     ck_assert_msg(device_open(&dev, &err) == 0, "%s", err.msg);
     float *pool, *q, *out, *scratch; /* [BLOCKS][1 layer][2][BS][HD], [HD], [HD], scratch */
     int *ints, ints_host[BLOCKS + 2];  /* block table [BLOCKS], entry table [1], pos [1] */
-    size_t pool_floats = (size_t)BLOCKS * 2 * BS * HD;
-    size_t scratch_floats = kvk_paged_attention_scratch_floats(2, 1, POS + 1, h);
+    size_t pool_floats = (size_t)BLOCKS * 2 * BS * HD, scratch_floats = 0;
+    static const int max_pos[] = {POS + 1, KVK_SPLIT_PARTITION, KVK_SPLIT_PARTITION + 1};
+    for (int version = 2; version <= 3; version++)
+        for (size_t m = 0; m < sizeof max_pos / sizeof max_pos[0]; m++) {
+            size_t floats = kvk_paged_attention_scratch_floats(version, DTYPE_F32, 1, max_pos[m], h);
+            scratch_floats = floats > scratch_floats ? floats : scratch_floats;
+        }
     ck_assert(device_alloc((void **)&pool, pool_floats * sizeof(float), MEM_ACTIVATIONS, &err) == 0);
     ck_assert(device_alloc((void **)&q, HD * sizeof(float), MEM_ACTIVATIONS, &err) == 0);
     ck_assert(device_alloc((void **)&out, HD * sizeof(float), MEM_ACTIVATIONS, &err) == 0);
@@ -216,26 +224,47 @@ static void paged_split_past_max_pos(void)
         ints_host[b] = b;
     ints_host[BLOCKS] = 0;       /* entry 0 reads table row 0 */
     ints_host[BLOCKS + 1] = POS; /* two partitions of 256 positions */
-    ck_assert(cudaMemcpy(ints, ints_host, sizeof ints_host, cudaMemcpyHostToDevice) == cudaSuccess);
+    cuda_test_upload(&dev, ints, ints_host, sizeof ints_host);
     ck_assert(cudaMemsetAsync(pool, 0, pool_floats * sizeof(float), dev.stream) == cudaSuccess);
     ck_assert(cudaMemsetAsync(q, 0, HD * sizeof(float), dev.stream) == cudaSuccess);
     KvkBlockTables tables = {ints, BLOCKS, ints + BLOCKS, BS, 1};
     float got[HD];
-    for (int right = 0; right <= 1; right++) {
-        int max_pos = right ? POS + 1 : KVK_PAGED_PARTITION; /* wrong: one partition for two */
-        ck_assert_msg(kvk_paged_attention(2, DTYPE_F32, out, q, pool, 0, tables, ints + BLOCKS + 1, 1, max_pos, h,
-                                          scratch, dev.stream, &err) == 0, "%s", err.msg);
-        ck_assert(device_sync(&dev, &err) == 0);
-        ck_assert(cudaMemcpy(got, out, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess);
-        for (int d = 0; d < HD; d++) /* zero values: a right call gives 0 */
-            ck_assert_msg(right ? got[d] == 0.0f : isnan(got[d]), "max_pos %d: out[%d] = %g", max_pos, d, got[d]);
-    }
+    for (int version = 2; version <= 3; version++)
+        for (size_t m = 0; m < (version == 2 ? 2 : 3); m++) {
+            int right = max_pos[m] > POS;
+            ck_assert_msg(kvk_paged_attention(version, DTYPE_F32, out, q, pool, 0, tables, ints + BLOCKS + 1, 1,
+                                              max_pos[m], h, scratch, dev.stream, &err) == 0, "%s", err.msg);
+            cuda_test_download(&dev, got, out, sizeof got);
+            for (int d = 0; d < HD; d++) /* zero values: a right call gives 0 */
+                ck_assert_msg(right ? got[d] == 0.0f : isnan(got[d]), "v%d, max_pos %d: out[%d] = %g", version,
+                              max_pos[m], d, got[d]);
+        }
     void *bufs[] = {pool, q, out, scratch, ints};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         device_free(bufs[i], NULL);
     device_close(&dev);
     ck_assert_int_eq(device_live_buffers(), 0);
 }
+
+/* The message of a failed launch check: a fault of an earlier kernel
+ * (sticky: every later call returns it) must not be blamed on the kernel
+ * just launched; a refused launch must name it. */
+START_TEST(launch_errors_blame_the_right_kernel)
+{
+    Err err = {{0}};
+    ck_assert_int_eq(kvk_launch_error(&err, cudaErrorIllegalAddress, "attention v3", "kernels/attention.cu", 7), -1);
+    ck_assert_msg(strstr(err.msg, "before launching attention v3") && strstr(err.msg, "earlier kernel") &&
+                      strstr(err.msg, "not the cause"),
+                  "%s", err.msg);
+    ck_assert(kvk_error_is_device_fault(cudaErrorLaunchFailure) && kvk_error_is_device_fault(cudaErrorMisalignedAddress));
+    ck_assert_int_eq(kvk_launch_error(&err, cudaErrorInvalidConfiguration, "rmsnorm v2", "kernels/rmsnorm.cu", 9), -1);
+    ck_assert_msg(strstr(err.msg, "kernels/rmsnorm.cu:9: launching rmsnorm v2: ") && !strstr(err.msg, "earlier"),
+                  "%s", err.msg);
+    ck_assert(!kvk_error_is_device_fault(cudaErrorInvalidConfiguration) &&
+              !kvk_error_is_device_fault(cudaErrorLaunchOutOfResources) &&
+              !kvk_error_is_device_fault(cudaErrorNoKernelImageForDevice));
+}
+END_TEST
 #endif
 
 START_TEST(paged_split_refuses_positions_past_max_pos)
@@ -308,6 +337,9 @@ Suite *suite_cuda_kernels(void)
     tcase_add_test(rules, cublas_uses_the_ledger_workspace);
     tcase_add_test(rules, paged_split_refuses_positions_past_max_pos);
     tcase_add_test(rules, block_copy_waves_split_chained_pairs);
+#ifdef KVLAB_CUDA
+    tcase_add_test(rules, launch_errors_blame_the_right_kernel);
+#endif
     suite_add_tcase(s, rules);
     return s;
 }

@@ -3,16 +3,23 @@
  *
  *   build/decode-bench [--preset stories110M] [--batch 64] [--context 512] [--steps 20]
  *                      [--kv-dtype f32|f16|bf16] [--weight-dtype f32|f16|bf16] [--no-graph]
- *                      [--markdown FILE]
+ *                      [--store contiguous|paged] [--block-size 16] [--markdown FILE]
  *   build/decode-bench --write-model PRESET MODEL_FILE TOKENIZER_FILE
  *
  * A synthetic model of the preset's shape (common/synth.h) is built in
  * memory and uploaded. Sequence 0 is prefilled for real with `context`
- * random tokens; its K/V rows are then copied into the regions of the other
- * sequences of the batch (an arena as in chapter 3: one max-length region
- * per sequence). Then every step decodes one token for each of the `batch`
- * sequences in one forward call (captured once as a CUDA graph and
- * replayed, unless --no-graph).
+ * random tokens; its K/V are then copied to the other sequences of the
+ * batch, each into storage of its own:
+ *   --store contiguous (default): chapter 3's arena, one max-length region
+ *     of rows per sequence (the contiguous attention kernel);
+ *   --store paged: chapter 4's device pool, in blocks of --block-size that
+ *     a chapter 4 block pool hands out (block_pool.h, accounting only on the
+ *     host), one block per sequence in turn as if they had grown together,
+ *     so that a sequence's blocks are scattered; each sequence's block
+ *     table as chapter 4 keeps it (PagedAttention).
+ * Then every step decodes one token for each of the `batch` sequences in
+ * one forward call (captured once as a CUDA graph and replayed, unless
+ * --no-graph).
  *
  * The goal: a step must read every weight once and the K/V of every
  * sequence up to its position; those bytes divided by the step's device
@@ -26,7 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bandwidth.h"
 #include "ext/batching_device.h" /* chapter 3's device arena (device_kv_open_arena()) */
+#include "block_pool.h" /* chapter 4's blocks and block tables */
 #include "cli.h"
 #include "cuda_check.h"
 #include "device.h"
@@ -34,6 +43,7 @@
 #include "device_kv.h"
 #include "mem.h"
 #include "outfile.h"
+#include "ext/paged_device.h" /* chapter 4's device pool (device_kv_open_paged()) */
 #include "report.h"
 #include "sampler.h"
 #include "synth.h"
@@ -45,45 +55,14 @@ typedef struct {
     int batch, context, steps, graph;
     Dtype kv_type, weight_type;
     const char *markdown;
+    int paged;      /* --store paged */
+    int block_size; /* of the paged store */
 } BenchOptions;
 
 static int fail(const char *msg)
 {
     fprintf(stderr, "decode-bench: error: %s\n", msg);
     return 1;
-}
-
-/* Device-to-device copy bandwidth in GB/s, counting bytes read and written. */
-static int copy_bandwidth(const Device *dev, double *gbs, Err *err)
-{
-    size_t bytes = (size_t)1 << 30;
-    if (dev->mem_free_now / 4 < bytes)
-        bytes = dev->mem_free_now / 4;
-    void *a = NULL, *b = NULL;
-    if (device_alloc(&a, bytes, MEM_ACTIVATIONS, err) || device_alloc(&b, bytes, MEM_ACTIVATIONS, err)) {
-        device_free(a, NULL);
-        return -1;
-    }
-    cudaEvent_t start, stop;
-    int rc = 0, repeats = 10;
-    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess)
-        rc = err_set(err, "cudaEventCreate failed");
-    for (int i = 0; i < repeats + 2 && rc == 0; i++) {
-        if (i == 2 && cudaEventRecord(start, dev->stream) != cudaSuccess)
-            rc = err_set(err, "cudaEventRecord failed");
-        if (rc == 0 && cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, dev->stream) != cudaSuccess)
-            rc = err_set(err, "%s:%d: cudaMemcpyAsync failed", __FILE__, __LINE__);
-    }
-    float ms = 0;
-    if (rc == 0 && (cudaEventRecord(stop, dev->stream) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess ||
-                    cudaEventElapsedTime(&ms, start, stop) != cudaSuccess))
-        rc = err_set(err, "timing the copy failed: %s", cudaGetErrorString(cudaGetLastError()));
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    device_free(a, NULL);
-    device_free(b, NULL);
-    *gbs = rc == 0 ? 2.0 * (double)bytes * repeats / (ms * 1e6) : 0.0;
-    return rc;
 }
 
 static int write_model(const char *preset, const char *model_path, const char *tok_path)
@@ -120,19 +99,21 @@ static void usage(void)
            "  --kv-dtype T          f32, f16 or bf16 (default f32)\n"
            "  --weight-dtype T      f32, f16 or bf16 (default f32)\n"
            "  --no-graph            launch every kernel instead of replaying a CUDA graph\n"
+           "  --store S             contiguous (chapter 3's arena) or paged (chapter 4's blocks; default contiguous)\n"
+           "  --block-size N        tokens per block of --store paged, a power of two up to %d (default 16)\n"
            "  --markdown FILE       append the result as a Markdown table row\n"
            "  --help                show this help\n"
            "Without a GPU it prints a SKIP line and exits 0.\n",
-           100 * GOAL_FRACTION, synth_preset_names());
+           100 * GOAL_FRACTION, synth_preset_names(), BLOCK_SIZE_MAX);
 }
 
 /* Refuses every bad argument before a device is opened: a typo must not
  * cost a model upload, nor read as a SKIP on a machine without a GPU. */
 static int parse(int argc, char **argv, BenchOptions *o, Err *err)
 {
-    static const char *const with_value[] = {"--preset", "--batch", "--context", "--steps",
-                                             "--markdown", "--kv-dtype", "--weight-dtype", NULL};
-    *o = (BenchOptions){"stories110M", 64, 512, 20, 1, DTYPE_F32, DTYPE_F32, NULL};
+    static const char *const with_value[] = {"--preset",   "--batch",        "--context", "--steps",      "--markdown",
+                                             "--kv-dtype", "--weight-dtype", "--store",   "--block-size", NULL};
+    *o = (BenchOptions){"stories110M", 64, 512, 20, 1, DTYPE_F32, DTYPE_F32, NULL, 0, 16};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--no-graph") == 0) {
@@ -150,6 +131,11 @@ static int parse(int argc, char **argv, BenchOptions *o, Err *err)
         long n;
         if (strcmp(a, "--preset") == 0)
             o->preset = v;
+        else if (strcmp(a, "--store") == 0) {
+            if (strcmp(v, "contiguous") != 0 && strcmp(v, "paged") != 0)
+                return err_set(err, "--store: '%s' is neither contiguous nor paged", v);
+            o->paged = v[0] == 'p';
+        }
         else if (strcmp(a, "--markdown") == 0)
             o->markdown = v;
         else if (strcmp(a, "--kv-dtype") == 0 || strcmp(a, "--weight-dtype") == 0) {
@@ -161,6 +147,10 @@ static int parse(int argc, char **argv, BenchOptions *o, Err *err)
             o->batch = (int)n;
         } else if (strcmp(a, "--context") == 0) {
             o->context = (int)n;
+        } else if (strcmp(a, "--block-size") == 0) {
+            if (n > BLOCK_SIZE_MAX || (n & (n - 1)))
+                return err_set(err, "--block-size: %ld is not a power of two up to %d", n, BLOCK_SIZE_MAX);
+            o->block_size = (int)n;
         } else {
             o->steps = (int)n;
         }
@@ -184,7 +174,9 @@ typedef struct {
     DeviceModel dm;
     DeviceKv kv;
     DeviceForwardState fs;
-    BatchEntry *entries; /* [max(batch, context)] */
+    BatchEntry *entries;  /* [max(batch, context)] */
+    BlockPool pool;       /* --store paged: chapter 4's books (no K/V bytes on the host) */
+    BlockTables tables;   /* --store paged: [batch] */
 } Bench;
 
 static void bench_close(Bench *b)
@@ -195,7 +187,43 @@ static void bench_close(Bench *b)
     model_free(&b->model);
     mem_free(b->image);
     mem_free(b->entries);
+    block_tables_free(&b->tables);
+    block_pool_free(&b->pool);
     device_close(&b->dev);
+}
+
+/* Positions each sequence will hold: the context, the warm-up and the timed steps. */
+static int positions_needed(const BenchOptions *o) { return o->context + 2 + o->steps; }
+
+/* Chapter 3's arena: one region of seq_len rows per sequence. */
+static int open_contiguous(Bench *b, const BenchOptions *o, int most, Err *err)
+{
+    const ModelConfig *c = &b->model.cfg;
+    TRY(device_kv_open_arena(&b->kv, &b->dev, c, o->kv_type, (long long)o->batch * c->seq_len, o->batch, most, err));
+    for (int s = 0; s < o->batch; s++)
+        TRY(device_kv_arena_place(&b->kv, s, (long long)s * c->seq_len, c->seq_len, err));
+    return 0;
+}
+
+/* Chapter 4's pool: the blocks every sequence needs, handed out by the
+ * block pool one block per sequence in turn (as when they grow together),
+ * and each sequence's table given to the device store. */
+static int open_paged(Bench *b, const BenchOptions *o, int most, Err *err)
+{
+    const ModelConfig *c = &b->model.cfg;
+    int per_seq = block_count_for_tokens(positions_needed(o), o->block_size);
+    BlockShape shape = {.block_size = o->block_size, .n_layers = c->n_layers, .kv_dim = model_kv_dim(c),
+                        .elem_bytes = (int)dtype_bytes(o->kv_type)};
+    TRY(block_pool_init(&b->pool, &shape, o->batch * per_seq, 0, err));
+    TRY(block_tables_init(&b->tables, o->batch, block_count_for_tokens(c->seq_len, o->block_size), err));
+    for (int k = 1; k <= per_seq; k++)
+        for (int s = 0; s < o->batch; s++)
+            if (block_table_grow(&b->pool, &b->tables.tables[s], k * o->block_size))
+                return err_set(err, "the block pool ran out of blocks (a bug of decode-bench)");
+    TRY(device_kv_open_paged(&b->kv, &b->dev, c, o->kv_type, b->pool.n_blocks, o->block_size, o->batch, most, err));
+    for (int s = 0; s < o->batch; s++)
+        TRY(device_kv_paged_set_table(&b->kv, s, b->tables.tables[s].blocks, b->tables.tables[s].n_blocks, err));
+    return 0;
 }
 
 static int bench_open(Bench *b, const BenchOptions *o, Err *err)
@@ -204,7 +232,7 @@ static int bench_open(Bench *b, const BenchOptions *o, Err *err)
     if (synth_preset(o->preset, &spec.cfg))
         return err_set(err, "unknown preset '%s' (%s)", o->preset, synth_preset_names());
     const ModelConfig *c = &spec.cfg;
-    if (o->context + o->steps + 2 > c->seq_len)
+    if (positions_needed(o) > c->seq_len)
         return err_set(err, "context %d + %d steps does not fit seq_len %d", o->context, o->steps + 2, c->seq_len);
     size_t bytes;
     int most = o->batch > o->context ? o->batch : o->context;
@@ -213,11 +241,28 @@ static int bench_open(Bench *b, const BenchOptions *o, Err *err)
         return err_set(err, "out of memory");
     if (synth_model_image(&spec, &b->image, &bytes, err) || model_open_image(&b->model, b->image, bytes, err) ||
         device_model_upload(&b->dm, &b->model, o->weight_type, &b->dev, err) ||
-        device_kv_open_arena(&b->kv, &b->dev, c, o->kv_type, (long long)o->batch * c->seq_len, o->batch, most, err) ||
+        (o->paged ? open_paged(b, o, most, err) : open_contiguous(b, o, most, err)) ||
         device_forward_state_init(&b->fs, &b->dm, most, o->batch, err))
         return -1;
-    for (int s = 0; s < o->batch; s++)
-        TRY(device_kv_arena_place(&b->kv, s, (long long)s * c->seq_len, c->seq_len, err));
+    return 0;
+}
+
+/* Sequence 0's blocks holding its context, copied into every other
+ * sequence's blocks (at most as many pairs per call as the store takes). */
+static int copy_context_blocks(Bench *b, const BenchOptions *o, Err *err)
+{
+    int n = block_count_for_tokens(o->context, o->block_size), pairs[2 * 64];
+    int chunk = o->batch < 64 ? o->batch : 64, done = 0;
+    const BlockTable *first = &b->tables.tables[0];
+    for (int s = 1; s < o->batch; s++)
+        for (int k = 0; k < n; k++) {
+            pairs[2 * done] = first->blocks[k];
+            pairs[2 * done + 1] = b->tables.tables[s].blocks[k];
+            if (++done == chunk || (s == o->batch - 1 && k == n - 1)) {
+                TRY(device_kv_paged_copy_blocks(&b->kv, pairs, done, err));
+                done = 0;
+            }
+        }
     return 0;
 }
 
@@ -233,8 +278,11 @@ static int prefill(Bench *b, const BenchOptions *o, double *seconds, Err *err)
     double t0 = now_seconds();
     TRY(device_forward(&b->dev, &b->dm, &b->fs, &b->kv.seam, b->entries, o->context, 0, err));
     *seconds = now_seconds() - t0;
-    for (int s = 1; s < o->batch; s++)
-        TRY(device_kv_arena_copy_rows(&b->kv, 0, (long long)s * c->seq_len, o->context, err));
+    if (o->paged)
+        TRY(copy_context_blocks(b, o, err));
+    else
+        for (int s = 1; s < o->batch; s++)
+            TRY(device_kv_arena_copy_rows(&b->kv, 0, (long long)s * c->seq_len, o->context, err));
     return device_sync(&b->dev, err);
 }
 
@@ -260,59 +308,96 @@ static double step_bytes(const Bench *b, const BenchOptions *o, int step)
     return (double)b->dm.bytes + o->batch * positions * per_position + o->batch * per_position;
 }
 
-static int run(Bench *b, const BenchOptions *o, Err *err)
+/* The store and the attention kernel version the steps use, in words. */
+static void store_text(const Bench *b, const BenchOptions *o, char *out, size_t size)
 {
-    double copy_gbs, prefill_s;
-    TRY(device_open(&b->dev, err));
-    TRY(copy_bandwidth(&b->dev, &copy_gbs, err));
-    TRY(bench_open(b, o, err));
-    TRY(prefill(b, o, &prefill_s, err));
+    KvkHeads h = device_kv_heads(&b->model.cfg);
+    if (o->paged) {
+        int v = kvk_paged_attention_pick(o->kv_type, h, o->batch);
+        snprintf(out, size, "paged, blocks of %d (PagedAttention v%d %s)", o->block_size, v,
+                 v ? kvk_paged_attention_versions[v - 1].name : "?");
+    } else {
+        int v = kvk_attention_pick(o->kv_type, h, b->model.cfg.seq_len);
+        snprintf(out, size, "contiguous (attention v%d %s)", v, v ? kvk_attention_versions[v - 1].name : "?");
+    }
+}
+
+/* What the timed steps measured. */
+typedef struct {
+    double device_ms, wall_s, bytes; /* over the timed steps */
+    double prefill_s;
+    CopyBandwidth copy;
+} BenchResult;
+
+/* Two warm-up steps, then the timed ones. */
+static int timed_steps(Bench *b, const BenchOptions *o, BenchResult *r, Err *err)
+{
     int *tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)o->batch, sizeof(int));
     if (!tokens)
         return err_set(err, "out of memory");
     for (int s = 0; s < o->batch; s++)
         tokens[s] = sampler_argmax(b->fs.logits_host, b->model.cfg.vocab_size);
-    double device_ms = 0, wall = 0, bytes = 0;
     int rc = 0, warm = 2;
     for (int step = 0; step < warm + o->steps && rc == 0; step++) {
         double t0 = now_seconds();
         rc = decode_step(b, o, step, tokens, err);
         if (rc == 0 && step >= warm) {
-            wall += now_seconds() - t0;
-            device_ms += b->fs.last_step_ms;
-            bytes += step_bytes(b, o, step);
+            r->wall_s += now_seconds() - t0;
+            r->device_ms += b->fs.last_step_ms;
+            r->bytes += step_bytes(b, o, step);
         }
     }
     mem_free(tokens);
-    if (rc)
-        return -1;
-    double step_ms = device_ms / o->steps, gbs = bytes / (device_ms * 1e6), fraction = gbs / copy_gbs;
+    return rc;
+}
+
+static void print_result(const Bench *b, const BenchOptions *o, const BenchResult *r)
+{
     const ModelConfig *c = &b->model.cfg;
-    char line[4][160];
-    snprintf(line[0], sizeof line[0], "%s-shaped synthetic model (%d layers, dim %d), %s weights, %s K/V, batch %d, "
-             "context %d..%d%s", o->preset, c->n_layers, c->dim, dtype_name(o->weight_type), dtype_name(o->kv_type),
-             o->batch, o->context, o->context + warm + o->steps - 1, o->graph ? ", CUDA graph" : "");
-    snprintf(line[1], sizeof line[1], "decode step: %.3f ms on the device (%.3f ms wall), %.0f tokens/s", step_ms,
-             1e3 * wall / o->steps, o->batch * o->steps / wall);
-    snprintf(line[2], sizeof line[2], "bytes a step must move: %.1f MB (weights %.1f MB) -> %.0f GB/s", bytes / o->steps / 1e6,
-             (double)b->dm.bytes / 1e6, gbs);
-    snprintf(line[3], sizeof line[3], "copy bandwidth %.0f GB/s: the step reaches %.2f of it (goal >= %.2f): %s",
-             copy_gbs, fraction, GOAL_FRACTION, fraction >= GOAL_FRACTION ? "goal met" : "goal MISSED");
-    printf("decode-bench on %s\n  %s\n  prefill of sequence 0: %d tokens in %.3f s\n  %s\n  %s\n  %s\n", b->dev.name,
-           line[0], o->context, prefill_s, line[1], line[2], line[3]);
-    if (o->markdown) {
-        /* Appended through a temporary copy renamed into place: a failed
-         * write leaves the table as it was, never half a row. */
-        OutFile out;
-        if (outfile_open_append(&out, "--markdown", o->markdown, err))
-            return -1;
-        FILE *f = out.f;
-        fprintf(f, "| %s | %s | %s | batch %d, context %d | %.3f ms | %.0f | %.0f GB/s | %.0f GB/s | %.2f | %s |\n",
-                o->preset, dtype_name(o->weight_type), dtype_name(o->kv_type), o->batch, o->context, step_ms,
-                o->batch * o->steps / wall, gbs, copy_gbs, fraction, fraction >= GOAL_FRACTION ? "met" : "MISSED");
-        return outfile_commit(&out, err);
-    }
-    return 0;
+    double step_ms = r->device_ms / o->steps, gbs = r->bytes / (r->device_ms * 1e6), fraction = gbs / r->copy.gbs;
+    char store[160];
+    store_text(b, o, store, sizeof store);
+    printf("decode-bench on %s\n", b->dev.name);
+    printf("  %s-shaped synthetic model (%d layers, dim %d), %s weights, %s K/V, batch %d, context %d..%d%s\n",
+           o->preset, c->n_layers, c->dim, dtype_name(o->weight_type), dtype_name(o->kv_type), o->batch, o->context,
+           positions_needed(o) - 1, o->graph ? ", CUDA graph" : "");
+    printf("  K/V store: %s\n", store);
+    printf("  prefill of sequence 0: %d tokens in %.3f s\n", o->context, r->prefill_s);
+    printf("  decode step: %.3f ms on the device (%.3f ms wall), %.0f tokens/s\n", step_ms,
+           1e3 * r->wall_s / o->steps, o->batch * o->steps / r->wall_s);
+    printf("  bytes a step must move: %.1f MB (weights %.1f MB) -> %.0f GB/s\n", r->bytes / o->steps / 1e6,
+           (double)b->dm.bytes / 1e6, gbs);
+    printf("  copy bandwidth %.0f GB/s: the step reaches %.2f of it (goal >= %.2f): %s\n", r->copy.gbs, fraction,
+           GOAL_FRACTION, fraction >= GOAL_FRACTION ? "goal met" : "goal MISSED");
+}
+
+/* Appends the row through a temporary copy renamed into place: a failed
+ * write leaves the table as it was, never half a row. */
+static int append_markdown(const Bench *b, const BenchOptions *o, const BenchResult *r, Err *err)
+{
+    double step_ms = r->device_ms / o->steps, gbs = r->bytes / (r->device_ms * 1e6), fraction = gbs / r->copy.gbs;
+    char store[160];
+    store_text(b, o, store, sizeof store);
+    OutFile out;
+    if (outfile_open_append(&out, "--markdown", o->markdown, err))
+        return -1;
+    fprintf(out.f, "| %s | %s | %s | %s | batch %d, context %d%s | %.3f ms | %.0f | %.0f GB/s | %.0f GB/s | %.2f | %s |\n",
+            o->preset, dtype_name(o->weight_type), dtype_name(o->kv_type), store, o->batch, o->context,
+            o->graph ? "" : ", no graph", step_ms, o->batch * o->steps / r->wall_s, gbs, r->copy.gbs, fraction,
+            fraction >= GOAL_FRACTION ? "met" : "MISSED");
+    return outfile_commit(&out, err);
+}
+
+static int run(Bench *b, const BenchOptions *o, Err *err)
+{
+    BenchResult r = {0};
+    TRY(device_open(&b->dev, err));
+    TRY(copy_bandwidth(&b->dev, &r.copy, err));
+    TRY(bench_open(b, o, err));
+    TRY(prefill(b, o, &r.prefill_s, err));
+    TRY(timed_steps(b, o, &r, err));
+    print_result(b, o, &r);
+    return o->markdown ? append_markdown(b, o, &r, err) : 0;
 }
 
 int main(int argc, char **argv)

@@ -1,8 +1,11 @@
 /* build/kernel-check: every version of every kernel, validated against its
- * CPU reference on random inputs, then timed.
+ * CPU reference on random inputs, then timed: each call alone after the L2
+ * was cleared (so that the bytes come from device memory, not from the L2
+ * the previous call filled), and given as GB/s and as a fraction of the
+ * device-to-device copy bandwidth measured at the start of the same run.
  *
  *   build/kernel-check                        all kernels, full shapes, timed
- *   build/kernel-check --kernel attention     one kernel
+ *   build/kernel-check --kernel attention     one kernel (or several: attention,paged_attention)
  *   build/kernel-check --quick --no-time      small shapes, no timing (for compute-sanitizer)
  *   build/kernel-check --markdown FILE        also write the results as a Markdown table
  *
@@ -13,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bandwidth.h"
 #include "cases.h"
 #include "cli.h"
 #include "device.h"
@@ -20,16 +24,28 @@
 #include "report.h"
 
 typedef struct {
-    FILE *markdown;
+    const char *markdown;  /* the table's path, or NULL */
+    Err markdown_err;      /* the first failure to write it */
+    double copy_gbs;       /* the peak the fractions are of (0: not measured) */
     int passed, failed, unsupported, goals_met, goals_missed;
 } Tally;
+
+/* Appends one row to the table, through a copy renamed into place: a
+ * check that is stopped (a time limit) leaves every row before it, whole. */
+static void append_row(Tally *t, const char *row)
+{
+    OutFile out;
+    if (t->markdown_err.msg[0] || outfile_open_append(&out, "--markdown", t->markdown, &t->markdown_err))
+        return;
+    fputs(row, out.f);
+    outfile_commit(&out, &t->markdown_err);
+}
 
 static void print_result(const KcaseResult *r, void *ctx)
 {
     Tally *t = ctx;
     const char *verdict;
-    int goal = r->outputs < 0;
-    if (goal) {
+    if (r->goal) {
         verdict = r->passed ? "goal met" : "goal MISSED";
         *(r->passed ? &t->goals_met : &t->goals_missed) += 1;
     } else if (!r->supported) {
@@ -39,8 +55,8 @@ static void print_result(const KcaseResult *r, void *ctx)
         verdict = r->passed ? "ok" : "FAIL";
         *(r->passed ? &t->passed : &t->failed) += 1;
     }
-    char err_text[32] = "-", gbs[32] = "-", us[32] = "-";
-    if (goal)
+    char err_text[32] = "-", gbs[32] = "-", us[32] = "-", peak[32] = "-";
+    if (r->goal)
         snprintf(err_text, sizeof err_text, "%.3fx", r->max_error);
     else if (r->supported)
         snprintf(err_text, sizeof err_text, "%.2e", r->max_error);
@@ -48,18 +64,55 @@ static void print_result(const KcaseResult *r, void *ctx)
         snprintf(us, sizeof us, "%.2f", r->us);
         if (r->bytes > 0)
             snprintf(gbs, sizeof gbs, "%.1f", r->bytes / (r->us * 1e3));
+        if (r->bytes > 0 && t->copy_gbs > 0)
+            snprintf(peak, sizeof peak, "%.2f", r->bytes / (r->us * 1e3) / t->copy_gbs);
     }
-    printf("%-16s %-58s %-5s v%d %-22s %10s %8.3g %-11s %10s %8s\n", r->kernel, r->shape, r->dtype, r->version,
-           r->version_name, err_text, r->tolerance, verdict, us, gbs);
+    char version[80];
+    if (r->goal)
+        snprintf(version, sizeof version, "%s", r->version_name);
+    else
+        snprintf(version, sizeof version, "v%d %s", r->version, r->version_name);
+    printf("%-16s %-58s %-5s %-35s %10s %8.3g %-11s %10s %8s %6s\n", r->kernel, r->shape, r->dtype, version, err_text,
+           r->tolerance, verdict, us, gbs, peak);
     fflush(stdout);
-    if (t->markdown)
-        fprintf(t->markdown, "| %s | %s | %s | v%d %s | %s | %.3g | %s | %s | %s |\n", r->kernel, r->shape, r->dtype,
-                r->version, r->version_name, err_text, r->tolerance, verdict, us, gbs);
+    if (t->markdown) {
+        char row[512];
+        snprintf(row, sizeof row, "| %s | %s | %s | %s | %s | %.3g | %s | %s | %s | %s |\n", r->kernel, r->shape,
+                 r->dtype, version, err_text, r->tolerance, verdict, us, gbs, peak);
+        append_row(t, row);
+    }
+}
+
+/* What the times stand on, in one line. */
+static const char *timing_basis(const KcaseOptions *o, const CopyBandwidth *bw)
+{
+    static char line[400];
+    size_t l2 = kcase_l2_bytes();
+    char l2_text[64];
+    if (l2)
+        snprintf(l2_text, sizeof l2_text, "its %.0f MB L2 cleared (%.0f MB written)", l2 / 1e6, 2.0 * l2 / 1e6);
+    else
+        snprintf(l2_text, sizeof l2_text, "a 1 MiB buffer written (the device reports no L2 size)");
+    snprintf(line, sizeof line,
+             "median of %d call%s, each alone after %s, after 2 warm-up calls; GB/s = bytes the call must move "
+             "/ time; peak = the device-to-device copy, %.0f GB/s (%d copies of %.0f MB, bytes read and written)",
+             o->repeats, o->repeats == 1 ? "" : "s", l2_text, bw->gbs, bw->copies, bw->bytes / 1e6);
+    return line;
+}
+
+static void write_markdown_header(FILE *f, const Device *dev, const KcaseOptions *o, const CopyBandwidth *bw)
+{
+    fprintf(f, "Kernels on %s (compute capability %d.%d, %d SMs)\n\n", dev->name, dev->cc_major, dev->cc_minor,
+            dev->sm_count);
+    if (o->time)
+        fprintf(f, "Timing: %s.\n\n", timing_basis(o, bw));
+    fprintf(f, "| kernel | case | dtype | version | max error | tolerance | result | us | GB/s | of peak |\n"
+               "|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
 static int usage(const char *msg)
 {
-    fprintf(stderr, "kernel-check: error: %s (usage: kernel-check [--kernel NAME] [--quick] [--no-time] "
+    fprintf(stderr, "kernel-check: error: %s (usage: kernel-check [--kernel NAME[,NAME...]] [--quick] [--no-time] "
                     "[--repeats N] [--markdown FILE])\n", msg);
     return 1;
 }
@@ -71,7 +124,8 @@ static int check_arguments(const char *kernel, const char *markdown_path)
     char msg[512];
     Err err = {{0}};
     if (kernel && !kcase_kernel_known(kernel)) {
-        snprintf(msg, sizeof msg, "no kernel '%s' (kernels: %s)", kernel, kcase_kernel_names());
+        snprintf(msg, sizeof msg, "no kernel '%.200s' (kernels, separated by commas: %s)", kernel,
+                 kcase_kernel_names());
         return usage(msg);
     }
     if (markdown_path && report_check_writable("--markdown", markdown_path, &err))
@@ -100,7 +154,7 @@ int main(int argc, char **argv)
             o.repeats = (int)n;
         }
         else if (strcmp(argv[i], "--help") == 0) {
-            printf("Usage: kernel-check [--kernel NAME] [--quick] [--no-time] [--repeats N] [--markdown FILE]\n"
+            printf("Usage: kernel-check [--kernel NAME[,NAME...]] [--quick] [--no-time] [--repeats N] [--markdown FILE]\n"
                    "Kernels: %s\n", kcase_kernel_names());
             return 0;
         } else {
@@ -118,30 +172,39 @@ int main(int argc, char **argv)
         return 0;
     }
     Tally t = {0};
-    /* The table goes to a temporary file renamed into place at the end:
-     * a failed or interrupted check leaves the previous table whole. */
-    OutFile markdown = {0};
+    CopyBandwidth bw = {0};
+    if (o.time && copy_bandwidth(&dev, &bw, &err)) {
+        device_close(&dev);
+        fprintf(stderr, "kernel-check: error: %s\n", err.msg);
+        return 1;
+    }
+    t.copy_gbs = bw.gbs;
+    /* The table is written row by row, each time through a copy renamed
+     * into place: whatever stops the check, the rows so far stand. */
     if (markdown_path) {
+        OutFile markdown;
         if (outfile_open(&markdown, "--markdown", markdown_path, &err)) {
             device_close(&dev);
             return usage(err.msg);
         }
-        t.markdown = markdown.f;
-        fprintf(t.markdown, "Kernels on %s (compute capability %d.%d, %d SMs)\n\n", dev.name, dev.cc_major,
-                dev.cc_minor, dev.sm_count);
-        fprintf(t.markdown, "| kernel | case | dtype | version | max error | tolerance | result | us | GB/s |\n"
-                            "|---|---|---|---|---|---|---|---|---|\n");
+        write_markdown_header(markdown.f, &dev, &o, &bw);
+        if (outfile_commit(&markdown, &err)) {
+            device_close(&dev);
+            fprintf(stderr, "kernel-check: error: %s\n", err.msg);
+            return 1;
+        }
+        t.markdown = markdown_path;
     }
     printf("kernel-check on %s (compute capability %d.%d, %d SMs)%s\n", dev.name, dev.cc_major, dev.cc_minor,
            dev.sm_count, o.quick ? ", quick shapes" : "");
-    printf("%-16s %-58s %-5s %-25s %10s %8s %-11s %10s %8s\n", "kernel", "case", "dtype", "version", "max error",
-           "tol", "result", "us", "GB/s");
+    if (o.time)
+        printf("timing: %s\n", timing_basis(&o, &bw));
+    printf("%-16s %-58s %-5s %-35s %10s %8s %-11s %10s %8s %6s\n", "kernel", "case", "dtype", "version", "max error",
+           "tol", "result", "us", "GB/s", "peak");
     int failed = kcase_run(&dev, kernel, &o, print_result, &t, &err);
     device_close(&dev);
-    if (t.markdown && failed < 0)
-        outfile_abort(&markdown);
-    else if (t.markdown && outfile_commit(&markdown, &err)) {
-        fprintf(stderr, "kernel-check: error: %s\n", err.msg);
+    if (t.markdown_err.msg[0]) {
+        fprintf(stderr, "kernel-check: error: %s\n", t.markdown_err.msg);
         return 1;
     }
     if (failed < 0) {

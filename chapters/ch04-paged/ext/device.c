@@ -42,8 +42,7 @@ typedef struct {
     long long *slots;           /* device */
     int *entry_host;            /* [max_tokens] table row (sequence) of each entry */
     int *entry;                 /* device */
-    float *scratch;             /* split attention partials */
-    int split_max_entries;      /* steps of at most this many entries may use the split kernel */
+    float *scratch;             /* split attention partials (kvk_paged_attention_pick_scratch_floats()) */
     int *pairs;                 /* [max_seqs][2] block copies (device) */
     const PagedServer *server;  /* the server whose running requests' tables each step takes, or NULL */
 } DevicePool;
@@ -115,11 +114,11 @@ static int pool_attend(void *ctx, int layer, const DeviceStep *st, const float *
 {
     DevicePool *s = ctx;
     KvkBlockTables tables = {s->tables, s->max_blocks, s->entry, s->block_size, s->n_layers};
-    /* Few entries: one block per (entry, head) leaves most multiprocessors
-     * idle, so split the sequence. The choice depends on n only. */
-    int version = st->n <= s->split_max_entries ? 2 : 1;
-    return kvk_paged_attention(version, s->type, out, q, s->blocks, layer, tables, st->pos, st->n, s->cfg.seq_len,
-                               device_kv_heads(&s->cfg), s->scratch, s->dev->stream, err);
+    /* The kernels pick the version and its split from n and the GPU's
+     * occupancy (n only: a captured graph stays valid). */
+    KvkHeads h = device_kv_heads(&s->cfg);
+    return kvk_paged_attention(kvk_paged_attention_pick(s->type, h, st->n), s->type, out, q, s->blocks, layer, tables,
+                               st->pos, st->n, s->cfg.seq_len, h, s->scratch, s->dev->stream, err);
 }
 
 static void pool_free(void *ctx)
@@ -143,11 +142,8 @@ static int pool_alloc(DevicePool *s, Err *err)
     if (!s->tables_host || !s->slots_host || !s->entry_host)
         return err_set(err, "out of memory for block tables");
     memset(s->tables_host, 0xff, table_ints * sizeof(int)); /* -1: no block */
-    KvkHeads h = device_kv_heads(&s->cfg);
-    /* Split when (entries x heads) would fill fewer than two waves of the
-     * multiprocessors. */
-    s->split_max_entries = (2 * s->dev->sm_count + h.n_heads - 1) / h.n_heads;
-    size_t scratch = kvk_paged_attention_scratch_floats(2, s->split_max_entries, s->cfg.seq_len, h);
+    size_t scratch = kvk_paged_attention_pick_scratch_floats(s->type, device_kv_heads(&s->cfg), s->max_tokens,
+                                                             s->cfg.seq_len);
     if (device_alloc(&s->tables, table_ints * sizeof(int), MEM_KV_METADATA, err) ||
         device_alloc(&s->slots, (size_t)s->max_tokens * sizeof(long long), MEM_KV_METADATA, err) ||
         device_alloc(&s->entry, (size_t)s->max_tokens * sizeof(int), MEM_KV_METADATA, err) ||
@@ -164,7 +160,7 @@ int device_kv_open_paged(DeviceKv *kv, const Device *dev, const ModelConfig *cfg
     if (n_blocks <= 0 || block_size <= 0 || (block_size & (block_size - 1)) || max_seqs <= 0 || max_tokens <= 0)
         return err_set(err, "paged K/V: bad shape (%d blocks of %d, %d sequences, %d tokens)", n_blocks, block_size,
                        max_seqs, max_tokens);
-    if (!kvk_paged_attention_supports(t, device_kv_heads(cfg)))
+    if (!kvk_paged_attention_pick(t, device_kv_heads(cfg), 1))
         return err_set(err, "paged attention does not support head_dim %d in %s", model_head_dim(cfg),
                        dtype_name(t));
     DevicePool *s = mem_alloc(MEM_KV_METADATA, sizeof *s);
