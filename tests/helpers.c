@@ -309,6 +309,15 @@ static void contig_attend(void *ctx, int layer, const BatchEntry *e, int head, c
 int test_solo_tokens_sampled(const Model *m, const Tokenizer *t, const char *prompt, int steps, float temperature,
                              unsigned long long seed, int *out)
 {
+    SamplingParams p = sampling_params_default();
+    p.temperature = temperature;
+    p.top_p = 0.9f;
+    return test_solo_tokens_params(m, t, prompt, steps, &p, seed, out);
+}
+
+int test_solo_tokens_params(const Model *m, const Tokenizer *t, const char *prompt, int steps, const SamplingParams *p,
+                            unsigned long long seed, int *out)
+{
     const ModelConfig *c = &m->cfg;
     Generation g;
     Err err = {{0}};
@@ -320,7 +329,7 @@ int test_solo_tokens_sampled(const Model *m, const Tokenizer *t, const char *pro
     ForwardState fs;
     ck_assert(forward_state_init(&fs, c, c->seq_len, 1, &err) == 0);
     Sampler s;
-    ck_assert(sampler_init(&s, c->vocab_size, temperature, 0.9f, seed, &err) == 0);
+    ck_assert_msg(sampler_init_params(&s, c->vocab_size, p, seed, &err) == 0, "%s", err.msg);
     ck_assert_msg(generate(&g, m, t, &s, &fs, &strat, steps, NULL, &err) == 0, "%s", err.msg);
     int n = g.n_tokens - g.n_prompt;
     memcpy(out, g.tokens + g.n_prompt, (size_t)n * sizeof(int));

@@ -10,6 +10,7 @@
 
 #include "dtype.h"
 #include "model.h"
+#include "sampler.h"
 #include "serving.h"
 #include "tokenizer.h"
 
@@ -157,6 +158,21 @@ void test_write_temp(const void *data, size_t n, char *out);
  */
 int test_solo_tokens_sampled(const Model *m, const Tokenizer *t, const char *prompt, int steps, float temperature,
                              unsigned long long seed, int *out);
+
+/**
+ * test_solo_tokens_sampled() with every sampling setting (filters and
+ * penalties too).
+ * @param m       the model
+ * @param t       the tokenizer
+ * @param prompt  the prompt text
+ * @param steps   most new tokens
+ * @param p       the sampling settings
+ * @param seed    the sampler's seed
+ * @param out     receives the new tokens (room for seq_len + 1)
+ * @return how many new tokens
+ */
+int test_solo_tokens_params(const Model *m, const Tokenizer *t, const char *prompt, int steps, const SamplingParams *p,
+                            unsigned long long seed, int *out);
 
 /**
  * Greedy test_solo_tokens_sampled() (temperature 0, seed 1).

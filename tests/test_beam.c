@@ -71,13 +71,36 @@ typedef struct {
     int live; /* 1: still searching; 0: a finished hypothesis */
 } Hyp;
 
-/* The log softmax of the next token after hyp, recomputed from scratch. */
-static void next_logprobs(const Model *m, const Hyp *h, float *row, double *lp)
+/* The penalties as sampler.h defines them, written out again: token v's
+ * logit, repetition first (any token of the prompt or the output), then
+ * frequency and presence (the output's tokens only). */
+static float penalised(const SamplingParams *p, const Hyp *h, int n_prompt, int v, float x)
+{
+    int in_prompt = 0, count = 0;
+    for (int i = 0; i < h->n; i++)
+        if (h->tokens[i] == v) {
+            in_prompt |= i < n_prompt;
+            count += i >= n_prompt;
+        }
+    if (in_prompt || count)
+        x = x > 0.0f ? x / p->repetition_penalty : x * p->repetition_penalty;
+    if (count) {
+        x -= p->frequency_penalty * (float)count;
+        x -= p->presence_penalty;
+    }
+    return x;
+}
+
+/* The log softmax of the next token after hyp, recomputed from scratch,
+ * after the penalties of @p p (NULL: none) by hyp's own tokens. */
+static void next_logprobs(const Model *m, const Hyp *h, int n_prompt, const SamplingParams *p, float *row, double *lp)
 {
     int vocab = m->cfg.vocab_size;
     float *all = test_cpu_logits(m, h->tokens, h->n, DTYPE_F32);
     memcpy(row, all + (size_t)(h->n - 1) * vocab, (size_t)vocab * sizeof(float));
     free(all);
+    for (int v = 0; p && v < vocab; v++)
+        row[v] = penalised(p, h, n_prompt, v, row[v]);
     double max = row[0], sum = 0;
     for (int v = 1; v < vocab; v++)
         max = row[v] > max ? row[v] : max;
@@ -107,8 +130,11 @@ static int proposal_order(const void *a, const void *b)
  * propose their best tokens (by logit, lower id first); the best `live`
  * proposals are kept, each in its parent's slot first, else in the first
  * slot nobody extends; EOS or the last allowed token finishes a slot. The
- * best finished hypothesis by sum of log probabilities / length. */
-static double reference_beam(const Model *m, const int *prompt, int n_prompt, int max_tokens, int w, Hyp *best)
+ * best finished hypothesis by sum of log probabilities / length. Each
+ * beam's logits are penalised by its own tokens first (@p p; NULL: no
+ * penalties). */
+static double reference_beam(const Model *m, const int *prompt, int n_prompt, int max_tokens, int w,
+                             const SamplingParams *p, Hyp *best)
 {
     int vocab = m->cfg.vocab_size;
     Hyp slot[MAX_W], next[MAX_W];
@@ -128,7 +154,7 @@ static double reference_beam(const Model *m, const int *prompt, int n_prompt, in
         if (n_live == 0)
             break;
         for (int j = 0; j < (first ? 1 : n_live); j++) {
-            next_logprobs(m, &slot[live_idx[j]], row, lp);
+            next_logprobs(m, &slot[live_idx[j]], n_prompt, p, row, lp);
             for (int c = 0; c < n_live; c++) { /* the c-th largest logit, lower id first */
                 int pick = -1;
                 for (int v = 0; v < vocab; v++) {
@@ -262,14 +288,16 @@ START_TEST(beam_one_is_greedy)
 END_TEST
 
 /* The best beam of every prompt equals the reference's, tokens and score,
- * and finishes as it does. */
+ * and finishes as it does (with the run's penalties, if any). */
 static void expect_reference(const TestModel *f, BeamRun *br, int w)
 {
     const BeamSearch *b = br->server->beam;
+    SamplingParams p = cli_sampling_params(&br->o);
     for (int line = 0; line < br->rf.count; line++) {
         const Request *first = &br->run.reqs[line * w];
         Hyp ref;
-        double score = reference_beam(&f->m, first->tokens, first->n_prompt, first->max_tokens, w, &ref);
+        double score = reference_beam(&f->m, first->tokens, first->n_prompt, first->max_tokens, w,
+                                      sampling_params_penalize(&p) ? &p : NULL, &ref);
         int i = beam_best(b, line * w);
         ck_assert_msg(i >= line * w && i < line * w + w, "prompt %d: no best beam", line);
         const Request *r = &br->run.reqs[i];
@@ -292,6 +320,44 @@ START_TEST(best_beam_equals_the_reference)
         /* Beams share blocks: the prompt's, and each other's after forks. */
         ck_assert_int_gt(br.server->blocks_saved_peak, 0);
         ck_assert_int_gt(br.server->cow_copies, 0);
+        beam_run_close(&br);
+    }
+    test_model_free(&f);
+}
+END_TEST
+
+/* The penalties, each beam by its own tokens: --beam 1 is greedy decoding
+ * with the same penalties, and wider beams equal the reference, which
+ * penalises every hypothesis by its own tokens (a count carried over
+ * from the beam a slot held before a move would differ). */
+START_TEST(beams_with_penalties)
+{
+    TestModel f;
+    test_model_synthetic(&f, TEST_SYNTH_GQA, 11);
+    CliOptions o = beams(1, 4, 0);
+    o.repetition_penalty = 1.4f;
+    o.frequency_penalty = 0.6f;
+    o.presence_penalty = 0.3f;
+    SamplingParams p = cli_sampling_params(&o), none = sampling_params_default();
+    BeamRun br;
+    beam_run(&br, &f, REQUESTS, o);
+    int changed = 0;
+    for (int i = 0; i < br.run.n_reqs; i++) {
+        const Request *a = &br.run.reqs[i];
+        const char *prompt = br.rf.items[i].prompt;
+        int steps = br.rf.items[i].max_new_tokens, want[MAX_T], plain[MAX_T];
+        int n = test_solo_tokens_params(&f.m, &f.t, prompt, steps, &p, 1, want);
+        ck_assert_msg(n == a->n_tokens - a->n_prompt && memcmp(want, a->tokens + a->n_prompt, (size_t)n * sizeof(int)) == 0,
+                      "request %d: --beam 1 with penalties differs from greedy decoding with them", i);
+        int m = test_solo_tokens_params(&f.m, &f.t, prompt, steps, &none, 1, plain);
+        changed += m != n || memcmp(want, plain, (size_t)n * sizeof(int)) != 0;
+    }
+    ck_assert_msg(changed > 0, "the penalties changed no request's greedy tokens: the test shows nothing");
+    beam_run_close(&br);
+    for (int w = 2; w <= 4; w++) {
+        o.beam_width = w;
+        beam_run(&br, &f, REQUESTS, o);
+        expect_reference(&f, &br, w);
         beam_run_close(&br);
     }
     test_model_free(&f);
@@ -462,6 +528,7 @@ Suite *suite_beam(void)
     tcase_set_timeout(runs, 120);
     tcase_add_test(runs, beam_one_is_greedy);
     tcase_add_test(runs, best_beam_equals_the_reference);
+    tcase_add_test(runs, beams_with_penalties);
     tcase_add_test(runs, same_beams_every_block_size_and_budget);
     tcase_add_test(runs, sharing_fraction_by_hand);
     suite_add_tcase(s, runs);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "forward.h"
 #include "helpers.h"
 #include "mem.h"
@@ -330,6 +331,22 @@ START_TEST(bad_options)
         {{"--temperature", "hot"}, "--temperature"},
         {{"--top-p", "2"}, "--top-p"},
         {{"--top-p", "-0.5"}, "--top-p"},
+        {{"--top-k", "-1"}, "--top-k"},
+        {{"--top-k", "2.5"}, "not a whole number"},
+        {{"--top-k", "99999999999"}, "--top-k"},
+        {{"--min-p", "1.5"}, "--min-p"},
+        {{"--min-p", "-0.1"}, "--min-p"},
+        {{"--min-p", "nan"}, "--min-p"},
+        {{"--repetition-penalty", "0"}, "--repetition-penalty"},
+        {{"--repetition-penalty", "-1.2"}, "--repetition-penalty"},
+        {{"--repetition-penalty", "0.001"}, "--repetition-penalty"},
+        {{"--repetition-penalty", "1000"}, "--repetition-penalty"},
+        {{"--repetition-penalty", "inf"}, "--repetition-penalty"},
+        {{"--frequency-penalty", "2.5"}, "--frequency-penalty"},
+        {{"--frequency-penalty", "-2.01"}, "--frequency-penalty"},
+        {{"--presence-penalty", "-3"}, "--presence-penalty"},
+        {{"--presence-penalty", "some"}, "--presence-penalty"},
+        {{"--presence-penalty"}, "needs a value"},
         {{"--seed", "-1"}, "--seed"},
         {{"--seed", "x"}, "--seed"},
         {{"--threads", "-1"}, "--threads"},
@@ -370,6 +387,63 @@ START_TEST(chat_without_template_is_refused)
 }
 END_TEST
 
+/* The sampling options: parsed into the fields the sampler takes, with
+ * neutral defaults, and one refusal line naming the option in every
+ * chapter. */
+START_TEST(sampling_options_are_parsed)
+{
+    static const CliProgram prog = {"t", "test", CLI_SAMPLING};
+    CliOptions o;
+    Err err = {{0}};
+    char *none[] = {"t", NULL};
+    ck_assert_int_eq(cli_parse(&prog, 1, none, &o, &err), CLI_RUN);
+    SamplingParams p = cli_sampling_params(&o);
+    ck_assert_msg(p.temperature == 0.0f && p.top_p == 0.9f && p.top_k == 0 && p.min_p == 0.0f &&
+                      p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f,
+                  "the defaults are not neutral");
+    ck_assert(!sampling_params_penalize(&p));
+    char *all[] = {"t", "--temperature", "0.7", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05",
+                   "--repetition-penalty", "1.2", "--frequency-penalty", "-0.5", "--presence-penalty", "2", NULL};
+    ck_assert_msg(cli_parse(&prog, 15, all, &o, &err) == CLI_RUN, "%s", err.msg);
+    p = cli_sampling_params(&o);
+    ck_assert_msg(p.temperature == 0.7f && p.top_k == 40 && p.top_p == 0.95f && p.min_p == 0.05f &&
+                      p.repetition_penalty == 1.2f && p.frequency_penalty == -0.5f && p.presence_penalty == 2.0f,
+                  "parsed %g %d %g %g %g %g %g", (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p,
+                  (double)p.repetition_penalty, (double)p.frequency_penalty, (double)p.presence_penalty);
+    ck_assert_int_eq(sampling_params_check(&p, &err), 0);
+    /* Temperature 0 with every filter on is accepted: it is greedy. */
+    char *greedy[] = {"t", "--temperature", "0", "--top-k", "5", "--min-p", "0.5", NULL};
+    ck_assert_int_eq(cli_parse(&prog, 7, greedy, &o, &err), CLI_RUN);
+    /* A program without the sampling group refuses the options. */
+    static const CliProgram other = {"t", "test", CLI_MODEL};
+    char *top_k[] = {"t", "--top-k", "5", NULL};
+    ck_assert_int_eq(cli_parse(&other, 3, top_k, &o, &err), CLI_ERROR);
+    ck_assert_msg(strstr(err.msg, "unknown option '--top-k'"), "%s", err.msg);
+}
+END_TEST
+
+START_TEST(every_chapter_refuses_bad_sampling_options)
+{
+    char model[PATH_MAX], tok[PATH_MAX];
+    test_write_synthetic(&SMALL, 2, 0, 1, model, tok);
+    static const char *const programs[] = {"ch01-naive",  "ch02-kvcache", "ch03-batching",
+                                           "ch04-paged", "ch05-prefix",  "ch06-window"};
+    static const char *const bad[][2] = {{"--top-k", "-3"},
+                                         {"--min-p", "2"},
+                                         {"--repetition-penalty", "0"},
+                                         {"--frequency-penalty", "9"},
+                                         {"--presence-penalty", "-2.5"}};
+    for (size_t i = 0; i < sizeof programs / sizeof programs[0]; i++)
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+            const char *argv[] = {programs[i], "--model", model, "--tokenizer", tok, bad[k][0], bad[k][1], NULL};
+            char what[96];
+            snprintf(what, sizeof what, "%s %s %s", programs[i], bad[k][0], bad[k][1]);
+            expect_failure(argv, bad[k][0], what);
+        }
+    unlink(model), unlink(tok);
+}
+END_TEST
+
 /* ------------------------------------------------------------ runs */
 
 START_TEST(help_goes_to_stdout)
@@ -380,7 +454,9 @@ START_TEST(help_goes_to_stdout)
     ck_assert_int_eq(r.status, 0);
     ck_assert_msg(strstr(r.out, "Usage: " PROGRAM) != NULL, "no usage line on stdout: %s", r.out);
     static const char *const options[] = {"--model", "--tokenizer", "--prompt", "--steps", "--temperature",
-                                          "--top-p", "--seed", "--json", "--threads", "--help"};
+                                          "--top-p", "--top-k", "--min-p", "--repetition-penalty",
+                                          "--frequency-penalty", "--presence-penalty", "--seed", "--json",
+                                          "--threads", "--help"};
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
         ck_assert_msg(strstr(r.out, options[i]) != NULL, "--help does not mention %s", options[i]);
     ck_assert_msg(strstr(r.out, "--kv-alloc") == NULL, "chapter 1 must not offer chapter 2's --kv-alloc");
@@ -593,6 +669,8 @@ Suite *suite_cli(void)
     tcase_add_test(bad, bad_prompts);
     tcase_add_test(bad, bad_options);
     tcase_add_test(bad, chat_without_template_is_refused);
+    tcase_add_test(bad, sampling_options_are_parsed);
+    tcase_add_test(bad, every_chapter_refuses_bad_sampling_options);
     suite_add_tcase(s, bad);
     TCase *runs = tcase_create("runs");
     tcase_set_timeout(runs, 120);

@@ -14,7 +14,8 @@ enum {
     OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
     OPT_BATCHING, OPT_ARENA, OPT_BLOCK_SIZE, OPT_N, OPT_BEAM, OPT_WATERMARK, OPT_MAX_NUM_BATCHED_TOKENS,
     OPT_MAX_NUM_SEQS, OPT_PREEMPT, OPT_SWAP_SPACE, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_PREFIX_CACHE,
-    OPT_TRACE, OPT_SHOW_TABLES, OPT_CHAT, OPT_HELP
+    OPT_TRACE, OPT_SHOW_TABLES, OPT_CHAT, OPT_HELP,
+    OPT_TOP_K, OPT_MIN_P, OPT_REPETITION_PENALTY, OPT_FREQUENCY_PENALTY, OPT_PRESENCE_PENALTY
 };
 
 typedef struct {
@@ -31,8 +32,14 @@ static const OptionSpec SPECS[] = {
     {"prompt", OPT_PROMPT, CLI_PROMPT, "TEXT", "prompt text (default \"Once upon a time\")"},
     {"chat", OPT_CHAT, CLI_CHAT, NULL, "wrap each prompt as one user message in the model's ChatML template, with its default system message; generation stops at <|im_end|>, which is not printed (a model without a chat template is refused)"},
     {"steps", OPT_STEPS, CLI_PROMPT, "N", "new tokens to generate after the prompt (default 256; stops earlier at BOS, EOS or the end of the context)"},
-    {"temperature", OPT_TEMPERATURE, CLI_SAMPLING, "T", "0 = greedy, reproducible (default 0)"},
-    {"top-p", OPT_TOP_P, CLI_SAMPLING, "P", "nucleus sampling threshold in [0,1]; 0 or 1 = off (default 0.9, used only when T > 0)"},
+    /* The sampling options in the order the sampler applies them, which is vLLM's (common/model/sampler.h). */
+    {"repetition-penalty", OPT_REPETITION_PENALTY, CLI_SAMPLING, "R", "in [0.01, 100]: the logit of every token of the prompt and the output so far is divided by R when positive, multiplied by R otherwise; 1 = off (default 1)"},
+    {"frequency-penalty", OPT_FREQUENCY_PENALTY, CLI_SAMPLING, "F", "in [-2, 2]: F x (times a token was generated) is subtracted from its logit; 0 = off (default 0)"},
+    {"presence-penalty", OPT_PRESENCE_PENALTY, CLI_SAMPLING, "P", "in [-2, 2]: P is subtracted once from the logit of every token generated so far; 0 = off (default 0)"},
+    {"temperature", OPT_TEMPERATURE, CLI_SAMPLING, "T", "0 = greedy, reproducible: the largest logit after the penalties, whatever --min-p, --top-k and --top-p say (default 0)"},
+    {"min-p", OPT_MIN_P, CLI_SAMPLING, "P", "in [0,1]: drop tokens less likely than P x the most likely one; 0 = off (default 0, used only when T > 0)"},
+    {"top-k", OPT_TOP_K, CLI_SAMPLING, "K", "keep the K most likely tokens (ties: the lower id); 0 = off (default 0, used only when T > 0)"},
+    {"top-p", OPT_TOP_P, CLI_SAMPLING, "P", "nucleus sampling threshold in [0,1]: the most likely tokens until they hold P of what min-p and top-k left, the one that crosses P included; 0 or 1 = off (default 0.9, used only when T > 0)"},
     {"seed", OPT_SEED, CLI_SAMPLING, "N", "random seed for sampling (default 42)"},
     {"kv-alloc", OPT_KV_ALLOC, CLI_KV_ALLOC, "max|grow", "reserve the model's seq_len up front, or start small and double (default max)"},
     {"requests", OPT_REQUESTS, CLI_SERVING, "FILE", "request file: one 'max_new_tokens<TAB>prompt' per line, at most 16 MiB, 65536 bytes a line, 1048576 requests (default data/requests-mixed.tsv)"},
@@ -70,6 +77,11 @@ void cli_defaults(CliOptions *o)
     o->steps = 256;
     o->temperature = 0.0f;
     o->top_p = 0.9f;
+    o->top_k = 0;
+    o->min_p = 0.0f;
+    o->repetition_penalty = 1.0f;
+    o->frequency_penalty = 0.0f;
+    o->presence_penalty = 0.0f;
     o->seed = 42;
     o->kv_alloc = "max";
     o->max_batch = 64;
@@ -205,6 +217,13 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     }
     case OPT_TEMPERATURE: return parse_float(name, arg, 0.0f, 100.0f, &o->temperature, err);
     case OPT_TOP_P: return parse_float(name, arg, 0.0f, 1.0f, &o->top_p, err);
+    case OPT_TOP_K:
+        if (cli_parse_long(name, arg, 0, INT32_MAX, &v, err)) return -1;
+        o->top_k = (int)v; return 0;
+    case OPT_MIN_P: return parse_float(name, arg, 0.0f, 1.0f, &o->min_p, err);
+    case OPT_REPETITION_PENALTY: return parse_float(name, arg, 0.01f, 100.0f, &o->repetition_penalty, err);
+    case OPT_FREQUENCY_PENALTY: return parse_float(name, arg, -2.0f, 2.0f, &o->frequency_penalty, err);
+    case OPT_PRESENCE_PENALTY: return parse_float(name, arg, -2.0f, 2.0f, &o->presence_penalty, err);
     case OPT_KV_BUDGET:
         if (cli_parse_size(arg, &o->kv_budget, err)) return err_prefix(err, "--kv-budget");
         if (o->kv_budget == 0) return err_set(err, "--kv-budget: the budget must be more than 0 bytes");
@@ -284,6 +303,13 @@ CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *o
         return CLI_ERROR;
     }
     return CLI_RUN;
+}
+
+SamplingParams cli_sampling_params(const CliOptions *o)
+{
+    return (SamplingParams){.temperature = o->temperature, .top_p = o->top_p, .top_k = o->top_k, .min_p = o->min_p,
+                            .repetition_penalty = o->repetition_penalty,
+                            .frequency_penalty = o->frequency_penalty, .presence_penalty = o->presence_penalty};
 }
 
 int cli_parse_size(const char *text, size_t *bytes, Err *err)

@@ -13,12 +13,13 @@
 #include <stddef.h>
 
 #include "err.h"
+#include "sampler.h"
 
 /** Option groups a program can accept. */
 typedef enum {
     CLI_MODEL = 1 << 0,     /**< --model --tokenizer --threads --json --quiet */
     CLI_PROMPT = 1 << 1,    /**< --prompt --steps */
-    CLI_SAMPLING = 1 << 2,  /**< --temperature --top-p --seed */
+    CLI_SAMPLING = 1 << 2,  /**< --repetition-penalty --frequency-penalty --presence-penalty --temperature --min-p --top-k --top-p --seed (in the order the sampler applies them) */
     CLI_KV_ALLOC = 1 << 3,  /**< --kv-alloc (chapter 2) */
     CLI_SERVING = 1 << 4,   /**< --requests --out --kv-budget --trace --show-tables (chapters 3, 4) */
     CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve --batching --arena (chapter 3) */
@@ -37,6 +38,11 @@ typedef struct {
     int steps;                  /**< --steps: new tokens after the prompt */
     float temperature;          /**< --temperature: 0 = greedy */
     float top_p;                /**< --top-p: 0 or 1 = off */
+    int top_k;                  /**< --top-k: 0 = off */
+    float min_p;                /**< --min-p: 0 = off */
+    float repetition_penalty;   /**< --repetition-penalty: 1 = off */
+    float frequency_penalty;    /**< --frequency-penalty: 0 = off */
+    float presence_penalty;     /**< --presence-penalty: 0 = off */
     unsigned long long seed;    /**< --seed */
     const char *json_path;      /**< --json: write the run report here */
     int threads;                /**< --threads: 0 = OpenMP default */
@@ -95,6 +101,13 @@ void cli_defaults(CliOptions *opts);
  * @return what main should do
  */
 CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *opts, Err *err);
+
+/**
+ * The sampling options as the sampler takes them.
+ * @param opts  parsed options
+ * @return --temperature, --top-p, --top-k, --min-p and the three penalties
+ */
+SamplingParams cli_sampling_params(const CliOptions *opts);
 
 /**
  * Parses a whole number of an option strictly (parse_long()): digits and

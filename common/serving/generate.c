@@ -150,7 +150,7 @@ static int run_steps(Generation *g, const Model *m, const Tokenizer *t, Sampler 
             forward(m, fs, &kv->seam, g->entries, n);
             logits = fs->logits;
         }
-        int next = sampler_sample(s, logits);
+        int next = sampler_sample_seq(s, logits, g->tokens, g->n_prompt, g->n_tokens);
         g->positions_run += n;
         g->step_seconds[g->n_tokens] = now_seconds() - t0;
         if (kv->usage) {

@@ -122,7 +122,8 @@ int single_run_open(SingleRun *r, const CliProgram *program, int argc, char **ar
     const Model *m = &r->assets.model;
     if (o->threads == 0)
         ops_set_threads(forward_default_threads(&m->cfg));
-    if (sampler_init(&r->sampler, m->cfg.vocab_size, o->temperature, o->top_p, o->seed, &r->err))
+    SamplingParams sampling = cli_sampling_params(o);
+    if (sampler_init_params(&r->sampler, m->cfg.vocab_size, &sampling, o->seed, &r->err))
         return -1;
     const Tokenizer *t = &r->assets.tokenizer;
     if (!o->chat)

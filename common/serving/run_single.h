@@ -40,7 +40,7 @@ typedef struct {
     const CliProgram *program; /**< name, summary, accepted options */
     CliOptions opts;           /**< the parsed options */
     Assets assets;             /**< model and tokenizer */
-    Sampler sampler;           /**< --temperature, --top-p, --seed */
+    Sampler sampler;           /**< the sampling options (cli_sampling_params()) and --seed */
     ChatTemplate chat;         /**< --chat: the model's template (zeroed without --chat) */
     Generation gen;            /**< the prompt, then the generated tokens and what each step cost */
     ForwardState fs;           /**< CPU activations (unused on the device) */

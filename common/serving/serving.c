@@ -210,8 +210,8 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
         return err_prefix(err, "request %d (line %d)", spec->id, spec->line);
     }
     const CliOptions *o = run->opts;
-    if (sampler_init(&r->sampler, c->vocab_size, o->temperature, o->top_p, o->seed + (unsigned long long)r->index,
-                     err)) {
+    SamplingParams sampling = cli_sampling_params(o);
+    if (sampler_init_params(&r->sampler, c->vocab_size, &sampling, o->seed + (unsigned long long)r->index, err)) {
         mem_free(ids);
         return -1;
     }
@@ -234,13 +234,15 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
  * token list, its sampler's scratch), checked before anything is
  * allocated: an int product that wrapped round, or a run that would use
  * up the machine's memory before its first step, gets one line instead. */
-static int check_request_count(int lines, int samples, const ModelConfig *c, Err *err)
+static int check_request_count(int lines, int samples, const ModelConfig *c, const SamplingParams *sampling,
+                               Err *err)
 {
     if (lines > INT_MAX / samples)
         return err_set(err, "%d requests x --n %d is more than %d requests", lines, samples, INT_MAX);
     size_t n = (size_t)lines * (size_t)samples;
     size_t per_request = sizeof(Request) + (size_t)model_max_tokens(c) * sizeof(int) +
-                         (size_t)c->vocab_size * sizeof(ProbIndex) + 2 * MEM_ALIGN;
+                         sampler_scratch_bytes(c->vocab_size, sampling) +
+                         4 * MEM_ALIGN; /* the token list and up to three sampler buffers, each aligned */
     size_t ram = mem_physical_bytes();
     if (ram && n > ram / 2 / per_request) {
         char need[32], have[32];
@@ -262,7 +264,8 @@ int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const 
     run->kv_bytes_per_token = model_kv_bytes_per_token(&m->cfg, sizeof(float));
     /* --n samples or --beam beams of each line, one request each. */
     int n = opts->beam_width > 0 ? opts->beam_width : opts->n_samples > 0 ? opts->n_samples : 1;
-    if (check_request_count(rf->count, n, &m->cfg, err))
+    SamplingParams sampling = cli_sampling_params(opts);
+    if (check_request_count(rf->count, n, &m->cfg, &sampling, err))
         return -1;
     if (opts->chat) {
         if (chat_template_open(&run->chat_template, t, err))
@@ -367,7 +370,8 @@ static int take_sampled_tokens(ServingRun *run, const float *logits)
         /* Sampling scales the logits in place; a shared row must reach every
          * taker intact, so each samples from its own copy. */
         memcpy(run->logits_scratch, logits + (size_t)run->taker_row[i] * vocab, vocab * sizeof(float));
-        if (take_token(run, r, sampler_sample(&r->sampler, run->logits_scratch)))
+        int next = sampler_sample_seq(&r->sampler, run->logits_scratch, r->tokens, r->n_prompt, r->n_tokens);
+        if (take_token(run, r, next))
             run->finished_now[n_done++] = r->index;
     }
     return n_done;

@@ -166,7 +166,10 @@ static void check_cli(char **args, int n)
         (o.steps < 1 || o.steps > 1 << 20 || o.threads < 0 || o.threads > 1024 || o.max_batch < 1 ||
          o.n_samples < 1 || o.n_samples > 256 || o.block_size < 1 || o.block_size > 256 ||
          (o.block_size & (o.block_size - 1)) || o.watermark < 0 || o.watermark > 50 || !(o.temperature >= 0) ||
-         !(o.top_p >= 0 && o.top_p <= 1)))
+         !(o.top_p >= 0 && o.top_p <= 1) || o.top_k < 0 || !(o.min_p >= 0 && o.min_p <= 1) ||
+         !(o.repetition_penalty >= 0.01f && o.repetition_penalty <= 100) ||
+         !(o.frequency_penalty >= -2 && o.frequency_penalty <= 2) ||
+         !(o.presence_penalty >= -2 && o.presence_penalty <= 2)))
         abort();
 }
 

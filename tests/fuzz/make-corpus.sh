@@ -91,6 +91,7 @@ done < "$tmp/words"
 printf -- '--steps\0002\000--seed\00018446744073709551615' > "$OUT/numbers/argv-steps-seed"
 printf -- '--kv-budget\0001.5GiB\000--block-size\00016\000--n\0004\000--temperature\0000.8' > "$OUT/numbers/argv-paged"
 printf -- '--threads\0000\000--top-p\000.9\000--watermark\00050' > "$OUT/numbers/argv-threads"
+printf -- '--top-k\00040\000--min-p\0000.05\000--repetition-penalty\0001.2\000--frequency-penalty\000-2\000--presence-penalty\0002' > "$OUT/numbers/argv-sampling"
 # ---------------------------------------------------------------- gguf, bpe
 if [ -f common/model/gguf_write.c ]; then
     make --no-print-directory build/fuzz/make-seeds >/dev/null

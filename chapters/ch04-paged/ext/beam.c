@@ -31,6 +31,7 @@ struct BeamSearch {
     BeamCandidate *cands;  /* [W][W] the step's proposals */
     BeamCandidate *chosen; /* [W] the kept ones */
     const float **rows;    /* [W] logits of the proposing beams */
+    float *penalized;      /* [W][vocab] those rows after each beam's own penalties; NULL without penalties */
     double *live_cum;      /* [W] their cumulative log probabilities */
     int *live;             /* [W] request index of each live beam, in slot order */
     int *target;           /* [W] live position each kept proposal goes to */
@@ -182,6 +183,20 @@ static int live_beams(BeamSearch *b, const ServingRun *run, int g, int *all_prom
     return n;
 }
 
+/* The logits beam @p r proposes from (proposer @p j): its row of the
+ * step, or, with --repetition-penalty and the others, a copy penalised by
+ * the beam's own tokens (sampler_penalize()), as greedy decoding would. */
+static const float *proposal_row(BeamSearch *b, ServingRun *run, Request *r, int j)
+{
+    const float *row = run->logits + (size_t)b->row_of[r->index] * (size_t)b->vocab;
+    if (!b->penalized)
+        return row;
+    float *copy = b->penalized + (size_t)j * (size_t)b->vocab;
+    memcpy(copy, row, (size_t)b->vocab * sizeof(float));
+    sampler_penalize(&r->sampler, copy, r->tokens, r->n_prompt, r->n_tokens);
+    return copy;
+}
+
 static void select_group(PagedServer *s, ServingRun *run, BeamSearch *b, int g)
 {
     int all_prompt, n_live = live_beams(b, run, g, &all_prompt);
@@ -189,7 +204,7 @@ static void select_group(PagedServer *s, ServingRun *run, BeamSearch *b, int g)
         return;
     int proposers = all_prompt ? 1 : n_live;
     for (int j = 0; j < proposers; j++) {
-        b->rows[j] = run->logits + (size_t)b->row_of[b->live[j]] * (size_t)b->vocab;
+        b->rows[j] = proposal_row(b, run, &run->reqs[b->live[j]], j);
         b->live_cum[j] = b->cum[b->live[j]];
     }
     beam_choose(b->rows, b->live_cum, proposers, b->vocab, n_live, b->logprobs, b->cands, b->chosen);
@@ -445,6 +460,10 @@ int beam_open(PagedServer *s, ServingRun *run, int *max_step_tokens, Err *err)
     b->live = mem_alloc_array(MEM_ACTIVATIONS, (size_t)w, sizeof(int));
     b->target = mem_alloc_array(MEM_ACTIVATIONS, (size_t)w, sizeof(int));
     b->taken = mem_alloc_array(MEM_ACTIVATIONS, (size_t)w, 1);
+    SamplingParams sampling = cli_sampling_params(run->opts);
+    if (sampling_params_penalize(&sampling) &&
+        !(b->penalized = mem_alloc_array(MEM_ACTIVATIONS, (size_t)w * (size_t)b->vocab, sizeof(float))))
+        return err_set(err, "out of memory for beam search's penalised logits");
     if (!b->cum || !b->score || !b->best || !b->row_of || !b->logprobs || !b->cands || !b->chosen || !b->rows ||
         !b->live_cum || !b->live || !b->target || !b->taken)
         return err_set(err, "out of memory for beam search over %d requests", n);
@@ -472,6 +491,7 @@ void beam_close(BeamSearch *b)
     mem_free(b->cands);
     mem_free(b->chosen);
     mem_free(b->rows);
+    mem_free(b->penalized);
     mem_free(b->live_cum);
     mem_free(b->live);
     mem_free(b->target);

@@ -45,7 +45,12 @@
  * alive from 2W proposals and stops by a heuristic; retiring a slot per
  * finished hypothesis instead makes `--beam 1` exactly greedy decoding.)
  * Ties go to the lower token id, then to the lower slot, as greedy
- * sampling's argmax does.
+ * sampling's argmax does. With `--repetition-penalty`,
+ * `--frequency-penalty` or `--presence-penalty`, each beam's logits are
+ * first penalised by that beam's own tokens (sampler_penalize()), as
+ * greedy decoding penalises its one sequence, so `--beam 1` stays greedy
+ * decoding with the same penalties (Hugging Face's beam search does the
+ * same; vLLM's BeamSearchParams takes no penalties).
  *
  * **Scheduling.** A group runs, waits and is preempted as a whole: a
  * step makes room for every live beam of a group before feeding any, and
