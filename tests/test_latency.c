@@ -13,6 +13,7 @@
 #include "arrivals.h"
 #include "cost_model.h"
 #include "helpers.h"
+#include "kvsim.h"
 #include "latency.h"
 #include "mem.h"
 #include "paged.h"
@@ -809,6 +810,69 @@ START_TEST(options_refuse_bad_values)
 }
 END_TEST
 
+START_TEST(kvsim_times_its_runs)
+{
+    /* A timed run schedules exactly as an untimed one when every request
+     * arrives at the start; only the clock is added. */
+    Model shape;
+    memset(&shape, 0, sizeof shape);
+    shape.cfg = (ModelConfig){4096, 11008, 32, 32, 32, 32000, 2048};
+    CliOptions o;
+    cli_defaults(&o);
+    o.kv_budget = (size_t)64 * 16 * 524288;
+    SimRequestSpec reqs[12];
+    for (int i = 0; i < 12; i++)
+        reqs[i] = (SimRequestSpec){.prompt_tokens = 100 + 37 * i, .max_new_tokens = 200, .output_tokens = 20 + 9 * i};
+    KvsimClock clock = {.slo = {0.5, 0.02}};
+    ck_assert(cost_machine_preset("a100-80gb", &clock.machine) == 0);
+    clock.shape = (CostShape){.weight_bytes = 13.5e9, .kv_bytes_per_position = 524288, .flops_per_token = 13.5e9,
+                              .flops_per_attended = 4.0 * 4096 * 32};
+    KvsimResult plain, timed, again;
+    Err err = {{0}};
+    ck_assert_msg(kvsim_run(SERVE_PAGED, &shape, &o, 524288, reqs, 12, NULL, &plain, &err) == 0, "%s", err.msg);
+    ck_assert_msg(kvsim_run_timed(SERVE_PAGED, &shape, &o, 524288, reqs, 12, &clock, &timed, &err) == 0, "%s",
+                  err.msg);
+    ck_assert(kvsim_run_timed(SERVE_PAGED, &shape, &o, 524288, reqs, 12, &clock, &again, &err) == 0);
+    ck_assert_int_eq(timed.steps, plain.steps);
+    ck_assert_double_eq(timed.util_avg, plain.util_avg);
+    ck_assert_int_eq(plain.has_latency, 0);
+    ck_assert_int_eq(timed.has_latency, 1);
+    ck_assert_int_eq(timed.latency.requests, 12);
+    /* A decode step of this 7B reads its 13.5 GB at 2,039 GB/s: at least 6.6 ms. */
+    ck_assert_msg(timed.latency.itl.p50 >= 13.5e9 / 2039e9, "ITL p50 %g s", timed.latency.itl.p50);
+    ck_assert(memcmp(&timed.latency, &again.latency, sizeof timed.latency) == 0);
+    ck_assert_int_le(timed.latency.good, 12);
+}
+END_TEST
+
+START_TEST(kvsim_program_latency)
+{
+    const char *argv[] = {"kvsim", "--scenario", "source-13b-a100-80gb", "--requests", "40", "--latency",
+                          "--slo-ttft", "5", NULL};
+    ProgramResult a, b;
+    ck_assert_int_eq(test_run_program(argv, &a), 0);
+    ck_assert_int_eq(test_run_program(argv, &b), 0);
+    ck_assert_msg(a.status == 0, "%s", a.err);
+    ck_assert_msg(strstr(a.out, "latency on the cost model's clock (a100-80gb: 2039 GB/s"), "%s", a.out);
+    ck_assert_msg(strstr(a.out, "goodput/s (met)"), "%s", a.out);
+    ck_assert_str_eq(a.out, b.out);
+    test_result_free(&a), test_result_free(&b);
+    const char *plain[] = {"kvsim", "--scenario", "source-13b-a100-80gb", "--requests", "40", NULL};
+    ck_assert_int_eq(test_run_program(plain, &a), 0);
+    ck_assert_msg(a.status == 0 && !strstr(a.out, "latency on"), "%s", a.out);
+    test_result_free(&a);
+    const char *steps[] = {"kvsim", "--latency", "--rate", "0.5", NULL};
+    ck_assert_int_eq(test_run_program(steps, &a), 0);
+    ck_assert_msg(a.status == 1 && test_count_lines(a.err) == 1 && strstr(a.err, "give --rate-per-s") &&
+                  a.out_len == 0, "%d: %s", a.status, a.err);
+    test_result_free(&a);
+    const char *no_machine[] = {"kvsim", "--machine", "tpu-v9", NULL};
+    ck_assert_int_eq(test_run_program(no_machine, &a), 0);
+    ck_assert_msg(a.status == 1 && test_count_lines(a.err) == 1 && strstr(a.err, "--machine: 'tpu-v9'"), "%s", a.err);
+    test_result_free(&a);
+}
+END_TEST
+
 Suite *suite_latency(void)
 {
     Suite *s = suite_create("latency");
@@ -840,6 +904,8 @@ Suite *suite_latency(void)
     tcase_add_test(programs, wall_clock_against_the_model);
     tcase_add_test(programs, single_stream_latency);
     tcase_add_test(programs, options_refuse_bad_values);
+    tcase_add_test(programs, kvsim_times_its_runs);
+    tcase_add_test(programs, kvsim_program_latency);
     suite_add_tcase(s, programs);
     return s;
 }
