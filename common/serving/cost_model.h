@@ -144,8 +144,10 @@ typedef struct {
     long steps;                    /**< steps compared */
     long stride;                   /**< keep one step in stride */
     int n;                         /**< ratios kept */
-    double min, max;               /**< smallest and largest ratio of every step */
-    double modelled_s, measured_s; /**< the steps' total times */
+    double min;                    /**< smallest ratio of every step */
+    double max;                    /**< largest ratio of every step */
+    double modelled_s;             /**< the steps' total modelled time */
+    double measured_s;             /**< the steps' total measured time */
     double ratio[COST_CHECK_CAP];  /**< the kept ratios, in step order until summarized */
 } CostCheck;
 
