@@ -669,13 +669,13 @@ static int run_one(ServeChapter ch, const Model *shape, const CliOptions *o, siz
     ServingRun run;
     if (serving_sim_init(&run, shape, o, kv_bytes_per_token, reqs, n, err))
         return -1;
-    if (clock)
-        serving_use_cost_model(&run, &clock->machine, &clock->shape, 1);
     Watch watch = {.ch = ch, .block_size = o->block_size};
     if (ch == SERVE_BATCHING && reserve_policy_parse(o->reserve, &watch.policy, err)) {
         serving_run_free(&run);
         return -1;
     }
+    if (clock)
+        serving_use_cost_model(&run, &clock->machine, &clock->shape, 1);
     run.observe = watch_step;
     run.observe_ctx = &watch;
     int rc = serve_check(ch, &run, err);
