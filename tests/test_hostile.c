@@ -202,6 +202,9 @@ static void make_request_files(void)
     write_text("req-empty.tsv", "");
     write_text("req-comments.tsv", "# nothing\n\n   \n");
     write_text("req-no-tab.tsv", "4 no tab\n");
+    write_text("req-arrival-back.tsv", "@2.5s\t4\tlater\n@1s\t4\tearlier\n");
+    write_text("req-arrival-mixed.tsv", "@1s\t4\tseconds\n@7\t4\tsteps\n");
+    write_text("req-arrival-nan.tsv", "@nans\t4\tnot a number\n");
     /* a line one byte over the limit */
     char *line = malloc(REQUEST_LINE_MAX_BYTES + 4);
     memcpy(line, "1\t", 2);
@@ -678,6 +681,12 @@ static const HostileCase INPUT_FILES[] = {
      {"ch04-paged", MT, "--requests", "@req-comments.tsv"}},
     {"a request line without a tab", REFUSED, ":1: expected 'max_new_tokens<TAB>prompt'", 0,
      {"ch04-paged", MT, "--requests", "@req-no-tab.tsv"}},
+    {"arrivals out of file order", REFUSED, ":2: arrives before line 1", 0,
+     {"ch04-paged", MT, "--requests", "@req-arrival-back.tsv"}},
+    {"arrivals in seconds and in steps in one file", REFUSED, ":2: an arrival in steps, after arrivals in seconds", 0,
+     {"ch03-batching", MT, "--requests", "@req-arrival-mixed.tsv"}},
+    {"an arrival that is not a number", REFUSED, ":1: the arrival '@nans' is not", 0,
+     {"ch04-paged", MT, "--requests", "@req-arrival-nan.tsv"}},
     {"a CRLF request file: read as if LF (documented)", RUNS, NULL, NO_CR,
      {"ch04-paged", MT, "--requests", "@req-crlf.tsv", "--out", "@OUTDIR/out.jsonl", "--quiet"}},
     {"invalid UTF-8 in a request file: byte tokens in, U+FFFD in the JSON (documented)", RUNS, NULL, JSON_UTF8,

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "batching.h"
+#include "cost_model.h"
 #include "cli.h"
 #include "json.h"
 #include "kvmath.h"
@@ -175,13 +176,17 @@ typedef struct {
     KvsimFilterFit fit;       /* with --filter: the lengths' parameters */
     const char *json_path;
     int verbose;
+    int latency;              /* --latency (or --machine, --slo-*): every step timed by the cost model */
+    const char *machine;      /* --machine; NULL: the --gpu's */
+    KvsimClock clock;         /* with --latency: the cost model and the objectives */
 } Options;
 
 enum {
     OPT_SCENARIO = 1000, OPT_PRESET, OPT_DTYPE, OPT_MAX_LEN, OPT_GPU, OPT_GPU_MEM, OPT_WEIGHTS, OPT_ACTIVATIONS,
     OPT_RESERVE, OPT_KV_BUDGET, OPT_BLOCK_SIZE, OPT_WATERMARK, OPT_MAX_BATCH, OPT_STRATEGIES, OPT_WORKLOAD,
     OPT_INPUT, OPT_OUTPUT, OPT_MAX_INPUT, OPT_MAX_OUTPUT, OPT_MAX_NEW, OPT_REQUESTS, OPT_RATE, OPT_SEED, OPT_JSON,
-    OPT_VERBOSE, OPT_HELP, OPT_ARENA, OPT_FILTER, OPT_RATE_PER_S, OPT_STEP_MS
+    OPT_VERBOSE, OPT_HELP, OPT_ARENA, OPT_FILTER, OPT_RATE_PER_S, OPT_STEP_MS, OPT_LATENCY, OPT_MACHINE,
+    OPT_SLO_TTFT, OPT_SLO_TPOT
 };
 
 static const struct option LONGOPTS[] = {
@@ -200,6 +205,8 @@ static const struct option LONGOPTS[] = {
     {"verbose", no_argument, NULL, OPT_VERBOSE}, {"help", no_argument, NULL, OPT_HELP},
     {"arena", required_argument, NULL, OPT_ARENA}, {"filter", required_argument, NULL, OPT_FILTER},
     {"rate-per-s", required_argument, NULL, OPT_RATE_PER_S}, {"step-ms", required_argument, NULL, OPT_STEP_MS},
+    {"latency", no_argument, NULL, OPT_LATENCY}, {"machine", required_argument, NULL, OPT_MACHINE},
+    {"slo-ttft", required_argument, NULL, OPT_SLO_TTFT}, {"slo-tpot", required_argument, NULL, OPT_SLO_TPOT},
     {NULL, 0, NULL, 0}};
 
 static void usage(void)
@@ -254,6 +261,13 @@ static void usage(void)
            "                       gamma and weibull MEANs are then the means of the kept requests (their scale\n"
            "                       is solved for them)\n"
            "  --seed N             seeds lengths and arrivals (default 1)\n"
+           "latency (cost model: common/serving/cost_model.h)\n"
+           "  --latency            time every step by the cost model of --machine and report TTFT, TPOT, ITL, e2e\n"
+           "                       and goodput; --rate-per-s arrivals are then times on that clock (no --step-ms)\n"
+           "  --machine NAME[,K=V] a100-40gb, a100-80gb, h100-80gb, h200-141gb (datasheet rooflines) or kvlab-cpu\n"
+           "                       (default: the --gpu's); ,bw= ,flops= ,share= ,link= ,overhead= ,overlap= change one\n"
+           "  --slo-ttft S         objective: time to first token at most S seconds (goodput counts who meets all)\n"
+           "  --slo-tpot S         objective: time per output token at most S seconds\n"
            "output\n"
            "  --json FILE          the setup and every strategy's numbers as JSON\n"
            "  --verbose            the chapters' setup lines and progress on stderr\n"
@@ -325,6 +339,14 @@ static int apply_workload(Options *o, const char *name, Err *err)
     o->workload_name = p.name;
     o->w.input = p.input;
     o->w.output = p.output;
+    return 0;
+}
+
+/* An objective in seconds, more than 0. */
+static int parse_objective(const char *name, const char *text, double *out, Err *err)
+{
+    if (parse_double(text, 1e-9, 86400.0, out, NULL))
+        return err_set(err, "--%s: '%s' is not a number of seconds above 0 (at most 86400)", name, text);
     return 0;
 }
 
@@ -428,6 +450,10 @@ static int apply(Options *o, int id, const char *name, const char *arg, Err *err
     }
     case OPT_JSON: o->json_path = arg; return 0;
     case OPT_VERBOSE: o->verbose = 1; return 0;
+    case OPT_LATENCY: o->latency = 1; return 0;
+    case OPT_MACHINE: o->latency = 1; o->machine = arg; return 0;
+    case OPT_SLO_TTFT: o->latency = 1; return parse_objective(name, arg, &o->clock.slo.ttft_s, err);
+    case OPT_SLO_TPOT: o->latency = 1; return parse_objective(name, arg, &o->clock.slo.tpot_s, err);
     case OPT_SCENARIO: return 0; /* applied first, see parse_options() */
     }
     return err_set(err, "--%s: not handled", name);
@@ -507,6 +533,30 @@ static void set_defaults(Options *o)
     o->w.seed = 1;
 }
 
+/* --latency: the machine (the --gpu's by default), the model's costs (2
+ * FLOPs per fp16 parameter, parameters = weight bytes / 2), and arrivals
+ * in seconds on the model's clock. */
+static int finish_latency(Options *o, Err *err)
+{
+    const char *machine = o->machine ? o->machine : o->gpu.name;
+    if (!machine || cost_machine_load(machine, &o->clock.machine, err))
+        return o->machine ? -1 : err_set(err, "--latency: no cost model for --gpu %s; give --machine (%s)",
+                                         o->gpu.name ? o->gpu.name : "(--gpu-mem)", cost_machine_names());
+    const KvShape *s = &o->shape;
+    double weights = (double)o->budget.weights_bytes;
+    o->clock.shape = (CostShape){.weight_bytes = weights,
+                                 .kv_bytes_per_position = (double)kvmath_bytes_per_token(s, o->dtype),
+                                 .flops_per_token = weights, /* 2 FLOPs x weights / 2 B */
+                                 .flops_per_attended = 4.0 * s->n_heads * s->head_dim * s->n_layers};
+    if (o->w.rate > 0 && o->rate_per_s == 0)
+        return err_set(err, "--latency times arrivals in seconds: give --rate-per-s R instead of --rate");
+    if (o->rate_per_s > 0) {
+        o->w.rate = o->rate_per_s; /* in "steps" of one second: */
+        o->w.seconds_per_step = 1.0;
+    }
+    return 0;
+}
+
 /* Fills in what depends on other options, and refuses what cannot run. */
 static int finish_options(Options *o, Err *err)
 {
@@ -524,9 +574,11 @@ static int finish_options(Options *o, Err *err)
         o->w.max_output = seq_len - o->w.max_input;
     if (!o->max_new_given)
         o->w.max_new_tokens = o->w.max_output;
-    if ((o->rate_per_s > 0) != (o->step_ms > 0))
+    if (o->latency && finish_latency(o, err))
+        return -1;
+    if (!o->latency && (o->rate_per_s > 0) != (o->step_ms > 0))
         return err_set(err, "--rate-per-s and --step-ms go together: requests per second need the time of a step");
-    if (o->rate_per_s > 0)
+    if (!o->latency && o->rate_per_s > 0)
         o->w.rate = o->rate_per_s * o->step_ms / 1000.0;
     if (kvsim_workload_check(&o->w, seq_len, err))
         return -1;
@@ -598,7 +650,10 @@ static void print_setup(const Options *o, const SimRequestSpec *reqs)
     int n = o->w.n_requests;
     printf("requests  %d, %s; seed %" PRIu64 "\n", n, o->w.rate > 0 ? "Poisson arrivals" : "all at step 0",
            o->w.seed);
-    if (o->rate_per_s > 0)
+    if (o->latency && o->rate_per_s > 0)
+        printf("          %.4g per second on the cost model's clock: the last arrives at %.1f s\n", o->rate_per_s,
+               reqs[n - 1].arrival_s);
+    else if (o->rate_per_s > 0)
         printf("          %.4g per second at %.4g ms per step: %.4g per step; the last arrives at step %ld (%.0f s)\n",
                o->rate_per_s, o->step_ms, o->w.rate, reqs[n - 1].arrival_step,
                (double)reqs[n - 1].arrival_step * o->step_ms / 1000.0);
@@ -746,6 +801,11 @@ static void json_result(JsonWriter *j, const char *label, const PaperFigure *pap
         json_string(j, "paper_strategy", paper->label);
         json_double(j, "paper_token_states", paper->token_states);
     }
+    if (r->has_latency) {
+        json_begin_object(j, "latency");
+        latency_json(j, &r->latency);
+        json_end_object(j);
+    }
     if (fig2) {
         json_begin_object(j, "kv_pool_shares");
         json_double(j, "token_states", r->pool_share[0]);
@@ -861,6 +921,10 @@ static void json_setup(JsonWriter *j, const Options *o)
     json_int(j, "max_new_tokens", o->w.max_new_tokens);
     json_double(j, "rate", o->w.rate);
     json_int(j, "seed", (long long)o->w.seed);
+    if (o->latency) { /* the rate is then requests per second on the cost model's clock */
+        char machine[256];
+        json_string(j, "latency_machine", cost_machine_describe(&o->clock.machine, machine, sizeof machine));
+    }
 }
 
 static Model shape_of(const KvShape *s)
@@ -901,8 +965,11 @@ static int run_all(const Options *o, const RequestSets *sets, KvsimResult result
         strategy_label(k, o, label, sizeof label);
         if (o->verbose)
             fprintf(stderr, "%s: running %s\n", PROGRAM, label);
-        if (kvsim_run(ch, &shape, &co, per_token, strategy_requests(k, sets), o->w.n_requests,
-                      o->verbose ? stderr : NULL, &results[k], err))
+        int rc = o->latency ? kvsim_run_timed(ch, &shape, &co, per_token, strategy_requests(k, sets),
+                                              o->w.n_requests, &o->clock, &results[k], err)
+                            : kvsim_run(ch, &shape, &co, per_token, strategy_requests(k, sets), o->w.n_requests,
+                                        o->verbose ? stderr : NULL, &results[k], err);
+        if (rc)
             return err_prefix(err, "%s", label);
     }
     return 0;
@@ -935,6 +1002,32 @@ static int write_json(const Options *o, const KvsimResult results[N_STRATEGIES],
     return outfile_commit(&out, err);
 }
 
+/* --latency: each strategy's latency on the cost model's clock (ms). */
+static void print_latency(const Options *o, const KvsimResult *results)
+{
+    char machine[256];
+    int w = label_width(o), slo = o->clock.slo.ttft_s > 0 || o->clock.slo.tpot_s > 0;
+    printf("\nlatency on the cost model's clock (%s)\n",
+           cost_machine_describe(&o->clock.machine, machine, sizeof machine));
+    printf("%-*s | %9s %9s | %9s %9s | %9s | %9s %9s | %8s %9s%s\n", w, "strategy", "TTFT p50", "TTFT p99",
+           "TPOT p50", "TPOT p99", "ITL p99", "e2e p50", "e2e p99", "req/s", "tokens/s", slo ? " | goodput/s (met)" : "");
+    for (int i = 0; i < N_STRATEGIES; i++) {
+        int k = ORDER[i];
+        if (!o->use[k])
+            continue;
+        char label[32];
+        strategy_label(k, o, label, sizeof label);
+        const LatencySummary *l = &results[k].latency;
+        printf("%-*s | %9.1f %9.1f | %9.1f %9.1f | %9.1f | %9.1f %9.1f | %8.3f %9.1f", w, label, 1e3 * l->ttft.p50,
+               1e3 * l->ttft.p99, 1e3 * l->tpot.p50, 1e3 * l->tpot.p99, 1e3 * l->itl.p99, 1e3 * l->e2e.p50,
+               1e3 * l->e2e.p99, l->requests_per_s, l->tokens_per_s);
+        if (slo)
+            printf(" | %9.3f (%d)", l->goodput_per_s, l->good);
+        printf("\n");
+    }
+    printf("milliseconds; percentiles nearest-rank; the simulated run's duration: first arrival to last output\n");
+}
+
 static void print_results(const Options *o, const SimRequestSpec *reqs, const KvsimResult results[N_STRATEGIES])
 {
     int width = label_width(o);
@@ -950,6 +1043,8 @@ static void print_results(const Options *o, const SimRequestSpec *reqs, const Kv
     print_paper(o, results);
     if (o->scenario && o->scenario->fig2)
         print_fig2(o, results);
+    if (o->latency)
+        print_latency(o, results);
 }
 
 static int fail(const char *msg)

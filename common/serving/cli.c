@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arrivals.h"
+#include "cost_model.h"
 #include "parse.h"
 
 enum {
@@ -14,7 +16,8 @@ enum {
     OPT_THREADS, OPT_QUIET, OPT_KV_ALLOC, OPT_REQUESTS, OPT_OUT, OPT_KV_BUDGET, OPT_MAX_BATCH, OPT_RESERVE,
     OPT_BATCHING, OPT_ARENA, OPT_BLOCK_SIZE, OPT_N, OPT_BEAM, OPT_WATERMARK, OPT_MAX_NUM_BATCHED_TOKENS,
     OPT_MAX_NUM_SEQS, OPT_PREEMPT, OPT_SWAP_SPACE, OPT_DEVICE, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_PREFIX_CACHE,
-    OPT_TRACE, OPT_SHOW_TABLES, OPT_CHAT, OPT_HELP,
+    OPT_TRACE, OPT_SHOW_TABLES, OPT_CHAT, OPT_CLOCK, OPT_MACHINE, OPT_ARRIVAL_RATE, OPT_ARRIVAL, OPT_ARRIVAL_SEED,
+    OPT_SLO_TTFT, OPT_SLO_TPOT, OPT_HELP,
     OPT_TOP_K, OPT_MIN_P, OPT_REPETITION_PENALTY, OPT_FREQUENCY_PENALTY, OPT_PRESENCE_PENALTY
 };
 
@@ -59,6 +62,13 @@ static const OptionSpec SPECS[] = {
     {"max-num-seqs", OPT_MAX_NUM_SEQS, CLI_PAGED, "N", "most requests running at once (default: no limit, or --max-num-batched-tokens when that is given, so that every running request's decode fits a step)"},
     {"preempt", OPT_PREEMPT, CLI_PAGED, "recompute|swap", "what preemption does with a request's blocks: free them and recompute later, or copy them to the host swap space and back (default recompute)"},
     {"swap-space", OPT_SWAP_SPACE, CLI_PAGED, "SIZE", "host memory for swapped-out blocks with --preempt swap, e.g. 4MiB (default: as large as --kv-budget); when it is full, preemption recomputes"},
+    {"clock", OPT_CLOCK, CLI_SERVING, "wall|model", "the clock of the latency figures: each step's measured time, or its time in the cost model of --machine, the same on any machine and any --threads (default wall; an idle server skips ahead to the next arrival either way)"},
+    {"machine", OPT_MACHINE, CLI_SERVING, "NAME|FILE[,K=V]", "the cost model's machine: a100-40gb, a100-80gb, h100-80gb, h200-141gb, kvlab-cpu, or a file of build/machine-limits; ,bw=GB/s ,flops=GFLOP/s ,share=0..1 ,link=GB/s ,overhead=us ,overlap=0|1 change one figure (default kvlab-cpu; with the wall clock, each step's modelled time is compared with its measured one)"},
+    {"arrival-rate", OPT_ARRIVAL_RATE, CLI_SERVING, "R", "requests arrive at random, R per second on average (Poisson), in file order from time 0 (default: as the request file says, at the start unless its lines begin @TIME)"},
+    {"arrival", OPT_ARRIVAL, CLI_SERVING, "poisson:R|gamma:R:CV", "the same with the gaps' coefficient of variation CV: gamma gaps, burstier above 1 (0.05 to 10)"},
+    {"arrival-seed", OPT_ARRIVAL_SEED, CLI_SERVING, "N", "seed of the arrivals (default: --seed)"},
+    {"slo-ttft", OPT_SLO_TTFT, CLI_SERVING, "S", "latency objective: time to first token at most S seconds; goodput counts the requests that meet every objective"},
+    {"slo-tpot", OPT_SLO_TPOT, CLI_SERVING, "S", "latency objective: time per output token at most S seconds"},
     {"prefix-cache", OPT_PREFIX_CACHE, CLI_PREFIX, "off|hash|radix", "share the K/V of full blocks between requests with the same leading tokens: hash = vLLM's chain of block hashes, radix = SGLang's radix tree, off = chapter 4 (default hash)"},
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
     {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the K/V cache on the device (default f32)"},
@@ -138,6 +148,16 @@ static int parse_float(const char *name, const char *text, float min, float max,
     return 0;
 }
 
+/* An objective in seconds: more than 0, at most a day. */
+static int parse_seconds(const char *name, const char *text, double *out, Err *err)
+{
+    if (parse_double(text, 0.0, 86400.0, out, err))
+        return err_prefix(err, "--%s (seconds)", name);
+    if (*out <= 0.0)
+        return err_set(err, "--%s: an objective of %s s can never be met; give more than 0 seconds", name, text);
+    return 0;
+}
+
 static int parse_choice(const char *name, const char *text, const char *const *choices, const char **out, Err *err)
 {
     for (int i = 0; choices[i]; i++)
@@ -153,6 +173,34 @@ static int parse_choice(const char *name, const char *text, const char *const *c
     return err_set(err, "--%s: '%s' is not one of %s", name, text, list);
 }
 
+/* The arrival and objective options: one per call. */
+static int apply_latency_option(int id, const char *name, const char *arg, CliOptions *o, Err *err)
+{
+    ArrivalProcess p;
+    switch (id) {
+    case OPT_ARRIVAL_RATE:
+        if (parse_double(arg, ARRIVAL_RATE_MIN, ARRIVAL_RATE_MAX, &o->arrival_rate, err))
+            return err_prefix(err, "--%s", name);
+        o->arrival_cv = 1.0;
+        return 0;
+    case OPT_ARRIVAL:
+        if (arrival_parse(arg, &p, err)) return err_prefix(err, "--%s", name);
+        o->arrival_rate = p.rate;
+        o->arrival_cv = p.cv;
+        return 0;
+    case OPT_ARRIVAL_SEED: {
+        uint64_t seed;
+        if (parse_u64(arg, UINT64_MAX, &seed, err)) return err_prefix(err, "--%s", name);
+        o->arrival_seed = seed;
+        o->arrival_seed_given = 1;
+        return 0;
+    }
+    case OPT_SLO_TTFT: return parse_seconds(name, arg, &o->slo_ttft, err);
+    case OPT_SLO_TPOT: return parse_seconds(name, arg, &o->slo_tpot, err);
+    }
+    return err_set(err, "--%s: not handled", name);
+}
+
 static int apply_option(int id, const char *name, const char *arg, CliOptions *o, Err *err)
 {
     static const char *const kv_allocs[] = {"max", "grow", NULL};
@@ -163,6 +211,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
     static const char *const preempts[] = {"recompute", "swap", NULL};
     static const char *const prefix_caches[] = {"off", "hash", "radix", NULL};
+    static const char *const clocks[] = {"wall", "model", NULL};
     long v = 0;
     switch (id) {
     case OPT_MODEL: o->model_path = arg; return 0;
@@ -237,6 +286,13 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_KV_DTYPE: return parse_choice(name, arg, dtypes, &o->kv_dtype, err);
     case OPT_WEIGHT_DTYPE: return parse_choice(name, arg, dtypes, &o->weight_dtype, err);
     case OPT_PREFIX_CACHE: return parse_choice(name, arg, prefix_caches, &o->prefix_cache, err);
+    case OPT_CLOCK: return parse_choice(name, arg, clocks, &o->clock, err);
+    case OPT_MACHINE: {
+        CostMachine m; /* checked now, loaded again when the run starts */
+        if (cost_machine_load(arg, &m, err)) return -1;
+        o->machine = arg; return 0;
+    }
+    default: return apply_latency_option(id, name, arg, o, err);
     }
     return err_set(err, "--%s: not handled", name);
 }
@@ -254,6 +310,7 @@ CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *o
         n++;
     }
     longopts[n] = (struct option){0, 0, 0, 0};
+    int seen_arrival_rate = 0, seen_arrival = 0;
     opterr = 0; /* our own one-line messages instead of getopt's */
     optind = 1;
     for (;;) {
@@ -279,6 +336,8 @@ CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *o
             return CLI_ERROR;
         }
         const char *name = index >= 0 ? longopts[index].name : "?";
+        seen_arrival_rate += c == OPT_ARRIVAL_RATE;
+        seen_arrival += c == OPT_ARRIVAL;
         if (apply_option(c, name, optarg, opts, err))
             return CLI_ERROR;
     }
@@ -297,6 +356,13 @@ CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *o
                 "takes no --max-num-batched-tokens, --max-num-seqs, --preempt or --swap-space", opts->beam_width);
         return CLI_ERROR;
     }
+    int arrivals = (seen_arrival_rate != 0) + (seen_arrival != 0);
+    if (arrivals > 1) {
+        err_set(err, "--arrival-rate and --arrival both say how requests arrive: give one");
+        return CLI_ERROR;
+    }
+    if (!opts->arrival_seed_given)
+        opts->arrival_seed = opts->seed;
     if (opts->n_samples > 1 && opts->temperature <= 0.0f) {
         err_set(err, "--n %d needs --temperature > 0: greedy samples of one prompt would all be the same",
                 opts->n_samples);
@@ -310,6 +376,11 @@ SamplingParams cli_sampling_params(const CliOptions *o)
     return (SamplingParams){.temperature = o->temperature, .top_p = o->top_p, .top_k = o->top_k, .min_p = o->min_p,
                             .repetition_penalty = o->repetition_penalty,
                             .frequency_penalty = o->frequency_penalty, .presence_penalty = o->presence_penalty};
+}
+
+int cli_latency_asked(const CliOptions *o)
+{
+    return o->clock || o->machine || o->arrival_rate > 0 || o->slo_ttft > 0 || o->slo_tpot > 0;
 }
 
 int cli_parse_size(const char *text, size_t *bytes, Err *err)

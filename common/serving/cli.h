@@ -21,7 +21,7 @@ typedef enum {
     CLI_PROMPT = 1 << 1,    /**< --prompt --steps */
     CLI_SAMPLING = 1 << 2,  /**< --repetition-penalty --frequency-penalty --presence-penalty --temperature --min-p --top-k --top-p --seed (in the order the sampler applies them) */
     CLI_KV_ALLOC = 1 << 3,  /**< --kv-alloc (chapter 2) */
-    CLI_SERVING = 1 << 4,   /**< --requests --out --kv-budget --trace --show-tables (chapters 3, 4) */
+    CLI_SERVING = 1 << 4,   /**< --requests --out --kv-budget --trace --show-tables, and latency: --clock --machine --arrival-rate --arrival --arrival-seed --slo-ttft --slo-tpot (the serving chapters) */
     CLI_BATCHING = 1 << 5,  /**< --max-batch --reserve --batching --arena (chapter 3) */
     CLI_PAGED = 1 << 6,     /**< --block-size --n --beam --watermark --max-num-batched-tokens --max-num-seqs --preempt --swap-space (chapter 4 and the chapters built on its scheduler) */
     CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype --weight-dtype */
@@ -69,6 +69,14 @@ typedef struct {
     const char *kv_dtype;       /**< --kv-dtype: f32 | f16 | bf16 */
     const char *weight_dtype;   /**< --weight-dtype: f32 | f16 | bf16; NULL: as stored (CPU), f32 (device) */
     const char *prefix_cache;   /**< --prefix-cache: off | hash | radix */
+    const char *clock;          /**< --clock: wall | model (NULL: not given, which is wall) */
+    const char *machine;        /**< --machine: the cost model's machine (cost_machine_load()); NULL: not given */
+    double arrival_rate;        /**< --arrival-rate or --arrival: requests per second (0: arrivals as the request file says) */
+    double arrival_cv;          /**< --arrival gamma: the gaps' coefficient of variation (1: Poisson) */
+    unsigned long long arrival_seed; /**< --arrival-seed (default: --seed) */
+    int arrival_seed_given;     /**< 1: --arrival-seed was given */
+    double slo_ttft;            /**< --slo-ttft: seconds (0: no objective) */
+    double slo_tpot;            /**< --slo-tpot: seconds (0: no objective) */
 } CliOptions;
 
 /** What the program is, for --help. */
@@ -134,6 +142,14 @@ int cli_parse_long(const char *name, const char *text, long min, long max, long 
  * @return 0 on success, -1 on failure
  */
 int cli_parse_size(const char *text, size_t *bytes, Err *err);
+
+/**
+ * Whether any latency option was given (--clock, --machine, an arrival
+ * process, an objective): then `--out` lines carry each request's times.
+ * @param opts  parsed options
+ * @return 1 if so
+ */
+int cli_latency_asked(const CliOptions *opts);
 
 /**
  * Formats a byte count for people: "1.50 MiB", "512 B" (format_bytes(),

@@ -120,8 +120,17 @@ static int is_end(const Generation *g, const Tokenizer *t, int token)
 }
 
 /* The steps themselves; @p text is NULL when nothing is printed. */
+/* An output (a token or the stop) taken at @p s seconds from the start:
+ * what the latency of a single stream is made of (latency.h). */
+static void note_output(Generation *g, double s)
+{
+    if (g->n_outputs++ == 0)
+        g->first_output_s = s;
+    g->last_output_s = s;
+}
+
 static int run_steps(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, ForwardState *fs,
-                     const SingleStreamKv *kv, int steps, FILE *out, DecodeStream *text, Err *err)
+                     const SingleStreamKv *kv, int steps, FILE *out, DecodeStream *text, double start, Err *err)
 {
     int max_tokens = model_max_tokens(&m->cfg);
     g->finish = FINISH_LENGTH;
@@ -151,8 +160,10 @@ static int run_steps(Generation *g, const Model *m, const Tokenizer *t, Sampler 
             logits = fs->logits;
         }
         int next = sampler_sample_seq(s, logits, g->tokens, g->n_prompt, g->n_tokens);
+        double t1 = now_seconds();
         g->positions_run += n;
-        g->step_seconds[g->n_tokens] = now_seconds() - t0;
+        g->step_seconds[g->n_tokens] = t1 - t0;
+        note_output(g, t1 - start);
         if (kv->usage) {
             size_t reserved, used;
             kv->usage(kv->seam.ctx, &reserved, &used);
@@ -179,7 +190,7 @@ int generate(Generation *g, const Model *m, const Tokenizer *t, Sampler *s, Forw
     if (out && print_prompt(g, t, out, &text, err))
         return -1;
     double start = now_seconds();
-    int rc = run_steps(g, m, t, s, fs, kv, steps, out, out ? &text : NULL, err);
+    int rc = run_steps(g, m, t, s, fs, kv, steps, out, out ? &text : NULL, start, err);
     g->elapsed_s = now_seconds() - start;
     if (out) {
         size_t len;

@@ -88,6 +88,9 @@ typedef struct {
     double *step_seconds; /**< [seq_len + 2] time of the step run with t tokens in context, or 0 */
     long positions_run;   /**< token positions fed through the model, all steps together */
     double elapsed_s;     /**< wall time of all steps */
+    int n_outputs;        /**< samples taken: the new tokens, and the stop token when one ended generation */
+    double first_output_s; /**< wall time from the first step's start to the first sample: the time to first token */
+    double last_output_s; /**< the same to the last sample (end to end; 0 before the first) */
     KvTimeline kv;        /**< KV reserved/used after each step */
 } Generation;
 

@@ -20,6 +20,13 @@ double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double process_cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 void kv_timeline_record(KvTimeline *t, long step, size_t reserved, size_t used)
 {
     t->reserved = reserved;
@@ -147,6 +154,8 @@ void report_print(FILE *f, const RunReport *r)
         r->extra_table(f, r->extra);
     double tps = r->elapsed_s > 0 ? (double)r->tokens_generated / r->elapsed_s : 0.0;
     fprintf(f, "time\n  %ld tokens generated in %.3f s: %.1f tokens/s\n", r->tokens_generated, r->elapsed_s, tps);
+    if (r->latency_table)
+        r->latency_table(f, r->extra);
 }
 
 static void json_ledger(JsonWriter *j)

@@ -79,6 +79,8 @@ typedef struct {
     double elapsed_s;             /**< wall time of generation */
     /** Adds chapter-specific lines to the table (may be NULL). */
     void (*extra_table)(FILE *f, const void *extra);
+    /** Adds the latency block after the time line (may be NULL). */
+    void (*latency_table)(FILE *f, const void *extra);
     /** Adds chapter-specific keys to the JSON object (may be NULL). */
     void (*extra_json)(JsonWriter *j, const void *extra);
     const void *extra;            /**< passed to the hooks */
@@ -120,5 +122,12 @@ int report_write_json(const char *path, const RunReport *r, Err *err);
  * @return seconds since an arbitrary origin
  */
 double now_seconds(void);
+
+/**
+ * CPU time of the whole process (every thread), for comparing a step's
+ * work with a model of it on a machine that other programs share.
+ * @return seconds since an arbitrary origin
+ */
+double process_cpu_seconds(void);
 
 #endif

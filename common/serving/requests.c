@@ -21,9 +21,51 @@ static int is_blank_or_comment(const char *line)
     return *line == '\0' || *line == '#';
 }
 
-/* Parses one non-comment line "N<TAB>prompt" in place. */
-static int parse_line(char *line, int line_no, const char *name, RequestSpec *out, Err *err)
+/* An arrival field "@N" (a step) or "@Xs" (seconds), without its '@'. */
+static int parse_arrival(const char *text, int line_no, const char *name, RequestSpec *out,
+                         RequestArrivalKind *kind, Err *err)
 {
+    size_t len = strlen(text);
+    char number[64];
+    if (len > 1 && text[len - 1] == 's' && len - 1 < sizeof number) {
+        memcpy(number, text, len - 1);
+        number[len - 1] = '\0';
+        *kind = REQUEST_ARRIVAL_SECONDS;
+        if (parse_double(number, 0.0, REQUEST_MAX_ARRIVAL_S, &out->arrival_s, NULL) == 0)
+            return 0;
+    } else {
+        *kind = REQUEST_ARRIVAL_STEPS;
+        if (parse_long(text, 0, REQUEST_MAX_ARRIVAL_STEP, &out->arrival_step, NULL) == 0)
+            return 0;
+    }
+    return err_set(err, "%s:%d: the arrival '@%.40s' is not @SECONDSs (0 to %.0f, e.g. @1.25s) or @STEP (0 to %ld)",
+                   name, line_no, text, REQUEST_MAX_ARRIVAL_S, REQUEST_MAX_ARRIVAL_STEP);
+}
+
+/* Cuts off and parses a leading "@arrival<TAB>" field; @p line then starts
+ * at the rest. */
+static int take_arrival(char **line, int line_no, const char *name, RequestSpec *out, RequestArrivalKind *kind,
+                        Err *err)
+{
+    *kind = REQUEST_ARRIVAL_NONE;
+    if ((*line)[0] != '@')
+        return 0;
+    char *tab = strchr(*line, '\t');
+    if (!tab)
+        return err_set(err, "%s:%d: expected '@ARRIVAL<TAB>max_new_tokens<TAB>prompt', found no tab", name, line_no);
+    *tab = '\0';
+    if (parse_arrival(*line + 1, line_no, name, out, kind, err))
+        return -1;
+    *line = tab + 1;
+    return 0;
+}
+
+/* Parses one non-comment line "[@arrival<TAB>]N<TAB>prompt" in place. */
+static int parse_line(char *line, int line_no, const char *name, RequestSpec *out, RequestArrivalKind *kind,
+                      Err *err)
+{
+    if (take_arrival(&line, line_no, name, out, kind, err))
+        return -1;
     char *tab = strchr(line, '\t');
     if (!tab)
         return err_set(err, "%s:%d: expected 'max_new_tokens<TAB>prompt', found no tab", name, line_no);
@@ -40,6 +82,25 @@ static int parse_line(char *line, int line_no, const char *name, RequestSpec *ou
     out->line = line_no;
     out->max_new_tokens = (int)n;
     out->prompt = prompt;
+    return 0;
+}
+
+/* Arrivals follow file order, in one unit per file: the queue is first
+ * come, first served in file order. @p r is the line just read, @p prev
+ * the one before (NULL for the first). */
+static int check_arrival(RequestFile *rf, const RequestSpec *r, const RequestSpec *prev, RequestArrivalKind kind,
+                         const char *name, Err *err)
+{
+    if (kind != REQUEST_ARRIVAL_NONE) {
+        if (rf->arrivals != REQUEST_ARRIVAL_NONE && rf->arrivals != kind)
+            return err_set(err, "%s:%d: an arrival in %s, after arrivals in %s: a file gives them in one unit", name,
+                           r->line, kind == REQUEST_ARRIVAL_STEPS ? "steps" : "seconds",
+                           kind == REQUEST_ARRIVAL_STEPS ? "seconds" : "steps");
+        rf->arrivals = kind;
+    }
+    if (prev && (r->arrival_step < prev->arrival_step || r->arrival_s < prev->arrival_s))
+        return err_set(err, "%s:%d: arrives before line %d: arrivals follow file order (a line without @ arrives at "
+                       "the start)", name, r->line, prev->line);
     return 0;
 }
 
@@ -82,7 +143,9 @@ static int parse_text(RequestFile *rf, char *text, size_t len, const char *name,
                 return err_set(err, "%s:%d: more than %d requests in one file", name, line_no,
                                REQUEST_FILE_MAX_REQUESTS);
             RequestSpec *r = &rf->items[rf->count];
-            if (parse_line(line, line_no, name, r, err))
+            RequestArrivalKind kind;
+            if (parse_line(line, line_no, name, r, &kind, err) ||
+                check_arrival(rf, r, rf->count > 0 ? r - 1 : NULL, kind, name, err))
                 return -1;
             r->id = rf->count++;
         }

@@ -3,7 +3,15 @@
  * @brief Request files: the workload of the serving chapters (3 and 4).
  *
  * One request per line, `max_new_tokens<TAB>prompt`. Lines that are blank or
- * whose first non-blank character is `#` are ignored. A line that does not
+ * whose first non-blank character is `#` are ignored.
+ *
+ * A line may start with its arrival, one more tab-separated field:
+ * `@1.25s<TAB>max_new_tokens<TAB>prompt` arrives 1.25 s after the run
+ * starts (on the run's clock, serving.h), `@12<TAB>...` at step 12 (the
+ * first step it may join). A line without one arrives at the start. A
+ * file gives its arrivals in seconds or in steps, not both, and in file
+ * order (never earlier than the line before): serving is first come,
+ * first served, in file order. A line that does not
  * fit the format is refused with its line number, and the whole file with
  * it: a server that silently skipped a request would make every measurement
  * that follows wrong. A line may end in CRLF (files written on Windows).
@@ -34,12 +42,27 @@
 /** Most requests in one file. */
 #define REQUEST_FILE_MAX_REQUESTS (1 << 20)
 
+/** Latest arrival a request file may give, in seconds (about 31 years). */
+#define REQUEST_MAX_ARRIVAL_S 1e9
+
+/** Latest arrival a request file may give, in steps. */
+#define REQUEST_MAX_ARRIVAL_STEP (1L << 40)
+
+/** How a file gives its arrivals. */
+typedef enum {
+    REQUEST_ARRIVAL_NONE,    /**< every request arrives at the start */
+    REQUEST_ARRIVAL_STEPS,   /**< `@N`: the first step each may join */
+    REQUEST_ARRIVAL_SECONDS  /**< `@Xs`: seconds after the start */
+} RequestArrivalKind;
+
 /** One line of a request file. */
 typedef struct {
     int id;             /**< 0-based position among the file's requests */
     int line;           /**< 1-based line number in the file */
     int max_new_tokens; /**< most tokens to generate after the prompt */
     const char *prompt; /**< NUL-terminated UTF-8, points into RequestFile.text */
+    long arrival_step;  /**< `@N`: the first step it may join (0: the first) */
+    double arrival_s;   /**< `@Xs`: when it arrives, seconds after the start (0: at the start) */
 } RequestSpec;
 
 /** A parsed request file. */
@@ -47,6 +70,7 @@ typedef struct {
     RequestSpec *items; /**< [count] in file order */
     int count;          /**< number of requests */
     char *text;         /**< [bytes + 1] the file's text, lines cut in place */
+    RequestArrivalKind arrivals; /**< whether its lines give arrivals, and in what */
 } RequestFile;
 
 /**

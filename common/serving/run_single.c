@@ -1,5 +1,6 @@
 #include "run_single.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,6 +67,34 @@ static void table_hook(FILE *f, const void *p)
     rc->table(f, rc->chapter, rc->g);
 }
 
+/* A single stream's latency: it arrives when generation starts, alone, so
+ * its queue is empty; its one TPOT is also its mean ITL (latency.h). */
+static void latency_hook(FILE *f, const void *p)
+{
+    const Generation *g = ((const ReportContext *)p)->g;
+    fprintf(f, "latency (wall clock; one request, alone, from the start of generation)\n");
+    if (g->n_outputs < 1)
+        return;
+    fprintf(f, "  TTFT           %.4g ms: the prompt's %d tokens and the first sample\n", 1e3 * g->first_output_s,
+            g->n_prompt);
+    if (g->n_outputs > 1)
+        fprintf(f, "  TPOT           %.4g ms: the mean time of each of the %d later samples\n",
+                1e3 * (g->last_output_s - g->first_output_s) / (g->n_outputs - 1), g->n_outputs - 1);
+    fprintf(f, "  e2e            %.4g ms for %d outputs (new tokens%s)\n", 1e3 * g->last_output_s, g->n_outputs,
+            g->finish == FINISH_STOP ? " and the stop token" : "");
+}
+
+static void json_latency(JsonWriter *j, const Generation *g)
+{
+    json_begin_object(j, "latency");
+    json_string(j, "clock", "wall");
+    json_int(j, "outputs", g->n_outputs);
+    json_double(j, "ttft_s", g->n_outputs > 0 ? g->first_output_s : NAN);
+    json_double(j, "tpot_s", g->n_outputs > 1 ? (g->last_output_s - g->first_output_s) / (g->n_outputs - 1) : NAN);
+    json_double(j, "e2e_s", g->n_outputs > 0 ? g->last_output_s : NAN);
+    json_end_object(j);
+}
+
 static const char *finish_name(FinishReason r)
 {
     return r == FINISH_STOP ? "stop" : r == FINISH_SEQ_LEN ? "seq_len" : "length";
@@ -96,6 +125,7 @@ static void json_hook(JsonWriter *j, const void *p)
     json_end_array(j);
     if (rc->dev)
         device_run_report_json(j, rc->dev);
+    json_latency(j, g);
     rc->json(j, rc->chapter, g);
 }
 
@@ -177,7 +207,8 @@ int single_run_report(SingleRun *r, int keeps_kv, void (*table)(FILE *f, void *c
         .chapter = r->program->name, .device = r->opts.device, .model_path = r->assets.model_path,
         .cfg = r->assets.model.cfg, .model = &r->assets.model, .kv_elem_bytes = single_run_kv_elem_bytes(r),
         .kv = keeps_kv ? &r->gen.kv : NULL, .tokens_generated = r->gen.n_tokens - r->gen.n_prompt,
-        .elapsed_s = r->gen.elapsed_s, .extra_table = table_hook, .extra_json = json_hook, .extra = &rc,
+        .elapsed_s = r->gen.elapsed_s, .extra_table = table_hook, .latency_table = latency_hook,
+        .extra_json = json_hook, .extra = &rc,
     };
     /* The table only once the report file is safely written: a failed
      * write is then the one line on stderr. */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arrivals.h"
 #include "assets.h"
 #include "generate.h"
 #include "mem.h"
@@ -111,6 +112,8 @@ void serving_admit(ServingRun *run, Request *r)
     set_phase(run, r, REQ_RUNNING);
     if (r->admitted_step < 0)
         r->admitted_step = run->step;
+    if (run->latency.reqs)
+        timeline_admit(&run->latency.reqs[r->index], run->clock.step_begin_s);
     trace_event(run->trace, "admit", r->index, NULL);
 }
 
@@ -231,7 +234,7 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
 }
 
 /* Requests x samples, and the bookkeeping they need (the Request, its
- * token list, its sampler's scratch), checked before anything is
+ * token list, its outputs' times, its sampler's scratch), checked before anything is
  * allocated: an int product that wrapped round, or a run that would use
  * up the machine's memory before its first step, gets one line instead. */
 static int check_request_count(int lines, int samples, const ModelConfig *c, const SamplingParams *sampling,
@@ -240,9 +243,9 @@ static int check_request_count(int lines, int samples, const ModelConfig *c, con
     if (lines > INT_MAX / samples)
         return err_set(err, "%d requests x --n %d is more than %d requests", lines, samples, INT_MAX);
     size_t n = (size_t)lines * (size_t)samples;
-    size_t per_request = sizeof(Request) + (size_t)model_max_tokens(c) * sizeof(int) +
-                         sampler_scratch_bytes(c->vocab_size, sampling) +
-                         4 * MEM_ALIGN; /* the token list and up to three sampler buffers, each aligned */
+    size_t per_request = sizeof(Request) + (size_t)model_max_tokens(c) * (sizeof(int) + sizeof(double)) +
+                         sizeof(RequestTimeline) + sampler_scratch_bytes(c->vocab_size, sampling) +
+                         5 * MEM_ALIGN; /* the token list, the outputs' times and up to three sampler buffers, each aligned */
     size_t ram = mem_physical_bytes();
     if (ram && n > ram / 2 / per_request) {
         char need[32], have[32];
@@ -251,6 +254,47 @@ static int check_request_count(int lines, int samples, const ModelConfig *c, con
                        cli_format_bytes(need, sizeof need, (double)n * (double)per_request),
                        cli_format_bytes(have, sizeof have, (double)ram));
     }
+    return 0;
+}
+
+/* Each line's arrival: the file's, or drawn by --arrival-rate / --arrival
+ * (one draw per line, in file order; the samples of a line arrive
+ * together). */
+static int set_arrivals(ServingRun *run, const RequestFile *rf, int per_line, Err *err)
+{
+    const CliOptions *o = run->opts;
+    if (o->arrival_rate > 0 && rf->arrivals != REQUEST_ARRIVAL_NONE)
+        return err_set(err, "the request file gives arrival %s (@ fields); --arrival-rate and --arrival would replace "
+                       "them: give one or the other", rf->arrivals == REQUEST_ARRIVAL_STEPS ? "steps" : "times");
+    ArrivalStream stream;
+    ArrivalProcess p = {o->arrival_rate, o->arrival_cv};
+    if (o->arrival_rate > 0)
+        arrival_stream_init(&stream, &p, o->arrival_seed);
+    for (int line = 0; line < rf->count; line++) {
+        double at = o->arrival_rate > 0 ? arrival_stream_next(&stream) : rf->items[line].arrival_s;
+        for (int k = 0; k < per_line; k++) {
+            Request *r = &run->reqs[line * per_line + k];
+            r->arrival_s = at;
+            r->arrival_step = rf->items[line].arrival_step;
+        }
+    }
+    return 0;
+}
+
+/* --clock model, or --machine with the wall clock: the cost model of the
+ * model as its file stores it. */
+static int set_clock(ServingRun *run, Err *err)
+{
+    const CliOptions *o = run->opts;
+    int model_clock = o->clock && strcmp(o->clock, "model") == 0;
+    if (!model_clock && !o->machine)
+        return 0;
+    CostMachine machine;
+    if (cost_machine_load(o->machine ? o->machine : COST_MACHINE_DEFAULT, &machine, err))
+        return -1;
+    CostShape shape;
+    cost_shape_init(&run->model->cfg, (double)run->model->weight_bytes, (double)run->kv_bytes_per_token, &shape);
+    serving_use_cost_model(run, &machine, &shape, model_clock);
     return 0;
 }
 
@@ -285,6 +329,11 @@ int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const 
             return -1;
         }
     }
+    if (set_arrivals(run, rf, n, err) || set_clock(run, err)) {
+        serving_run_free(run);
+        return -1;
+    }
+    run->latency_out = cli_latency_asked(opts) || rf->arrivals != REQUEST_ARRIVAL_NONE;
     return 0;
 }
 
@@ -306,6 +355,7 @@ void serving_run_free(ServingRun *run)
     mem_free(run->finished_now);
     mem_free(run->logits_scratch);
     mem_free(run->sim_specs);
+    latency_recorder_free(&run->latency);
     chat_template_close(&run->chat_template);
     forward_state_free(&run->fs);
     memset(run, 0, sizeof *run);
@@ -337,6 +387,8 @@ static int is_stop_token(const ServingRun *run, int token)
  * token ends it by length. Returns 1 when r finished. */
 static int take_token(ServingRun *run, Request *r, int next)
 {
+    if (run->latency.reqs) /* the stop is an output too: the client waited for this step */
+        timeline_output(&run->latency.reqs[r->index], run->clock.outputs_s, run->step);
     if (is_stop_token(run, next)) {
         finish(run, r, REQ_FINISH_STOP);
         return 1;
@@ -421,21 +473,38 @@ void serving_show_progress(ServingRun *run, FILE *log)
  * which is what the chapters' queues assume. */
 static int check_arrival_order(const ServingRun *run, Err *err)
 {
-    for (int i = 1; i < run->n_reqs; i++)
-        if (run->reqs[i].arrival_step < run->reqs[i - 1].arrival_step)
+    for (int i = 1; i < run->n_reqs; i++) {
+        const Request *r = &run->reqs[i], *prev = &run->reqs[i - 1];
+        if (r->arrival_step < prev->arrival_step)
             return err_set(err, "request %d arrives at step %ld, before request %d (step %ld): arrivals must follow "
-                           "file order", run->reqs[i].spec->id, run->reqs[i].arrival_step, run->reqs[i - 1].spec->id,
-                           run->reqs[i - 1].arrival_step);
+                           "file order", r->spec->id, r->arrival_step, prev->spec->id, prev->arrival_step);
+        if (r->arrival_s < prev->arrival_s)
+            return err_set(err, "request %d arrives at %.9g s, before request %d (%.9g s): arrivals must follow file "
+                           "order", r->spec->id, r->arrival_s, prev->spec->id, prev->arrival_s);
+    }
     return 0;
 }
 
-/* Every request that has arrived by run->step joins the queue. */
+/* Whether request r has arrived by now: its step is reached and its time
+ * has come. */
+static int has_arrived(const ServingRun *run, const Request *r)
+{
+    return r->arrival_step <= run->step && r->arrival_s <= run->clock.now_s;
+}
+
+/* Every request that has arrived by now joins the queue. A request that
+ * arrives by step joins at the clock of that step's beginning; one that
+ * arrives by time, at its time (it may have waited since, in the middle
+ * of a step). */
 static void let_arrivals_in(ServingRun *run)
 {
-    while (run->n_arrived < run->n_reqs && run->reqs[run->n_arrived].arrival_step <= run->step) {
+    while (run->n_arrived < run->n_reqs && has_arrived(run, &run->reqs[run->n_arrived])) {
         Request *r = &run->reqs[run->n_arrived++];
         if (r->phase == REQ_PENDING)
             set_phase(run, r, REQ_WAITING);
+        if (run->latency.reqs)
+            timeline_arrive(&run->latency.reqs[r->index], r->arrival_step > 0 ? run->clock.now_s : r->arrival_s,
+                            run->step);
     }
 }
 
@@ -447,7 +516,7 @@ static void hold_until_arrival(ServingRun *run)
 {
     run->n_arrived = 0;
     for (int i = 0; i < run->n_reqs; i++)
-        if (run->reqs[i].phase == REQ_WAITING && run->reqs[i].arrival_step > run->step)
+        if (run->reqs[i].phase == REQ_WAITING && !has_arrived(run, &run->reqs[i]))
             run->reqs[i].phase = REQ_PENDING;
     run->n_running = count_phase(run, REQ_RUNNING);
     run->n_waiting = count_phase(run, REQ_WAITING);
@@ -463,9 +532,11 @@ static void wait_for_arrivals(ServingRun *run)
         return;
     if (run->n_waiting > 0 || run->n_running > 0)
         return;
-    long next = run->reqs[run->n_arrived].arrival_step;
-    if (next > run->step)
-        run->step = next;
+    const Request *next = &run->reqs[run->n_arrived];
+    if (next->arrival_step > run->step)
+        run->step = next->arrival_step;
+    if (next->arrival_s > run->clock.now_s)
+        run->clock.now_s = next->arrival_s;
     let_arrivals_in(run);
 }
 
@@ -491,10 +562,23 @@ static int alloc_step_buffers(ServingRun *run, int max_tokens, int max_logits, i
     return forward_state_init(&run->fs, &run->model->cfg, max_tokens, max_logits, err);
 }
 
+/* The most outputs request i can have: a token for each position up to
+ * max_tokens, or (simulated) its tokens up to its stop and the stop
+ * itself; a request that stops earlier has fewer (its stop is its last
+ * output, in place of a token). Rejected requests have none. */
+static int output_capacity(const void *ctx, int i)
+{
+    const Request *r = &((const ServingRun *)ctx)->reqs[i];
+    if (r->finish == REQ_FINISH_REJECTED || r->n_prompt == 0)
+        return 0;
+    return r->stop_at > 0 ? r->stop_at - r->n_prompt + 1 : r->max_tokens - r->n_prompt;
+}
+
 int serving_open_steps(ServingRun *run, int max_step_tokens, int max_logits, Err *err)
 {
     int with_forward = !run->simulated;
-    if (alloc_step_buffers(run, max_step_tokens, max_logits, with_forward, err))
+    if (alloc_step_buffers(run, max_step_tokens, max_logits, with_forward, err) ||
+        latency_recorder_init(&run->latency, run->n_reqs, output_capacity, run, err))
         return -1;
     hold_until_arrival(run);
     if (with_forward && run->device)
@@ -513,8 +597,33 @@ int serving_step_begin(ServingRun *run)
     if (run->n_done == run->n_reqs)
         return 0;
     run->n_entries = run->n_logits = run->n_takers = run->n_finished = 0;
+    RunClock *c = &run->clock;
+    c->step_begin_s = c->outputs_s = c->now_s;
+    c->step_model_s = 0.0;
+    c->work = (StepWork){0};
+    c->attended_given = 0;
+    if (c->has_machine && !c->model)
+        c->step_cpu_started_s = process_cpu_seconds();
     run->step_started_s = now_seconds();
     return 1;
+}
+
+/* The step's work, its modelled time, and when its outputs are ready: at
+ * the end of its forward pass, on the run's clock. */
+static void time_step(ServingRun *run)
+{
+    RunClock *c = &run->clock;
+    c->work.tokens = run->n_entries;
+    c->work.logits_rows = run->n_logits;
+    if (!c->attended_given) {
+        long attended = 0;
+        for (int i = 0; i < run->n_entries; i++) /* position p reads positions 0..p */
+            attended += run->entries[i].pos + 1;
+        c->work.attended = attended;
+    }
+    if (c->has_machine)
+        c->step_model_s = cost_step_seconds(&c->machine, &c->shape, &c->work);
+    c->outputs_s = c->step_begin_s + (c->model ? c->step_model_s : now_seconds() - run->step_started_s);
 }
 
 int serving_step_forward(ServingRun *run, const KvSeam *seam, Err *err)
@@ -545,6 +654,7 @@ int serving_step_forward(ServingRun *run, const KvSeam *seam, Err *err)
         if (run->entries[i].pos + 1 > r->n_cached)
             r->n_cached = run->entries[i].pos + 1;
     }
+    time_step(run);
     return 0;
 }
 
@@ -591,8 +701,56 @@ void serving_note_fork(ServingRun *run, const Request *parent, const Request *ch
 
 void serving_step_end(ServingRun *run)
 {
+    double measured = now_seconds() - run->step_started_s;
+    RunClock *c = &run->clock;
     run->step++;
-    run->elapsed_s += now_seconds() - run->step_started_s;
+    run->elapsed_s += measured;
+    c->now_s = c->step_begin_s + (c->model ? c->step_model_s : measured);
+    if (c->has_machine && !c->model && measured > 0) {
+        cost_check_add(&c->check, c->step_model_s, measured);
+        double cpu = process_cpu_seconds() - c->step_cpu_started_s;
+        if (cpu > 0)
+            cost_check_add(&c->check_cpu, c->step_model_s, cpu);
+    }
+}
+
+void serving_use_cost_model(ServingRun *run, const CostMachine *m, const CostShape *shape, int model_clock)
+{
+    RunClock *c = &run->clock;
+    c->machine = *m;
+    c->shape = *shape;
+    c->has_machine = 1;
+    c->model = model_clock;
+}
+
+void serving_note_transfer(ServingRun *run, double bytes)
+{
+    run->clock.work.transfer_bytes += bytes;
+}
+
+void serving_set_attended(ServingRun *run, long attended)
+{
+    run->clock.work.attended = attended;
+    run->clock.attended_given = 1;
+}
+
+int serving_latency_summary(const ServingRun *run, LatencySummary *out, Err *err)
+{
+    const CliOptions *o = run->opts;
+    LatencySlo slo = {o ? o->slo_ttft : 0.0, o ? o->slo_tpot : 0.0};
+    return latency_summarize(run->latency.reqs, run->latency.n, run->clock.now_s, run->tokens_generated, &slo, out,
+                             err);
+}
+
+const char *serving_clock_describe(const ServingRun *run, char *buf, size_t n)
+{
+    if (!run->clock.model) {
+        snprintf(buf, n, "wall clock: each step's measured time; an idle server skips ahead to the next arrival");
+        return buf;
+    }
+    char machine[256];
+    snprintf(buf, n, "model clock, %s", cost_machine_describe(&run->clock.machine, machine, sizeof machine));
+    return buf;
 }
 
 /* ------------------------------------------------------------ simulation */
@@ -620,7 +778,7 @@ int serving_sim_init(ServingRun *run, const Model *shape, const CliOptions *opts
         Request *r = &run->reqs[i];
         run->sim_specs[i] = (RequestSpec){.id = i, .line = i + 1, .max_new_tokens = q->max_new_tokens, .prompt = ""};
         *r = (Request){.spec = &run->sim_specs[i], .index = i, .admitted_step = -1, .finished_step = -1,
-                       .arrival_step = q->arrival_step};
+                       .arrival_step = q->arrival_step, .arrival_s = q->arrival_s};
         r->tokens = mem_alloc_array(MEM_ACTIVATIONS, (size_t)model_max_tokens(&shape->cfg), sizeof(int));
         if (!r->tokens) {
             serving_run_free(run);
@@ -675,7 +833,16 @@ static void json_ids(JsonWriter *j, const char *key, const int *ids, int n)
     json_end_array(j);
 }
 
-static void write_request_line(FILE *f, const ServingRun *run, const Request *r)
+/* The request's times, with a latency option (@p scratch: room for its gaps). */
+static void json_request_times(JsonWriter *j, const ServingRun *run, const Request *r, double *scratch)
+{
+    const RequestTimeline *t = &run->latency.reqs[r->index];
+    json_int(j, "arrival_step", t->arrival_step);
+    json_int(j, "first_token_step", t->first_output_step);
+    latency_json_request(j, t, scratch);
+}
+
+static void write_request_line(FILE *f, const ServingRun *run, const Request *r, double *scratch)
 {
     char *text = NULL;
     size_t text_len = 0;
@@ -710,6 +877,8 @@ static void write_request_line(FILE *f, const ServingRun *run, const Request *r)
     json_int(&j, "preemptions", r->preemptions);
     if (r->finish == REQ_FINISH_REJECTED)
         json_string(&j, "note", r->note);
+    if (run->latency_out && run->latency.reqs && r->finish != REQ_FINISH_REJECTED)
+        json_request_times(&j, run, r, scratch);
     if (run->out_extra)
         run->out_extra(run->out_ctx, &j, r);
     json_end_object(&j);
@@ -719,11 +888,18 @@ static void write_request_line(FILE *f, const ServingRun *run, const Request *r)
 
 int serving_write_jsonl(const ServingRun *run, const char *path, Err *err)
 {
+    double *scratch = NULL; /* [max_capacity] one request's gaps, with the times */
+    size_t room = run->latency.max_capacity > 0 ? (size_t)run->latency.max_capacity : 1;
+    if (run->latency_out && !(scratch = mem_alloc_array(MEM_ACTIVATIONS, room, sizeof(double))))
+        return err_set(err, "out of memory for --out");
     OutFile out;
-    if (outfile_open(&out, "--out", path, err))
+    if (outfile_open(&out, "--out", path, err)) {
+        mem_free(scratch);
         return -1;
+    }
     for (int i = 0; i < run->n_reqs; i++)
         if (!run->out_keep || run->out_keep(run->out_ctx, &run->reqs[i]))
-            write_request_line(out.f, run, &run->reqs[i]);
+            write_request_line(out.f, run, &run->reqs[i], scratch);
+    mem_free(scratch);
     return outfile_commit(&out, err);
 }

@@ -23,9 +23,19 @@
  * no forward pass, no K/V bytes; the fed positions count as cached and each
  * fed request receives a dummy token until its predetermined length).
  * Requests may **arrive** later than step 0 (Request.arrival_step, in file
- * order): until then they are ::REQ_PENDING, which no chapter treats as
- * waiting, and when nobody that has arrived is left to serve, time skips to
- * the next arrival.
+ * order) or later than time 0 (Request.arrival_s, on the run's clock):
+ * until then they are ::REQ_PENDING, which no chapter treats as waiting,
+ * and when nobody that has arrived is left to serve, time skips to the
+ * next arrival.
+ *
+ * **The run's clock** (::RunClock) starts at 0 when the first step begins
+ * and advances by each step's time: its measured time (`--clock wall`, the
+ * default), or its time in the cost model (`--clock model`, cost_model.h:
+ * charged from the step's work, the same on every machine). An idle server
+ * skips ahead to the next arrival instead of waiting for it. The step
+ * functions record each request's arrival, first admission and every
+ * output (latency.h): an output's time is the end of the forward step that
+ * computed its logits. serving_latency_summary() sums them up.
  *
  * This module also holds the request lifecycle, the JSON Lines output
  * (`--out`), and the accounting of where KV memory goes, split as the
@@ -52,6 +62,8 @@
 #include "err.h"
 #include "forward.h"
 #include "json.h"
+#include "cost_model.h"
+#include "latency.h"
 #include "model.h"
 #include "report.h"
 #include "requests.h"
@@ -146,6 +158,7 @@ typedef struct {
     long finished_step; /**< step it finished on, or -1 */
     int preemptions;    /**< times its K/V were freed to make room */
     long arrival_step;  /**< first step at which it may be admitted (0: from the start; see ::REQ_PENDING) */
+    double arrival_s;   /**< earliest time it may be admitted, on the run's clock (0: from the start) */
     int stop_at;        /**< simulation only: with this many tokens it "samples" EOS and stops (0: never; it runs to max_tokens) */
     Sampler sampler;    /**< seeded with --seed + index: batching never changes its draws */
     KvReservationTrack kv;  /**< its KV reservation over time, for the breakdown */
@@ -170,6 +183,27 @@ typedef struct {
     void *ctx;                                                /**< passed to observe */
     void (*free_ctx)(void *ctx); /**< frees ctx when the run is freed (NULL: its adder keeps it) */
 } ServingObserver;
+
+/**
+ * The run's clock, and what the current step costs. See the file's
+ * comment; the times are seconds since the first step began.
+ */
+typedef struct {
+    int model;             /**< 1: steps last what the cost model says (`--clock model`); 0: what they measure */
+    int has_machine;       /**< 1: a cost model is known (with the wall clock, `--machine`: each step is compared) */
+    CostMachine machine;   /**< the cost model's machine */
+    CostShape shape;       /**< the cost model's view of the model */
+    double now_s;          /**< the clock: the end of the last step (or the arrival it skipped to) */
+    double step_begin_s;   /**< the clock when the current step began */
+    double step_model_s;   /**< the current step's modelled time (serving_step_forward(); 0 without a machine) */
+    double outputs_s;      /**< when the current step's outputs are ready: the end of its forward pass */
+    StepWork work;         /**< the current step's work */
+    int attended_given;    /**< 1: the chapter said how many positions attention reads (serving_set_attended()) */
+    CostCheck check;       /**< wall clock with a machine: each step's modelled time over its measured one */
+    CostCheck check_cpu;   /**< the same over the step's CPU time (the process's: one thread's with --threads 1),
+                                which other programs on the machine do not lengthen */
+    double step_cpu_started_s; /**< the process's CPU time when the current step began (with a machine) */
+} RunClock;
 
 /** The state of a serving run, shared by the loop and the chapter. */
 typedef struct ServingRun {
@@ -231,6 +265,9 @@ typedef struct ServingRun {
     void (*out_extra)(void *ctx, JsonWriter *j, const Request *r);
     void *out_ctx;             /**< passed to out_keep and out_extra */
     struct ServingTrace *trace; /**< `--trace`: where the step's events go (trace.h); NULL: no trace */
+    RunClock clock;            /**< the run's clock and the current step's work */
+    LatencyRecorder latency;   /**< each request's arrival, admission and outputs (reqs[i] is request i's) */
+    int latency_out;           /**< 1: `--out` lines carry each request's times (a latency option was given) */
 } ServingRun;
 
 /**
@@ -463,6 +500,58 @@ void serving_step_end(ServingRun *run);
 void serving_show_progress(ServingRun *run, FILE *log);
 
 /**
+ * Makes the cost model the run's clock (@p model_clock 1), or only a
+ * yardstick that each step's measured time is compared with (0). kvsim
+ * and the tests call it on a simulated run; a program gets it from
+ * `--clock model` and `--machine` (serving_run_init()). Call it before
+ * serving_open_steps().
+ * @param run          the run
+ * @param m            the machine
+ * @param shape        the model's costs (cost_shape_init())
+ * @param model_clock  1: the clock; 0: compared with the wall clock
+ */
+void serving_use_cost_model(ServingRun *run, const CostMachine *m, const CostShape *shape, int model_clock);
+
+/**
+ * Tells the cost model that the current step moves @p bytes between the
+ * device and the host (a swap out or in). Call it while scheduling, before
+ * serving_step_forward().
+ * @param run    the run
+ * @param bytes  bytes moved (one way; call once per direction)
+ */
+void serving_note_transfer(ServingRun *run, double bytes);
+
+/**
+ * Tells the cost model how many positions this step's attention reads,
+ * over every fed token, when the chapter's attention reads fewer than the
+ * whole context (a window). By default serving_step_forward() counts pos
+ * + 1 for a token at position pos. Call it before serving_step_forward().
+ * @param run       the run
+ * @param attended  positions read
+ */
+void serving_set_attended(ServingRun *run, long attended);
+
+/**
+ * The latency of the finished run (latency.h): its requests' timelines,
+ * over the clock's span, with `--slo-ttft` and `--slo-tpot`.
+ * @param run  a finished run
+ * @param out  receives the summary
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 when out of memory
+ */
+int serving_latency_summary(const ServingRun *run, LatencySummary *out, Err *err);
+
+/**
+ * One line saying which clock the run's times are on (for the latency
+ * block): the wall clock, or the cost model and its machine.
+ * @param run  the run
+ * @param buf  output
+ * @param n    its size
+ * @return buf
+ */
+const char *serving_clock_describe(const ServingRun *run, char *buf, size_t n);
+
+/**
  * Frees what serving_run_init() allocated.
  * @param run  the run
  */
@@ -471,7 +560,10 @@ void serving_run_free(ServingRun *run);
 /**
  * Writes one JSON object per request, in file order: id, sample, prompt,
  * prompt_tokens, tokens, text, finish, admitted_step, finished_step,
- * preemptions (and note when rejected).
+ * preemptions (and note when rejected); when a latency option was given
+ * (run->latency_out), also arrival_step, first_token_step and the times of
+ * latency_json_request() (arrival_s, queue_s, ttft_s, tpot_s, e2e_s,
+ * outputs, itl_p50_s, itl_p90_s, itl_p99_s, itl_max_s).
  * @param run   a finished run
  * @param path  output file
  * @param err   receives the reason on failure
@@ -490,6 +582,7 @@ typedef struct {
     int max_new_tokens; /**< the most tokens the client allows: what the reservation policies see */
     int output_tokens;  /**< tokens it really produces before EOS; 0, or >= max_new_tokens: it runs to the limit */
     long arrival_step;  /**< step at which it arrives (never less than the previous request's) */
+    double arrival_s;   /**< time at which it arrives, seconds on the run's clock (never less than the previous request's) */
 } SimRequestSpec;
 
 /** The token id every simulated request appends (its value never matters). */

@@ -15,13 +15,76 @@ static int count_finish(const ServingRun *run, RequestFinish f)
     return n;
 }
 
-/* What the report's hooks need: the run, and the chapter's own lines. */
+/* What the report's hooks need: the run, the chapter's own lines, and the
+ * run's latency, summed up once. */
 typedef struct {
     const ServingRun *run;
     void (*table)(FILE *f, void *chapter, const ServingRun *run);
     void (*json)(JsonWriter *j, void *chapter, const ServingRun *run);
     void *chapter;
+    LatencySummary latency;
+    CostCheckSummary check;     /* steps 0: no check (the model clock, or no --machine) */
+    CostCheckSummary check_cpu; /* the same against the steps' CPU time */
 } ServingReport;
+
+static void latency_table(FILE *f, const void *p)
+{
+    const ServingReport *sr = p;
+    char clock[512];
+    latency_print(f, &sr->latency, serving_clock_describe(sr->run, clock, sizeof clock));
+    const CostCheckSummary *checks[2] = {&sr->check, &sr->check_cpu};
+    const char *against[2] = {"wall time", "CPU time"};
+    for (int i = 0; i < 2; i++) {
+        const CostCheckSummary *c = checks[i];
+        if (c->steps > 0)
+            fprintf(f, "  cost model %s / %s, per step: median %.3g (p10 %.3g, p90 %.3g, min %.3g, max %.3g) over "
+                    "%ld steps; in total %.3g\n", sr->run->clock.machine.name, against[i], c->median, c->p10, c->p90,
+                    c->min, c->max, c->steps, c->total);
+    }
+}
+
+static void json_machine(JsonWriter *j, const CostMachine *m)
+{
+    json_begin_object(j, "machine");
+    json_string(j, "name", m->name);
+    json_double(j, "read_bytes_per_s", m->read_bytes_per_s);
+    json_double(j, "fma_flops_per_s", m->fma_flops_per_s);
+    json_double(j, "compute_share", m->compute_share);
+    json_double(j, "link_bytes_per_s", m->link_bytes_per_s);
+    json_double(j, "overhead_s", m->overhead_s);
+    json_bool(j, "overlap", m->overlap);
+    json_end_object(j);
+}
+
+static void json_cost_check(JsonWriter *j, const char *key, const CostCheckSummary *c)
+{
+    json_begin_object(j, key);
+    json_int(j, "steps", c->steps);
+    json_double(j, "median", c->median);
+    json_double(j, "p10", c->p10);
+    json_double(j, "p90", c->p90);
+    json_double(j, "min", c->min);
+    json_double(j, "max", c->max);
+    json_double(j, "total", c->total);
+    json_end_object(j);
+}
+
+/* "latency": which clock, the cost model's machine, the summary, and the
+ * model against the measured steps. */
+static void json_latency(JsonWriter *j, const ServingReport *sr)
+{
+    const RunClock *c = &sr->run->clock;
+    json_begin_object(j, "latency");
+    json_string(j, "clock", c->model ? "model" : "wall");
+    if (c->has_machine)
+        json_machine(j, &c->machine);
+    latency_json(j, &sr->latency);
+    if (sr->check.steps > 0)
+        json_cost_check(j, "cost_model_vs_wall", &sr->check);
+    if (sr->check_cpu.steps > 0)
+        json_cost_check(j, "cost_model_vs_cpu", &sr->check_cpu);
+    json_end_object(j);
+}
 
 static void serving_table(FILE *f, const void *p)
 {
@@ -63,6 +126,7 @@ static void serving_json(JsonWriter *j, const void *p)
     json_int(j, "steps", run->step);
     if (run->device)
         serving_device_report_json(j, run->device);
+    json_latency(j, sr);
     sr->json(j, sr->chapter, run);
 }
 
@@ -154,13 +218,17 @@ int serving_program_report(ServingProgram *p, void (*table)(FILE *f, void *chapt
         return -1;
     if (o->out_path && serving_write_jsonl(run, o->out_path, &p->err))
         return -1;
-    ServingReport sr = {run, table, json, chapter};
+    ServingReport sr = {run, table, json, chapter, {0}, {0}, {0}};
+    if (serving_latency_summary(run, &sr.latency, &p->err))
+        return -1;
+    cost_check_summarize(&run->clock.check, &sr.check);
+    cost_check_summarize(&run->clock.check_cpu, &sr.check_cpu);
     RunReport report = {
         .chapter = p->program->name, .device = o->device, .model_path = p->assets.model_path,
         .cfg = p->assets.model.cfg, .model = &p->assets.model,
         .kv_elem_bytes = p->on_device ? dtype_bytes(p->device.run.kv_type) : sizeof(float), .kv = &run->timeline,
         .tokens_generated = run->tokens_generated, .elapsed_s = run->elapsed_s, .extra_table = serving_table,
-        .extra_json = serving_json, .extra = &sr,
+        .latency_table = latency_table, .extra_json = serving_json, .extra = &sr,
     };
     /* The table only once every file is safely written: a failed write
      * is then the one line on stderr. */

@@ -1,5 +1,6 @@
 /* libFuzzer target: the parsers of what users type on a command line
- * (common/base/parse.c, cli_parse_size(), and cli_parse() on a whole argv).
+ * (common/base/parse.c, cli_parse_size(), and cli_parse() on a whole argv,
+ * the latency options' arrival processes and objectives among them).
  *
  * Input: text; NUL bytes split it into arguments for cli_parse(), and the
  * first argument also goes through each number parser on its own.
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arrivals.h"
 #include "cli.h"
 #include "mem.h"
 #include "parse.h"
@@ -147,6 +149,16 @@ static void check_size(const char *text)
     }
 }
 
+/* The latency options: a rate, if any, in range and with a CV in range;
+ * objectives, if any, above 0 and at most a day. */
+static int latency_options_in_range(const CliOptions *o)
+{
+    if (o->arrival_rate != 0 && !(o->arrival_rate >= ARRIVAL_RATE_MIN && o->arrival_rate <= ARRIVAL_RATE_MAX &&
+                                  o->arrival_cv >= ARRIVAL_CV_MIN && o->arrival_cv <= ARRIVAL_CV_MAX))
+        return 0;
+    return o->slo_ttft >= 0 && o->slo_ttft <= 86400 && o->slo_tpot >= 0 && o->slo_tpot <= 86400;
+}
+
 /* cli_parse() on a whole argv: no crash; a refusal is one non-empty line;
  * what it accepts is in the documented ranges. */
 static void check_cli(char **args, int n)
@@ -169,7 +181,7 @@ static void check_cli(char **args, int n)
          !(o.top_p >= 0 && o.top_p <= 1) || o.top_k < 0 || !(o.min_p >= 0 && o.min_p <= 1) ||
          !(o.repetition_penalty >= 0.01f && o.repetition_penalty <= 100) ||
          !(o.frequency_penalty >= -2 && o.frequency_penalty <= 2) ||
-         !(o.presence_penalty >= -2 && o.presence_penalty <= 2)))
+         !(o.presence_penalty >= -2 && o.presence_penalty <= 2) || !latency_options_in_range(&o)))
         abort();
 }
 

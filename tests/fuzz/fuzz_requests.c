@@ -4,14 +4,30 @@
  * that succeeds must describe the file: at least one request, ids 0..n-1
  * in order, line numbers increasing, each max_new_tokens in range, each
  * prompt non-empty, inside the parser's copy of the text, with no newline
- * and no NUL, on a line no longer than the limit; and a file with a NUL
- * byte is always refused. */
+ * and no NUL, on a line no longer than the limit; arrivals (`@N`, `@Xs`)
+ * in range, in one unit, never decreasing; and a file with a NUL byte is
+ * always refused. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mem.h"
 #include "requests.h"
+
+/* Arrivals: in range, never earlier than the line before, and only in
+ * the unit the file says it uses. */
+static void check_arrival(const RequestFile *rf, int i)
+{
+    const RequestSpec *r = &rf->items[i];
+    if (!(r->arrival_s >= 0 && r->arrival_s <= REQUEST_MAX_ARRIVAL_S) || r->arrival_step < 0 ||
+        r->arrival_step > REQUEST_MAX_ARRIVAL_STEP)
+        abort();
+    if ((rf->arrivals != REQUEST_ARRIVAL_SECONDS && r->arrival_s != 0) ||
+        (rf->arrivals != REQUEST_ARRIVAL_STEPS && r->arrival_step != 0))
+        abort();
+    if (i > 0 && (r->arrival_s < r[-1].arrival_s || r->arrival_step < r[-1].arrival_step))
+        abort();
+}
 
 static void check_parsed(const RequestFile *rf, const uint8_t *data, size_t size)
 {
@@ -26,6 +42,7 @@ static void check_parsed(const RequestFile *rf, const uint8_t *data, size_t size
             strchr(r->prompt, '\n') || r->prompt < rf->text || r->prompt + len > rf->text + size)
             abort();
         last_line = r->line;
+        check_arrival(rf, i);
     }
 }
 

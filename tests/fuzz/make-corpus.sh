@@ -9,7 +9,8 @@
 #               two GGUF models (from build/fuzz/make-seeds)
 #   tokenizer/  a synthetic tokenizer (build/synth-model --tokenizer-out) with
 #               prompts of data/ in front, in fuzz_tokenizer.c's layout
-#   requests/   data/requests-*.tsv, a CRLF copy, comments and blank lines
+#   requests/   data/requests-*.tsv, a CRLF copy, comments and blank lines,
+#               arrivals in seconds and in steps
 #   numbers/    every number and size in the programs' --help texts, and a
 #               few command lines built from them
 #   gguf/, bpe/ GGUF models of every weight type and a byte-level BPE
@@ -77,6 +78,9 @@ done
 sed 's/$/\r/' data/requests-short.tsv > "$OUT/requests/crlf.tsv"
 printf '# a comment\n\n   \n  # indented\n3\tThe cat\tsat\n' > "$OUT/requests/comments.tsv"
 printf '1\tHi' > "$OUT/requests/no-final-newline.tsv"
+printf '# arrivals in seconds\n@0s\t16\tOnce upon a time\n@0.25s\t8\tThe cat\n@1.5e0s\t4\tA dog\n' \
+    > "$OUT/requests/arrivals-seconds.tsv"
+printf '@0\t16\tOnce upon a time\n@3\t8\tThe cat\n@3\t4\tA dog\n' > "$OUT/requests/arrivals-steps.tsv"
 
 # ---------------------------------------------------------------- numbers
 rm -rf "$OUT/numbers" && mkdir -p "$OUT/numbers"

@@ -519,7 +519,8 @@ void kvsim_make_requests(const KvsimWorkload *w, int seq_len, const KvsimFilterF
         if (i > 0 && w->rate > 0)
             t += -log(1.0 - kvsim_rng_uniform(&arrivals)) / w->rate;
         out[i] = (SimRequestSpec){.prompt_tokens = prompt, .max_new_tokens = asks, .output_tokens = output,
-                                  .arrival_step = (long)t};
+                                  .arrival_step = w->seconds_per_step > 0 ? 0 : (long)t,
+                                  .arrival_s = w->seconds_per_step > 0 ? t * w->seconds_per_step : 0.0};
     }
 }
 
@@ -661,8 +662,9 @@ int kvsim_check(ServeChapter ch, const Model *shape, const CliOptions *o, size_t
     return rc;
 }
 
-int kvsim_run(ServeChapter ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
-              const SimRequestSpec *reqs, int n, FILE *log, KvsimResult *res, Err *err)
+/* kvsim_run() and kvsim_run_timed(): @p clock NULL is kvsim_run(). */
+static int run_one(ServeChapter ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
+                   const SimRequestSpec *reqs, int n, FILE *log, const KvsimClock *clock, KvsimResult *res, Err *err)
 {
     ServingRun run;
     if (serving_sim_init(&run, shape, o, kv_bytes_per_token, reqs, n, err))
@@ -672,6 +674,8 @@ int kvsim_run(ServeChapter ch, const Model *shape, const CliOptions *o, size_t k
         serving_run_free(&run);
         return -1;
     }
+    if (clock)
+        serving_use_cost_model(&run, &clock->machine, &clock->shape, 1);
     int rc = serving_add_observer(&run, watch_step, &watch, NULL, err);
     if (rc == 0)
         rc = serve_check(ch, &run, err);
@@ -679,6 +683,23 @@ int kvsim_run(ServeChapter ch, const Model *shape, const CliOptions *o, size_t k
         rc = serve_run(ch, &run, log, err);
     if (rc == 0)
         collect(&run, &watch, serving_kv_budget(&run) / kv_bytes_per_token, res);
+    if (rc == 0 && clock) {
+        res->has_latency = 1;
+        rc = latency_summarize(run.latency.reqs, run.latency.n, run.clock.now_s, run.tokens_generated, &clock->slo,
+                               &res->latency, err);
+    }
     serving_run_free(&run);
     return rc;
+}
+
+int kvsim_run(ServeChapter ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
+              const SimRequestSpec *reqs, int n, FILE *log, KvsimResult *res, Err *err)
+{
+    return run_one(ch, shape, o, kv_bytes_per_token, reqs, n, log, NULL, res, err);
+}
+
+int kvsim_run_timed(ServeChapter ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
+                    const SimRequestSpec *reqs, int n, const KvsimClock *clock, KvsimResult *res, Err *err)
+{
+    return run_one(ch, shape, o, kv_bytes_per_token, reqs, n, NULL, clock, res, err);
 }

@@ -181,6 +181,7 @@ typedef struct {
     int max_output;     /**< most new tokens the service allows; output is drawn in [1, min(max_output, seq_len - prompt)] */
     int max_new_tokens; /**< what each request asks for (what `request`/`pow2` reserve): 0 = its true output length (the paper's oracle) */
     double rate;        /**< arrivals per simulated step (Poisson); 0: all arrive at step 0 */
+    double seconds_per_step; /**< > 0: arrivals are times (t steps x this, seconds on the run's clock), not steps */
     uint64_t seed;      /**< seeds lengths and arrivals */
     KvsimFilter filter; /**< max_total 0: no filter (lengths out of bounds are redrawn one at a time, which lowers the means) */
 } KvsimWorkload;
@@ -227,7 +228,9 @@ int kvsim_workload_check(const KvsimWorkload *w, int seq_len, Err *err);
 /**
  * Draws the requests: for each, a prompt length, an output length, what it
  * asks for, and its arrival step (the first at step 0, then exponential
- * gaps of mean 1/rate steps, rounded down). With a filter, pairs are drawn
+ * gaps of mean 1/rate steps, rounded down), or with seconds_per_step its
+ * arrival time (the same sums, unrounded, times seconds_per_step). With a
+ * filter, pairs are drawn
  * from the distributions of @p fit until one is kept.
  * @param w        the workload (checked)
  * @param seq_len  the model's longest sequence
@@ -280,7 +283,16 @@ typedef struct {
      * blocks.
      */
     double pool_share[4];
+    int has_latency;         /**< 1: the run was timed by the cost model (kvsim_run_timed()) */
+    LatencySummary latency;  /**< its latency then (latency.h) */
 } KvsimResult;
+
+/** The cost model a timed run's clock follows (cost_model.h), and its objectives. */
+typedef struct {
+    CostMachine machine; /**< the GPU's rates */
+    CostShape shape;     /**< the model's costs */
+    LatencySlo slo;      /**< --slo-ttft, --slo-tpot (0: none) */
+} KvsimClock;
 
 /**
  * Refuses a strategy that can never run on this workload before anything
@@ -302,7 +314,7 @@ int kvsim_check(ServeChapter ch, const Model *shape, const CliOptions *o, size_t
  * Runs one strategy: a simulated run of @p reqs through chapter @p ch with
  * options @p o (budget, --reserve, --block-size, --max-batch, --watermark)
  * and collects its numbers. Nothing is printed unless @p log is given.
- * It watches every step through the run's observer (ServingRun.observe).
+ * It watches every step through an observer of the run (serving_add_observer()).
  * @param ch                  the chapter
  * @param shape               a model whose cfg alone is filled in
  * @param o                   the chapter's options
@@ -316,5 +328,23 @@ int kvsim_check(ServeChapter ch, const Model *shape, const CliOptions *o, size_t
  */
 int kvsim_run(ServeChapter ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
               const SimRequestSpec *reqs, int n, FILE *log, KvsimResult *res, Err *err);
+
+/**
+ * kvsim_run() on the cost model's clock (`--latency`): the same run, each
+ * step lasting what cost_step_seconds() says, and the latency of its
+ * requests in res->latency.
+ * @param ch                  the chapter
+ * @param shape               a model whose cfg alone is filled in
+ * @param o                   the chapter's options
+ * @param kv_bytes_per_token  K and V of one token
+ * @param reqs                [n] requests in arrival order
+ * @param n                   how many
+ * @param clock               the cost model and the objectives
+ * @param res                 receives the numbers
+ * @param err                 receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int kvsim_run_timed(ServeChapter ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
+                    const SimRequestSpec *reqs, int n, const KvsimClock *clock, KvsimResult *res, Err *err);
 
 #endif
