@@ -195,7 +195,9 @@ START_TEST(table_and_ledger_count_the_stored_bytes)
         {"fp8-e4m3", 2 * 2 * 2 * 8, "8 head_dim x 1 B x positions"},
         {"fp8-e5m2", 2 * 2 * 2 * 8, "8 head_dim x 1 B x positions"},
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    /* f32 is the core, whose store and attend are the lab's: the handout
+     * (the exercises) checks the typed rows only. */
+    for (size_t i = test_lab_answers() ? 0 : 1; i < sizeof want / sizeof want[0]; i++) {
         ProgramResult r;
         char *json = run_ch02(model, tok, want[i].name, "max", &r);
         long long per_token = want[i].per_token;
@@ -233,6 +235,10 @@ END_TEST
 START_TEST(f32_is_the_default_and_unchanged)
 {
     TestModel f;
+    if (!test_lab_answers()) { /* the core's store and attend are the lab's */
+        test_skip("f32_is_the_default_and_unchanged", "the lab code is the exercises");
+        return;
+    }
     if (!test_model_stories(&f, "f32_is_the_default_and_unchanged"))
         return;
     test_model_free(&f);
