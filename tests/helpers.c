@@ -148,14 +148,23 @@ void test_write_synthetic(const ModelConfig *cfg, unsigned long long seed, int a
 
 /* A K/V seam over one sequence that keeps one layer (the forward pass
  * stores every K/V of a layer before any token of it attends) and rounds
- * K/V to the device's storage type: the CPU sees exactly what the device keeps. */
+ * K/V to a storage type: the CPU sees exactly what the device, or a CPU
+ * cache of that type, keeps. */
 typedef struct {
     ModelConfig cfg;
-    Dtype type;
+    KvRowFormat row;      /* the storage type's rows */
     float *keys, *values; /* [seq_len][kv_dim] */
     double jitter;        /* relative noise before rounding (0: none) */
     unsigned long long rng;
+    unsigned char *stored; /* [kv_row_bytes(row)] one row as stored, for the rounding */
 } RoundingKv;
+
+/* The row as a cache of the type holds it. */
+static void round_row(RoundingKv *kv, float *row)
+{
+    kv_row_store(kv->stored, row, &kv->row);
+    kv_row_load(row, kv->stored, &kv->row);
+}
 
 static void jitter_row(RoundingKv *kv, float *row, int n)
 {
@@ -175,8 +184,8 @@ static void rounding_store(void *ctx, int layer, const BatchEntry *e, const floa
         jitter_row(kv, kr, kv_dim);
         jitter_row(kv, vr, kv_dim);
     }
-    dtype_round(kr, (size_t)kv_dim, kv->type);
-    dtype_round(vr, (size_t)kv_dim, kv->type);
+    round_row(kv, kr);
+    round_row(kv, vr);
 }
 
 static void rounding_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out,
@@ -188,20 +197,36 @@ static void rounding_attend(void *ctx, int layer, const BatchEntry *e, int head,
     attention_reference(out, q, kv->keys + col, kv->values + col, e->pos + 1, kv_dim, hd, scores);
 }
 
+static float *rounded_logits(const Model *m, const int *tokens, int n, KvDtype kv_type, double jitter,
+                             unsigned long long seed);
+
 float *test_cpu_logits(const Model *m, const int *tokens, int n, Dtype kv_type)
 {
     return test_cpu_logits_jittered(m, tokens, n, kv_type, 0.0, 0);
 }
 
+float *test_cpu_logits_kv(const Model *m, const int *tokens, int n, KvDtype kv_type)
+{
+    return rounded_logits(m, tokens, n, kv_type, 0.0, 0);
+}
+
 float *test_cpu_logits_jittered(const Model *m, const int *tokens, int n, Dtype kv_type, double jitter,
                                 unsigned long long seed)
 {
+    return rounded_logits(m, tokens, n, kv_dtype_from_device(kv_type), jitter, seed);
+}
+
+static float *rounded_logits(const Model *m, const int *tokens, int n, KvDtype kv_type, double jitter,
+                             unsigned long long seed)
+{
     const ModelConfig *c = &m->cfg;
     size_t floats = (size_t)c->seq_len * (size_t)model_kv_dim(c);
-    RoundingKv kv = {*c, kv_type, calloc(floats, sizeof(float)), calloc(floats, sizeof(float)), jitter, seed};
+    RoundingKv kv = {*c, {0}, calloc(floats, sizeof(float)), calloc(floats, sizeof(float)), jitter, seed, NULL};
+    Err err = {{0}};
+    ck_assert_msg(kv_row_format_init(&kv.row, kv_type, c->n_kv_heads, model_head_dim(c), &err) == 0, "%s", err.msg);
+    kv.stored = malloc(kv_row_bytes(&kv.row));
     KvSeam seam = {&kv, rounding_store, rounding_attend};
     ForwardState fs;
-    Err err = {{0}};
     ck_assert_msg(n >= 1 && n <= c->seq_len, "test_cpu_logits: %d positions", n);
     ck_assert_msg(forward_state_init(&fs, c, n, n, &err) == 0, "%s", err.msg);
     BatchEntry *e = calloc((size_t)n, sizeof *e);
@@ -214,6 +239,7 @@ float *test_cpu_logits_jittered(const Model *m, const int *tokens, int n, Dtype 
     free(e);
     free(kv.keys);
     free(kv.values);
+    free(kv.stored);
     return logits;
 }
 

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "dtype.h"
+#include "kv_dtype.h"
 #include "model.h"
 #include "sampler.h"
 #include "serving.h"
@@ -90,6 +91,18 @@ void test_write_synthetic(const ModelConfig *cfg, unsigned long long seed, int a
  * @return [n][vocab_size] logits (malloc'd; row i predicts token i + 1)
  */
 float *test_cpu_logits(const Model *m, const int *tokens, int n, Dtype kv_type);
+
+/**
+ * test_cpu_logits() for any K/V type of a CPU cache: K/V rounded to what a
+ * row of @p kv_type holds (kv_row_store() then kv_row_load(): int8 with
+ * its scale per token and KV head), and attention_reference() over them.
+ * @param m        the model
+ * @param tokens   [n] the sequence
+ * @param n        positions, 1..seq_len
+ * @param kv_type  what K/V are rounded to
+ * @return [n][vocab_size] logits (malloc'd; row i predicts token i + 1)
+ */
+float *test_cpu_logits_kv(const Model *m, const int *tokens, int n, KvDtype kv_type);
 
 /**
  * test_cpu_logits() with every K/V element multiplied by 1 + e, e uniform

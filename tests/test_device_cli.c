@@ -1,7 +1,8 @@
 /* --device and the element-type options, as a user meets them on any
  * machine, in every chapter: on one without a GPU (or a build without
  * CUDA) --device cuda must say so in one line and exit 1, never crash; the
- * CPU path refuses the device-only options. The GPU suites
+ * CPU path refuses the device-only options, and --kv-dtype where its CPU
+ * path stores f32 only (chapter 2 stores every type: test_ch02.c). The GPU suites
  * (test_cuda_*.c) cover the rest. */
 #include <check.h>
 #include <string.h>
@@ -50,11 +51,13 @@ END_TEST
 START_TEST(device_types_need_device_cuda)
 {
     for (size_t i = 0; i < N_PROGRAMS; i++) {
-        const char *argv[] = {PROGRAMS[i], "--kv-dtype", "f16", NULL};
         ProgramResult r;
-        ck_assert_int_eq(test_run_program(argv, &r), 0);
-        expect_one_line_error(&r, PROGRAMS[i], "--kv-dtype", "--device cuda");
-        test_result_free(&r);
+        if (strcmp(PROGRAMS[i], "ch02-kvcache") != 0) { /* chapter 2's CPU cache stores every type */
+            const char *argv[] = {PROGRAMS[i], "--kv-dtype", "f16", NULL};
+            ck_assert_int_eq(test_run_program(argv, &r), 0);
+            expect_one_line_error(&r, PROGRAMS[i], "--kv-dtype f16", "--device cuda");
+            test_result_free(&r);
+        }
         const char *argv2[] = {PROGRAMS[i], "--device", "cpu", "--weight-dtype", "bf16", NULL};
         ck_assert_int_eq(test_run_program(argv2, &r), 0);
         expect_one_line_error(&r, PROGRAMS[i], "--weight-dtype", "--device cuda");
@@ -63,9 +66,26 @@ START_TEST(device_types_need_device_cuda)
 }
 END_TEST
 
+/* The CUDA path stores f32, f16 and bf16: the other K/V types are refused
+ * in one line with --device cuda, before any device is looked for. */
+START_TEST(device_refuses_the_cpu_only_kv_types)
+{
+    const char *types[] = {"int8", "fp8-e4m3", "fp8-e5m2"};
+    for (size_t i = 0; i < N_PROGRAMS; i++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            const char *argv[] = {PROGRAMS[i], "--device", "cuda", "--kv-dtype", types[t], NULL};
+            ProgramResult r;
+            ck_assert_int_eq(test_run_program(argv, &r), 0);
+            expect_one_line_error(&r, PROGRAMS[i], types[t], "the CUDA path stores K/V as f32, f16 or bf16");
+            test_result_free(&r);
+        }
+}
+END_TEST
+
 START_TEST(bad_device_options_are_refused)
 {
-    const char *bad[][3] = {{"--device", "gpu", "cpu, cuda"}, {"--kv-dtype", "f8", "f32, f16, bf16"},
+    const char *bad[][3] = {{"--device", "gpu", "cpu, cuda"},
+                            {"--kv-dtype", "f8", "f32, f16, bf16, int8, fp8-e4m3 or fp8-e5m2"},
                             {"--weight-dtype", "int8", "f32, f16, bf16"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         for (size_t p = 0; p < N_PROGRAMS; p++) {
@@ -87,7 +107,7 @@ START_TEST(help_lists_the_device_options)
         ck_assert_int_eq(test_run_program(argv, &r), 0);
         ck_assert_int_eq(r.status, 0);
         ck_assert_msg(strstr(r.out, "--device cpu|cuda"), "%s --help: %s", PROGRAMS[i], r.out);
-        ck_assert_ptr_nonnull(strstr(r.out, "--kv-dtype f32|f16|bf16"));
+        ck_assert_ptr_nonnull(strstr(r.out, "--kv-dtype f32|f16|bf16|int8|fp8-e4m3|fp8-e5m2"));
         ck_assert_ptr_nonnull(strstr(r.out, "--weight-dtype f32|f16|bf16"));
         test_result_free(&r);
     }
@@ -155,6 +175,7 @@ Suite *suite_device_cli(void)
     tcase_add_test(tc, device_cuda_without_a_device_fails_in_one_line);
     tcase_add_test(tc, device_types_need_device_cuda);
     tcase_add_test(tc, bad_device_options_are_refused);
+    tcase_add_test(tc, device_refuses_the_cpu_only_kv_types);
     tcase_add_test(tc, help_lists_the_device_options);
     tcase_add_test(tc, tools_take_help_and_refuse_bad_arguments);
     suite_add_tcase(s, tc);

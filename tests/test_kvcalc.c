@@ -47,7 +47,10 @@ START_TEST(per_token_bytes_follow_the_formula_for_every_dtype)
     ck_assert_uint_eq(kvmath_bytes_per_token(&s, KV_DTYPE_FP32), 1048576u);
     ck_assert_uint_eq(kvmath_bytes_per_token(&s, KV_DTYPE_FP16), 524288u);
     ck_assert_uint_eq(kvmath_bytes_per_token(&s, KV_DTYPE_BF16), 524288u);
-    ck_assert_uint_eq(kvmath_bytes_per_token(&s, KV_DTYPE_INT8), 262144u);
+    /* int8 counts one 4-byte scale per head of each row: 2 x 32 x 32 x (128 + 4). */
+    ck_assert_uint_eq(kvmath_bytes_per_token(&s, KV_DTYPE_INT8), 270336u);
+    ck_assert_uint_eq(kvmath_bytes_per_token(&s, KV_DTYPE_FP8_E4M3), 262144u);
+    ck_assert_uint_eq(kvmath_bytes_per_token(&s, KV_DTYPE_FP8_E5M2), 262144u);
     /* GQA: 70B has 8 KV heads for 64 query heads, so it costs less per
      * token than 13B: 2 x 80 x 8 x 128 x 2 = 327,680 B. */
     KvShape l70 = preset("llama-2-70b");
@@ -114,14 +117,16 @@ END_TEST
 START_TEST(dtype_names)
 {
     KvDtype d;
-    const char *names[] = {"fp32", "f32", "fp16", "f16", "BF16", "int8"};
-    unsigned bytes[] = {4, 4, 2, 2, 2, 1};
-    for (int i = 0; i < 6; i++) {
+    const char *names[] = {"fp32", "f32", "fp16", "f16", "BF16", "int8", "fp8-e4m3", "FP8-E5M2"};
+    unsigned bytes[] = {4, 4, 2, 2, 2, 1, 1, 1};
+    for (int i = 0; i < 8; i++) {
         ck_assert_int_eq(kvmath_dtype_parse(names[i], &d, NULL), 0);
         ck_assert_uint_eq(kvmath_dtype_bytes(d), bytes[i]);
     }
     ck_assert_int_eq(kvmath_dtype_parse("fp8", &d, NULL), -1);
     ck_assert_str_eq(kvmath_dtype_name(KV_DTYPE_BF16), "bf16");
+    ck_assert_str_eq(kvmath_dtype_name(KV_DTYPE_FP16), "fp16");
+    ck_assert_str_eq(kvmath_dtype_name(KV_DTYPE_FP8_E5M2), "fp8-e5m2");
 }
 END_TEST
 
@@ -146,7 +151,10 @@ START_TEST(check_source_prints_the_exact_figures)
     const char *want[] = {"1,073,741,824 B = 1.0737 GB = 1.0000 GiB", "1,677,721,600 B = 1.6777 GB = 1.5625 GiB",
                           "34,359,738,368 B = 34.3597 GB = 32.0000 GiB", "48,000,000,000 B", "28 requests",
                           "51,539,607,552 B", "30 requests", "25,165,824,000 B", "room for 13 more",
-                          "75.5859% unused", "51.1719% unused"};
+                          "75.5859% unused", "51.1719% unused",
+                          /* item 7: the same 13B budget at smaller K/V entries */
+                          "int8     865,075,200 B per request: 55 full-length requests fit in 48 GB, 59 in 48 GiB",
+                          "fp8-e4m3 838,860,800 B per request: 57 full-length requests fit in 48 GB, 61 in 48 GiB"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         expect_in(r.out, want[i]);
     test_result_free(&r);
@@ -166,6 +174,26 @@ START_TEST(gpu_fit_gives_both_readings)
     expect_in(r.out, "80GiB 26GiB 4GiB 2GiB");
     expect_in(r.out, "left for KV   51,539,607,552 B");
     expect_in(r.out, "full-length requests that fit: 30 ");
+    /* The table by K/V type: bytes per token and what fits in the 48 GB. */
+    expect_in(r.out, "fp32      128 head_dim x 4 B                 1,638,400");
+    expect_in(r.out, "14 (-14 against fp16)");
+    expect_in(r.out, "int8      (128 head_dim x 1 B + 4 B scale)     422,400");
+    expect_in(r.out, "55 (+27 against fp16)");
+    expect_in(r.out, "fp8-e4m3  128 head_dim x 1 B                   409,600");
+    expect_in(r.out, "57 (+29 against fp16)");
+    test_result_free(&r);
+}
+END_TEST
+
+START_TEST(int8_counts_its_scales)
+{
+    const char *argv[] = {"kvcalc", "--preset", "smollm2-135m", "--dtype", "int8", NULL};
+    ProgramResult r;
+    run(argv, &r);
+    ck_assert_int_eq(r.status, 0);
+    /* 2 x 30 x 3 x (64 + 4) = 12,240 B per token: 6% more than 64 codes alone. */
+    expect_in(r.out, "int8 (1 B per element, and a 4 B scale per head of each row)");
+    expect_in(r.out, "2 (K,V) x 30 layers x 3 KV heads x (64 head_dim x 1 B + 4 B scale) = 12,240 B");
     test_result_free(&r);
 }
 END_TEST
@@ -236,6 +264,7 @@ Suite *suite_kvcalc(void)
     TCase *prog = tcase_create("program");
     tcase_add_test(prog, check_source_prints_the_exact_figures);
     tcase_add_test(prog, gpu_fit_gives_both_readings);
+    tcase_add_test(prog, int8_counts_its_scales);
     tcase_add_test(prog, model_header_gives_the_shape);
     tcase_add_test(prog, bad_options_are_one_line_and_exit_1);
     suite_add_tcase(s, prog);

@@ -4,6 +4,11 @@
  *   build/kvcalc --preset llama-13b --gpu-mem 80GB --weights 26GB --activations 4GB --reserve 2GB
  *   build/kvcalc --model ../shared/models/stories260K.bin --dtype fp32
  *   build/kvcalc --check-source                    re-does the source material's figures exactly
+ *   build/kvcalc --preset llama-13b --dtype int8   one 4-byte scale per head of each row counted too
+ *
+ * After the chosen dtype's figures, a table gives the same figures for every
+ * K/V element type kvlab stores (--kv-dtype), so that what a smaller entry
+ * buys reads off one screen.
  *
  * Every size is printed in bytes first, then in decimal units (GB = 10^9 B)
  * and binary units (GiB = 2^30 B), because the two differ by 7% at this
@@ -85,7 +90,8 @@ static void usage(void)
            "Options:\n"
            "  --preset NAME        %s (default llama-7b)\n"
            "  --model FILE         read the shape from a checkpoint header instead (default dtype fp32)\n"
-           "  --dtype T            fp32, fp16, bf16 or int8 (default fp16 for presets)\n"
+           "  --dtype T            fp32, fp16, bf16, int8 (a 4-byte scale per head of each row counted),\n"
+           "                       fp8-e4m3 or fp8-e5m2 (default fp16 for presets)\n"
            "  --seq-len N          tokens per request (default: the model's context length)\n"
            "  --batch N            requests in a batch (default 1)\n"
            "  --gpu-mem SIZE       GPU memory, e.g. 80GB (= 80 x 10^9 B) or 80GiB (= 80 x 2^30 B)\n"
@@ -268,25 +274,53 @@ static void print_gpu(const Options *o, uint64_t request_bytes)
     print_fit(&swapped, request_bytes, label);
 }
 
+/* Bytes per token, one request, and (with a GPU) the full-length requests
+ * that fit, for every K/V element type. */
+static void print_by_dtype(const Options *o)
+{
+    uint64_t left = 0;
+    int gpu = o->has_gpu && kvmath_kv_bytes_left(&o->budget, &left, NULL) == 0;
+    uint64_t fp16_fit = gpu ? kvmath_requests_that_fit(left, kvmath_bytes_per_request(&o->shape, KV_DTYPE_FP16,
+                                                                                        o->seq_len)) : 0;
+    char a[32], b[96], formula[64];
+    printf("\nby K/V element type (one request = %s tokens%s)\n", grouped(a, sizeof a, o->seq_len),
+           gpu ? "; requests: full-length ones that fit, GPU sizes as given" : "");
+    printf("  %-9s %-32s %11s  %-*s%s\n", "dtype", "per head", "B per token", gpu ? 46 : 0, "one request",
+           gpu ? "  requests" : "");
+    for (int t = 0; t < KV_DTYPE_COUNT; t++) {
+        uint64_t per_token = kvmath_bytes_per_token(&o->shape, (KvDtype)t);
+        uint64_t request = kvmath_bytes_per_request(&o->shape, (KvDtype)t, o->seq_len);
+        printf("  %-9s %-32s %11s  %-*s", kvmath_dtype_name((KvDtype)t),
+               kv_dtype_head_formula(formula, sizeof formula, (KvDtype)t, o->shape.head_dim),
+               grouped(a, sizeof a, per_token), gpu ? 46 : 0, sized(b, sizeof b, request));
+        if (gpu) {
+            uint64_t fit = kvmath_requests_that_fit(left, request);
+            printf("  %" PRIu64 " (%+" PRId64 " against fp16)", fit, (int64_t)fit - (int64_t)fp16_fit);
+        }
+        printf("\n");
+    }
+}
+
 static void run_calculator(const Options *o)
 {
     const KvShape *s = &o->shape;
-    unsigned eb = kvmath_dtype_bytes(o->dtype);
     uint64_t per_token = kvmath_bytes_per_token(s, o->dtype);
     uint64_t per_request = kvmath_bytes_per_request(s, o->dtype, o->seq_len);
-    char a[96], n1[32];
-    printf("%s: %d layers, %d query heads, %d KV heads%s, head_dim %d; %s (%u B per element)\n\n", s->name,
+    char a[96], n1[32], formula[64];
+    printf("%s: %d layers, %d query heads, %d KV heads%s, head_dim %d; %s (%u B per element%s)\n\n", s->name,
            s->n_layers, s->n_heads, s->n_kv_heads, s->n_kv_heads < s->n_heads ? " (GQA)" : "", s->head_dim,
-           kvmath_dtype_name(o->dtype), eb);
-    printf("KV bytes per token\n  2 (K,V) x %d layers x %d KV heads x %d head_dim x %u B = %s\n", s->n_layers,
-           s->n_kv_heads, s->head_dim, eb, sized(a, sizeof a, per_token));
+           kvmath_dtype_name(o->dtype), kvmath_dtype_bytes(o->dtype),
+           kv_dtype_scale_bytes(o->dtype) ? ", and a 4 B scale per head of each row" : "");
+    printf("KV bytes per token\n  2 (K,V) x %d layers x %d KV heads x %s = %s\n", s->n_layers, s->n_kv_heads,
+           kv_dtype_head_formula(formula, sizeof formula, o->dtype, s->head_dim), sized(a, sizeof a, per_token));
     printf("one request of %s tokens\n  %s\n", grouped(n1, sizeof n1, o->seq_len), sized(a, sizeof a, per_request));
     if (o->batch > 1)
         printf("a batch of %" PRIu64 " such requests\n  %s\n", o->batch, sized(a, sizeof a, per_request * o->batch));
-    if (!o->has_gpu)
-        return;
-    printf("\n");
-    print_gpu(o, per_request);
+    if (o->has_gpu) {
+        printf("\n");
+        print_gpu(o, per_request);
+    }
+    print_by_dtype(o);
 }
 
 /* ------------------------------------------------------------ the source material, checked */
@@ -380,6 +414,27 @@ static void check_waste_claim(void)
     printf("   loose: neither reading gives 60%%; for 500 tokens of 2,048 the exact figure is 75.59%%\n");
 }
 
+static void check_smaller_entries(void)
+{
+    KvShape l13;
+    kvmath_preset("llama-13b", &l13);
+    KvBudget dec = {80 * KVMATH_GB, 26 * KVMATH_GB, 4 * KVMATH_GB, 2 * KVMATH_GB};
+    KvBudget bin = {80 * KVMATH_GIB, 26 * KVMATH_GIB, 4 * KVMATH_GIB, 2 * KVMATH_GIB};
+    uint64_t left_dec, left_bin;
+    kvmath_kv_bytes_left(&dec, &left_dec, NULL);
+    kvmath_kv_bytes_left(&bin, &left_bin, NULL);
+    static const KvDtype types[] = {KV_DTYPE_FP16, KV_DTYPE_INT8, KV_DTYPE_FP8_E4M3};
+    printf("\n7. The 13B case of item 4 with smaller K/V entries (not in the source; kvlab's --kv-dtype)\n");
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        uint64_t r = kvmath_bytes_per_request(&l13, types[i], 2048);
+        char a[32];
+        printf("   %-8s %s B per request: %" PRIu64 " full-length requests fit in 48 GB, %" PRIu64 " in 48 GiB\n",
+               kvmath_dtype_name(types[i]), grouped(a, sizeof a, r), kvmath_requests_that_fit(left_dec, r),
+               kvmath_requests_that_fit(left_bin, r));
+    }
+    printf("   int8 counts its scales: 40 x 40 x 2 x 2,048 heads of 128 codes, each with a 4-byte scale (3%%)\n");
+}
+
 static void check_source(void)
 {
     KvShape l13;
@@ -391,6 +446,7 @@ static void check_source(void)
     check_budget(r13);
     check_oom_claim(r13);
     check_waste_claim();
+    check_smaller_entries();
 }
 
 int main(int argc, char **argv)

@@ -25,7 +25,7 @@ static void recompute_table(FILE *f, void *ctx, const Generation *g)
 {
     const SingleRun *run = ctx;
     const ModelConfig *c = &run->assets.model.cfg;
-    size_t per_token = model_kv_bytes_per_token(c, single_run_kv_elem_bytes(run));
+    size_t per_token = kv_dtype_bytes_per_token(c, single_run_kv_dtype(run));
     int last = last_step_positions(g);
     size_t last_step = (size_t)last * per_token / (size_t)c->n_layers;
     fprintf(f, "recomputation\n");
@@ -39,7 +39,7 @@ static void recompute_json(JsonWriter *j, void *ctx, const Generation *g)
 {
     const SingleRun *run = ctx;
     const ModelConfig *c = &run->assets.model.cfg;
-    size_t per_layer_token = model_kv_bytes_per_token(c, single_run_kv_elem_bytes(run)) / (size_t)c->n_layers;
+    size_t per_layer_token = kv_dtype_bytes_per_token(c, single_run_kv_dtype(run)) / (size_t)c->n_layers;
     json_int(j, "transient_kv_bytes_last_step", (long long)((size_t)last_step_positions(g) * per_layer_token));
 }
 

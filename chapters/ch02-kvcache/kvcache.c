@@ -58,15 +58,23 @@ void kv_cache_free(KvCache *kv)
     memset(kv, 0, sizeof *kv);
 }
 
-int kv_cache_make_room(KvCache *kv, int n_tokens, Err *err)
+int kv_cache_grow_target(const KvCache *kv, int n_tokens, int *target, Err *err)
 {
     int seq_len = kv->cfg.seq_len;
     if (n_tokens > seq_len || kv->policy == KV_ALLOC_MAX)
         return err_set(err, "the sequence needs %d positions; the KV cache holds %d (seq_len %d)", n_tokens,
                        kv->capacity, seq_len);
-    int target = kv->capacity;
-    while (target < n_tokens)
-        target = 2 * target < seq_len ? 2 * target : seq_len;
+    *target = kv->capacity;
+    while (*target < n_tokens)
+        *target = 2 * *target < seq_len ? 2 * *target : seq_len;
+    return 0;
+}
+
+int kv_cache_make_room(KvCache *kv, int n_tokens, Err *err)
+{
+    int target = 0;
+    if (kv_cache_grow_target(kv, n_tokens, &target, err))
+        return -1;
     return kv_cache_grow(kv, target, err);
 }
 

@@ -45,6 +45,9 @@
  * | move a full cache into one twice as large (lab) | solutions/ch02/kv_cache_grow.c | kv_cache_grow() |
  * | the buffer, its size, when it doubles | chapters/ch02-kvcache/kvcache.c | kv_cache_init(), kv_cache_make_room() |
  * | the same cache on the device | chapters/ch02-kvcache/device.c | kv_cache_device_open() |
+ *
+ * Extension (`--kv-dtype`, not the lab): the same cache storing its rows
+ * in a smaller element type, chapters/ch02-kvcache/kvcache_dtype.h.
  */
 #ifndef KVLAB_CH02_KVCACHE_H
 #define KVLAB_CH02_KVCACHE_H
@@ -128,6 +131,18 @@ void kv_cache_free(KvCache *kv);
  * @param capacity  positions the allocation holds
  */
 void kv_cache_attach(KvCache *kv, float *storage, int capacity);
+
+/**
+ * The capacity the grow policy moves to so that @p n_tokens positions fit:
+ * the capacity doubled until they do, capped at seq_len. Refuses what
+ * cannot fit: more than seq_len positions, or any growth under max.
+ * @param kv        the cache
+ * @param n_tokens  positions the step needs
+ * @param target    receives the new capacity
+ * @param err       receives the reason on failure
+ * @return 0 on success, -1 when the positions cannot fit
+ */
+int kv_cache_grow_target(const KvCache *kv, int n_tokens, int *target, Err *err);
 
 /**
  * Makes room for @p n_tokens positions before a step: the grow policy

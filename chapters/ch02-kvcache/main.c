@@ -6,21 +6,25 @@
 
 #include "cli.h"
 #include "kvcache.h"
+#include "kvcache_dtype.h"
 #include "run_single.h"
 
 static const CliProgram PROGRAM = {
     .name = "ch02-kvcache",
     .summary = "Chapter 2: greedy decoding with a contiguous KV cache per request "
                "(each token's K and V computed once).",
-    .features = CLI_MODEL | CLI_PROMPT | CLI_CHAT | CLI_SAMPLING | CLI_KV_ALLOC | CLI_DEVICE,
+    .features = CLI_MODEL | CLI_PROMPT | CLI_CHAT | CLI_SAMPLING | CLI_KV_ALLOC | CLI_DEVICE | CLI_KV_DTYPE,
 };
 
-/* The run uses one of two caches, never both: the CPU cache, or with
- * --device cuda the device cache in run.dev.kv. */
+/* The run uses one of three caches, never two: the CPU cache, the CPU cache
+ * in a smaller element type (--kv-dtype, the extension in kvcache_dtype.c),
+ * or with --device cuda the device cache in run.dev.kv. */
 typedef struct {
     SingleRun run;
     KvAllocPolicy policy;
-    KvCache cache; /* the CPU cache */
+    KvDtype dtype;      /* --kv-dtype */
+    KvCache cache;      /* the CPU cache (f32) */
+    KvCacheTyped typed; /* the CPU cache in another type */
 } Chapter2;
 
 /* What the table and the JSON say about the cache, read from the store the
@@ -28,7 +32,7 @@ typedef struct {
 typedef struct {
     ModelConfig cfg;
     KvAllocPolicy policy;
-    size_t elem_bytes; /* bytes per stored K/V element */
+    KvDtype dtype; /* the stored K/V's element type */
     int capacity, length, initial_capacity, reallocations;
     size_t bytes_copied, peak_held_bytes;
     const char *where; /* "" on the CPU */
@@ -36,13 +40,13 @@ typedef struct {
 
 static CacheFacts cache_facts(const Chapter2 *c2)
 {
-    const KvCache *c = &c2->cache;
+    const KvCache *c = c2->dtype == KV_DTYPE_FP32 ? &c2->cache : &c2->typed.book;
     if (!c2->run.on_device)
-        return (CacheFacts){c->cfg, c->policy, sizeof(float), c->capacity, c->length, c->initial_capacity,
+        return (CacheFacts){c->cfg, c->policy, c2->dtype, c->capacity, c->length, c->initial_capacity,
                             c->reallocations, c->bytes_copied, c->peak_held_bytes, ""};
     DeviceContiguousStats s;
     device_kv_contiguous_stats(&c2->run.dev.kv, &s);
-    return (CacheFacts){c2->run.assets.model.cfg, c2->policy, single_run_kv_elem_bytes(&c2->run), s.capacity,
+    return (CacheFacts){c2->run.assets.model.cfg, c2->policy, single_run_kv_dtype(&c2->run), s.capacity,
                         s.length, s.initial_capacity, s.reallocations, s.bytes_copied, s.peak_held_bytes,
                         " (device memory)"};
 }
@@ -51,12 +55,15 @@ static CacheFacts cache_facts(const Chapter2 *c2)
 static void formula_lines(FILE *f, const CacheFacts *k)
 {
     const ModelConfig *c = &k->cfg;
-    char a[32], b[32];
-    size_t per_token = model_kv_bytes_per_token(c, k->elem_bytes);
+    char a[32], b[32], head[64];
+    size_t per_token = kv_dtype_bytes_per_token(c, k->dtype);
     size_t reserved = (size_t)k->capacity * per_token, used = (size_t)k->length * per_token;
     fprintf(f, "KV cache policy: --kv-alloc %s%s\n", kv_alloc_policy_name(k->policy), k->where);
-    fprintf(f, "  formula        2 x %d layers x %d kv heads x %d head_dim x %zu B x positions\n", c->n_layers,
-            c->n_kv_heads, model_head_dim(c), k->elem_bytes);
+    if (k->dtype != KV_DTYPE_FP32 && !*k->where) /* the device's types are in its own lines */
+        fprintf(f, "  element type   --kv-dtype %s%s\n", kv_dtype_name(k->dtype),
+                k->dtype == KV_DTYPE_INT8 ? ", one f32 scale per token and KV head beside the codes" : "");
+    fprintf(f, "  formula        2 x %d layers x %d kv heads x %s x positions\n", c->n_layers, c->n_kv_heads,
+            kv_dtype_head_formula(head, sizeof head, k->dtype, model_head_dim(c)));
     fprintf(f, "  reserved       %d positions = %zu B (%s)\n", k->capacity, reserved,
             cli_format_bytes(a, sizeof a, (double)reserved));
     fprintf(f, "  used           %d positions = %zu B (%s), %.1f%% of the reservation\n", k->length, used,
@@ -84,6 +91,8 @@ static void cache_json(JsonWriter *j, void *ctx, const Generation *g)
     (void)g;
     CacheFacts k = cache_facts(ctx);
     json_string(j, "kv_alloc", kv_alloc_policy_name(k.policy));
+    if (!*k.where) /* the device report has its own kv_dtype */
+        json_string(j, "kv_dtype", kv_dtype_name(k.dtype));
     json_int(j, "kv_capacity_tokens", k.capacity);
     json_int(j, "kv_length_tokens", k.length);
     json_int(j, "kv_initial_capacity_tokens", k.initial_capacity);
@@ -98,9 +107,16 @@ static int open_cache(Chapter2 *c2, SingleStreamKv *kv)
     SingleRun *run = &c2->run;
     if (kv_alloc_policy_parse(run->opts.kv_alloc, &c2->policy, &run->err))
         return -1;
+    c2->dtype = single_run_kv_dtype(run);
     if (run->on_device) /* --device cuda: the same cache under the same policy, on the GPU */
         return single_run_start_device(run, kv_cache_device_open, kv);
     int n_prompt = run->gen.n_prompt;
+    if (c2->dtype != KV_DTYPE_FP32) { /* --kv-dtype: the extension, kvcache_dtype.c */
+        if (kv_cache_typed_init(&c2->typed, &run->assets.model.cfg, c2->policy, c2->dtype, n_prompt, &run->err))
+            return -1;
+        *kv = kv_cache_typed_strategy(&c2->typed);
+        return single_run_start(run, n_prompt);
+    }
     if (kv_cache_init(&c2->cache, &run->assets.model.cfg, c2->policy, n_prompt, &run->err))
         return -1;
     *kv = kv_cache_strategy(&c2->cache);
@@ -121,5 +137,6 @@ int main(int argc, char **argv)
     if (ok)
         single_run_report(&c2.run, 1, cache_table, cache_json, &c2);
     kv_cache_free(&c2.cache);
+    kv_cache_typed_free(&c2.typed);
     return single_run_close(&c2.run);
 }

@@ -91,6 +91,84 @@ float dtype_bf16_to_f32(uint16_t b)
     return float_of((uint32_t)b << 16);
 }
 
+/* The shape of an OFP8 format: what dtype_f32_to_fp8_e4m3() and
+ * dtype_f32_to_fp8_e5m2() share. */
+typedef struct {
+    int mantissa_bits; /* 3 or 2 */
+    int bias;          /* 7 or 15 */
+    uint8_t max_code;  /* the largest finite value, sign bit clear */
+} Fp8Format;
+
+static const Fp8Format E4M3 = {3, 7, 0x7e}, E5M2 = {2, 15, 0x7b};
+
+/* |f| (sign bit clear, finite, not NaN) to the nearest code of the format,
+ * ties to even, saturated at max_code. */
+static uint8_t fp8_magnitude(uint32_t a, const Fp8Format *fmt)
+{
+    int m = fmt->mantissa_bits;
+    uint32_t min_normal = (uint32_t)(127 + 1 - fmt->bias) << 23; /* 2^(1 - bias) */
+    if (a < min_normal) {
+        /* Subnormals are multiples of 2^(1 - bias - m). Scaling by the
+         * inverse power of two is exact, and nearbyintf rounds to nearest
+         * even. A result of 2^m is the smallest normal, whose code it is. */
+        float scaled = float_of(a) * float_of((uint32_t)(127 - 1 + fmt->bias + m) << 23);
+        return (uint8_t)nearbyintf(scaled);
+    }
+    uint32_t exponent = (a >> 23) - 127 + (uint32_t)fmt->bias;
+    int dropped = 23 - m;
+    uint32_t code = (exponent << m) | ((a & 0x7fffffu) >> dropped);
+    uint32_t rest = a & ((1u << dropped) - 1), half = 1u << (dropped - 1);
+    if (rest > half || (rest == half && (code & 1u)))
+        code++; /* a carry into the exponent is still the right value */
+    /* Past the largest finite code lie the infinities or NaNs, or nothing
+     * (an exponent the format does not have): saturate. */
+    return code > fmt->max_code ? fmt->max_code : (uint8_t)code;
+}
+
+uint8_t dtype_f32_to_fp8_e4m3(float f)
+{
+    uint32_t x = bits_of(f);
+    uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
+    uint32_t a = x & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint8_t)(sign | 0x7fu); /* the format's one NaN */
+    if (a == 0x7f800000u)
+        return (uint8_t)(sign | E4M3.max_code); /* no infinities: saturate */
+    return (uint8_t)(sign | fp8_magnitude(a, &E4M3));
+}
+
+float dtype_fp8_e4m3_to_f32(uint8_t c)
+{
+    uint32_t sign = (uint32_t)(c & 0x80u) << 24;
+    uint32_t exponent = (c >> 3) & 0xfu, mantissa = c & 0x7u;
+    if (exponent == 15 && mantissa == 7)
+        return float_of(sign | 0x7fc00000u);
+    if (exponent == 0) {
+        float v = (float)mantissa * (1.0f / 512.0f); /* exact: mantissa x 2^-9 */
+        return sign ? -v : v;
+    }
+    return float_of(sign | ((exponent - 7 + 127) << 23) | (mantissa << 20));
+}
+
+uint8_t dtype_f32_to_fp8_e5m2(float f)
+{
+    uint32_t x = bits_of(f);
+    uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
+    uint32_t a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        uint32_t payload = (a >> 21) & 3u; /* the top two bits of the NaN's payload */
+        return (uint8_t)(sign | 0x7cu | (payload ? payload : 2u));
+    }
+    if (a == 0x7f800000u)
+        return (uint8_t)(sign | 0x7cu); /* the format has infinities: keep it */
+    return (uint8_t)(sign | fp8_magnitude(a, &E5M2));
+}
+
+float dtype_fp8_e5m2_to_f32(uint8_t c)
+{
+    return dtype_f16_to_f32((uint16_t)(c << 8)); /* E5M2 is the top byte of an IEEE half */
+}
+
 void dtype_from_f32(void *dst, const float *src, size_t n, Dtype t)
 {
     uint16_t *d16 = dst;

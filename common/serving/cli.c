@@ -9,6 +9,7 @@
 
 #include "arrivals.h"
 #include "cost_model.h"
+#include "kv_dtype.h"
 #include "parse.h"
 
 enum {
@@ -71,7 +72,7 @@ static const OptionSpec SPECS[] = {
     {"slo-tpot", OPT_SLO_TPOT, CLI_SERVING, "S", "latency objective: time per output token at most S seconds"},
     {"prefix-cache", OPT_PREFIX_CACHE, CLI_PREFIX, "off|hash|radix", "share the K/V of full blocks between requests with the same leading tokens: hash = vLLM's chain of block hashes, radix = SGLang's radix tree, off = chapter 4 (default hash)"},
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
-    {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the K/V cache on the device (default f32)"},
+    {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16|int8|fp8-e4m3|fp8-e5m2", "element type of the K/V cache (default f32): every type in chapter 2's CPU cache (int8 with one scale per token and KV head, fp8 saturating), f32, f16 or bf16 on the device"},
     {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights: on the CPU, f32 dequantizes a quantized (GGUF) model at load (default: as the file stores them); on the device, f32 (default), or f16/bf16 with cublasGemmEx"},
     {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads, 1 to 1024; 0 or none: OMP_NUM_THREADS for models 256 wide or more when it is set, else 1 (results never depend on it)"},
     {"json", OPT_JSON, CLI_MODEL, "FILE", "write the run report (memory, timing) as one JSON object"},
@@ -283,7 +284,13 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
     case OPT_ARENA: return parse_choice(name, arg, arenas, &o->arena, err);
     case OPT_DEVICE: return parse_choice(name, arg, devices, &o->device, err);
     case OPT_PREEMPT: return parse_choice(name, arg, preempts, &o->preempt, err);
-    case OPT_KV_DTYPE: return parse_choice(name, arg, dtypes, &o->kv_dtype, err);
+    case OPT_KV_DTYPE: {
+        KvDtype t;
+        if (kv_dtype_parse(arg, &t, err))
+            return err_prefix(err, "--%s", name);
+        o->kv_dtype = kv_dtype_name(t);
+        return 0;
+    }
     case OPT_WEIGHT_DTYPE: return parse_choice(name, arg, dtypes, &o->weight_dtype, err);
     case OPT_PREFIX_CACHE: return parse_choice(name, arg, prefix_caches, &o->prefix_cache, err);
     case OPT_CLOCK: return parse_choice(name, arg, clocks, &o->clock, err);
@@ -363,6 +370,11 @@ CliResult cli_parse(const CliProgram *prog, int argc, char **argv, CliOptions *o
     }
     if (!opts->arrival_seed_given)
         opts->arrival_seed = opts->seed;
+    if (strcmp(opts->device, "cpu") == 0 && strcmp(opts->kv_dtype, "f32") != 0 && !(prog->features & CLI_KV_DTYPE)) {
+        err_set(err, "--kv-dtype %s: %s stores K/V in f32 on the CPU (chapter 2 stores every type; --device cuda "
+                "stores f16 and bf16)", opts->kv_dtype, prog->name);
+        return CLI_ERROR;
+    }
     if (opts->n_samples > 1 && opts->temperature <= 0.0f) {
         err_set(err, "--n %d needs --temperature > 0: greedy samples of one prompt would all be the same",
                 opts->n_samples);

@@ -27,6 +27,7 @@ typedef enum {
     CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype --weight-dtype */
     CLI_PREFIX = 1 << 8,    /**< --prefix-cache (chapter 5) */
     CLI_CHAT = 1 << 9,      /**< --chat (the chapters: the prompt, or each prompt of the request file) */
+    CLI_KV_DTYPE = 1 << 10, /**< the CPU path stores K/V in any --kv-dtype (chapter 2); without it, the CPU stores f32 and only the device takes another */
 } CliFeature;
 
 /** Every option of every program, with its default. */
@@ -66,7 +67,7 @@ typedef struct {
     const char *preempt;        /**< --preempt: recompute | swap (NULL: not given, which recomputes) */
     size_t swap_space;          /**< --swap-space in bytes (0: not given) */
     const char *device;         /**< --device: cpu | cuda */
-    const char *kv_dtype;       /**< --kv-dtype: f32 | f16 | bf16 */
+    const char *kv_dtype;       /**< --kv-dtype: f32 | f16 | bf16 | int8 | fp8-e4m3 | fp8-e5m2 (kv_dtype.h) */
     const char *weight_dtype;   /**< --weight-dtype: f32 | f16 | bf16; NULL: as stored (CPU), f32 (device) */
     const char *prefix_cache;   /**< --prefix-cache: off | hash | radix */
     const char *clock;          /**< --clock: wall | model (NULL: not given, which is wall) */

@@ -2,11 +2,17 @@
 
 #include <string.h>
 
+#include "kv_dtype.h"
+
 int device_run_open(DeviceRun *r, const CliOptions *opts, Err *err)
 {
     memset(r, 0, sizeof *r);
-    if (dtype_parse(opts->kv_dtype, &r->kv_type, err))
+    KvDtype kv;
+    if (kv_dtype_parse(opts->kv_dtype, &kv, err))
         return err_prefix(err, "--kv-dtype");
+    if (kv_dtype_to_device(kv, &r->kv_type))
+        return err_set(err, "--kv-dtype %s: the CUDA path stores K/V as f32, f16 or bf16 (int8 and fp8 run on the CPU)",
+                       opts->kv_dtype);
     if (dtype_parse(opts->weight_dtype ? opts->weight_dtype : "f32", &r->weight_type, err))
         return err_prefix(err, "--weight-dtype");
     return device_open(&r->dev, err);
@@ -18,10 +24,11 @@ int device_run_open_if_asked(DeviceRun *r, const CliOptions *opts, const char *p
     memset(r, 0, sizeof *r);
     *on_device = strcmp(opts->device, "cuda") == 0;
     if (!*on_device) {
-        /* On the CPU, --weight-dtype f32 dequantizes at load (assets.c). */
-        if (strcmp(opts->kv_dtype, "f32") != 0 || (opts->weight_dtype && strcmp(opts->weight_dtype, "f32") != 0))
-            return err_set(err, "--kv-dtype and --weight-dtype other than f32 need --device cuda "
-                                "(the CPU path computes and stores in f32)");
+        /* On the CPU, --weight-dtype f32 dequantizes at load (assets.c);
+         * --kv-dtype is the program's (cli_parse() refused it where the
+         * CPU path stores f32 only). */
+        if (opts->weight_dtype && strcmp(opts->weight_dtype, "f32") != 0)
+            return err_set(err, "--weight-dtype other than f32 needs --device cuda (the CPU path computes in f32)");
         return 0;
     }
     if (!has_cuda_path)

@@ -53,7 +53,8 @@ typedef struct {
 
 /**
  * Opens the device (first, so that a machine without one fails fast) and
- * parses --kv-dtype and --weight-dtype.
+ * parses --kv-dtype and --weight-dtype, refusing in one line a K/V type
+ * the device does not store (int8, fp8).
  * @param r     receives the run
  * @param opts  the options
  * @param err   receives one line: no CUDA in this build, no driver, no device
@@ -66,8 +67,9 @@ int device_run_open(DeviceRun *r, const CliOptions *opts, Err *err);
  * device at once (device_run_open()), before any file is read, so that a
  * machine without one, or a build without CUDA, answers in one line; a
  * program without a CUDA path says so. On the CPU it refuses
- * `--kv-dtype` and `--weight-dtype` other than f32 (the CPU path computes
- * and stores in f32).
+ * `--weight-dtype` other than f32 (the CPU path computes in f32);
+ * cli_parse() has already refused a `--kv-dtype` the program's CPU path
+ * does not store.
  * @param r              receives the run (zeroed when on the CPU)
  * @param opts           the options
  * @param program        the program's name, for the message

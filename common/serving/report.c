@@ -125,10 +125,10 @@ static void print_weights(FILE *f, const RunReport *r)
 static void print_kv(FILE *f, const RunReport *r)
 {
     const ModelConfig *c = &r->cfg;
-    size_t per_token = model_kv_bytes_per_token(c, r->kv_elem_bytes);
-    char a[32], b[32];
-    fprintf(f, "KV cache\n  per token      2 (K,V) x %d layers x %d kv heads x %d head_dim x %zu B = %zu B\n",
-            c->n_layers, c->n_kv_heads, model_head_dim(c), r->kv_elem_bytes, per_token);
+    size_t per_token = kv_dtype_bytes_per_token(c, r->kv_dtype);
+    char a[32], b[32], head[64];
+    fprintf(f, "KV cache\n  per token      2 (K,V) x %d layers x %d kv heads x %s = %zu B\n", c->n_layers,
+            c->n_kv_heads, kv_dtype_head_formula(head, sizeof head, r->kv_dtype, model_head_dim(c)), per_token);
     if (!r->kv) {
         fprintf(f, "  (no KV cache is kept)\n");
         return;
@@ -199,7 +199,7 @@ static void json_kv(JsonWriter *j, const RunReport *r)
     static const KvTimeline none;
     if (!t)
         t = &none;
-    json_int(j, "kv_bytes_per_token", (long long)model_kv_bytes_per_token(&r->cfg, r->kv_elem_bytes));
+    json_int(j, "kv_bytes_per_token", (long long)kv_dtype_bytes_per_token(&r->cfg, r->kv_dtype));
     json_int(j, "kv_reserved_bytes", (long long)t->reserved);
     json_int(j, "kv_used_bytes", (long long)t->used);
     json_int(j, "kv_peak_reserved_bytes", (long long)t->peak_reserved);

@@ -17,6 +17,7 @@
 
 #include "err.h"
 #include "json.h"
+#include "kv_dtype.h"
 #include "model.h"
 
 /** One sample of KV memory over the run (for plots). */
@@ -73,7 +74,7 @@ typedef struct {
     const char *model_path;       /**< where the model came from */
     ModelConfig cfg;              /**< the model's shape */
     const Model *model;           /**< the model, for its weights as stored and in f32 (may be NULL) */
-    size_t kv_elem_bytes;         /**< bytes per stored K/V element */
+    KvDtype kv_dtype;             /**< the stored K/V's element type (f32 unless --kv-dtype says otherwise) */
     const KvTimeline *kv;         /**< KV over the run (may be NULL: no cache) */
     long tokens_generated;        /**< new tokens produced (all requests) */
     double elapsed_s;             /**< wall time of generation */

@@ -192,9 +192,13 @@ int single_run_generate(SingleRun *r, const SingleStreamKv *kv)
                     &r->err);
 }
 
-size_t single_run_kv_elem_bytes(const SingleRun *r)
+KvDtype single_run_kv_dtype(const SingleRun *r)
 {
-    return r->on_device ? dtype_bytes(r->dev.kv_type) : sizeof(float);
+    KvDtype t = KV_DTYPE_FP32;
+    if (r->on_device)
+        return kv_dtype_from_device(r->dev.kv_type);
+    kv_dtype_parse(r->opts.kv_dtype, &t, NULL); /* cli_parse() checked the name */
+    return t;
 }
 
 int single_run_report(SingleRun *r, int keeps_kv, void (*table)(FILE *f, void *chapter, const Generation *g),
@@ -205,7 +209,7 @@ int single_run_report(SingleRun *r, int keeps_kv, void (*table)(FILE *f, void *c
     ReportContext rc = {&r->gen, r->on_device ? &r->dev : NULL, table, json, chapter};
     RunReport report = {
         .chapter = r->program->name, .device = r->opts.device, .model_path = r->assets.model_path,
-        .cfg = r->assets.model.cfg, .model = &r->assets.model, .kv_elem_bytes = single_run_kv_elem_bytes(r),
+        .cfg = r->assets.model.cfg, .model = &r->assets.model, .kv_dtype = single_run_kv_dtype(r),
         .kv = keeps_kv ? &r->gen.kv : NULL, .tokens_generated = r->gen.n_tokens - r->gen.n_prompt,
         .elapsed_s = r->gen.elapsed_s, .extra_table = table_hook, .latency_table = latency_hook,
         .extra_json = json_hook, .extra = &rc,

@@ -32,6 +32,7 @@
 #include "device_run.h"
 #include "generate.h"
 #include "json.h"
+#include "kv_dtype.h"
 #include "model.h"
 #include "sampler.h"
 
@@ -111,12 +112,13 @@ int single_run_report(SingleRun *r, int keeps_kv, void (*table)(FILE *f, void *c
                       void (*json)(JsonWriter *j, void *chapter, const Generation *g), void *chapter);
 
 /**
- * Bytes per stored K/V element of this run: 4 on the CPU, --kv-dtype's on
- * the device.
+ * The element type of this run's stored K/V: --kv-dtype's (f32 by
+ * default; on the CPU only a chapter that stores other types accepts
+ * another, see ::CLI_KV_DTYPE).
  * @param r  an open run
- * @return bytes
+ * @return the type
  */
-size_t single_run_kv_elem_bytes(const SingleRun *r);
+KvDtype single_run_kv_dtype(const SingleRun *r);
 
 /**
  * Frees everything, prints `program: error: reason` when r->err holds one,

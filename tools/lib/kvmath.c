@@ -4,39 +4,34 @@
 
 unsigned kvmath_dtype_bytes(KvDtype dtype)
 {
-    switch (dtype) {
-    case KV_DTYPE_FP32: return 4;
-    case KV_DTYPE_FP16: return 2;
-    case KV_DTYPE_BF16: return 2;
-    case KV_DTYPE_INT8: return 1;
-    }
-    return 0;
+    return (unsigned)kv_dtype_elem_bytes(dtype);
 }
+
+/* kvcalc's names: what the serving literature writes (fp16), where the
+ * chapters' --kv-dtype writes f16. */
+static const struct {
+    const char *name;
+    KvDtype dtype;
+} NAMES[] = {{"fp32", KV_DTYPE_FP32}, {"fp16", KV_DTYPE_FP16},         {"bf16", KV_DTYPE_BF16},
+             {"int8", KV_DTYPE_INT8}, {"fp8-e4m3", KV_DTYPE_FP8_E4M3}, {"fp8-e5m2", KV_DTYPE_FP8_E5M2},
+             {"f32", KV_DTYPE_FP32},  {"f16", KV_DTYPE_FP16}};
 
 const char *kvmath_dtype_name(KvDtype dtype)
 {
-    switch (dtype) {
-    case KV_DTYPE_FP32: return "fp32";
-    case KV_DTYPE_FP16: return "fp16";
-    case KV_DTYPE_BF16: return "bf16";
-    case KV_DTYPE_INT8: return "int8";
-    }
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
+        if (NAMES[i].dtype == dtype)
+            return NAMES[i].name;
     return "?";
 }
 
 int kvmath_dtype_parse(const char *name, KvDtype *dtype, Err *err)
 {
-    static const struct {
-        const char *name;
-        KvDtype dtype;
-    } names[] = {{"fp32", KV_DTYPE_FP32}, {"f32", KV_DTYPE_FP32}, {"fp16", KV_DTYPE_FP16}, {"f16", KV_DTYPE_FP16},
-                 {"bf16", KV_DTYPE_BF16}, {"int8", KV_DTYPE_INT8}};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strcasecmp(name, names[i].name) == 0) {
-            *dtype = names[i].dtype;
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
+        if (strcasecmp(name, NAMES[i].name) == 0) {
+            *dtype = NAMES[i].dtype;
             return 0;
         }
-    return err_set(err, "'%s' is not a dtype (use fp32, fp16, bf16 or int8)", name);
+    return err_set(err, "'%s' is not a dtype (use fp32, fp16, bf16, int8, fp8-e4m3 or fp8-e5m2)", name);
 }
 
 /* Published shapes. OPT-13B and LLaMA-13B differ in their feed-forward
@@ -75,7 +70,7 @@ KvShape kvmath_shape_from_config(const ModelConfig *cfg, const char *name)
 
 uint64_t kvmath_bytes_per_token(const KvShape *s, KvDtype dtype)
 {
-    return 2ULL * (uint64_t)s->n_layers * (uint64_t)s->n_kv_heads * (uint64_t)s->head_dim * kvmath_dtype_bytes(dtype);
+    return 2ULL * (uint64_t)s->n_layers * (uint64_t)s->n_kv_heads * (uint64_t)kv_dtype_head_bytes(dtype, s->head_dim);
 }
 
 uint64_t kvmath_bytes_per_request(const KvShape *s, KvDtype dtype, uint64_t tokens)

@@ -23,20 +23,13 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "kv_dtype.h"
 #include "model.h"
 
 /** One gigabyte, as disk and GPU vendors count: 10^9 bytes. */
 #define KVMATH_GB 1000000000ULL
 /** One gibibyte, as memory is addressed: 2^30 bytes. */
 #define KVMATH_GIB 1073741824ULL
-
-/** Element types a KV cache may be stored in. */
-typedef enum {
-    KV_DTYPE_FP32, /**< 4 bytes (kvlab's CPU chapters) */
-    KV_DTYPE_FP16, /**< 2 bytes (the usual serving choice) */
-    KV_DTYPE_BF16, /**< 2 bytes */
-    KV_DTYPE_INT8, /**< 1 byte (quantised caches; scales not counted) */
-} KvDtype;
 
 /** The part of a model's shape that decides its KV cache. */
 typedef struct {
@@ -49,21 +42,23 @@ typedef struct {
 } KvShape;
 
 /**
- * Bytes of one element of a dtype.
+ * Bytes of one element of a dtype, scales not counted.
  * @param dtype  the element type
- * @return 4, 2, 2 or 1
+ * @return 4 (fp32), 2 (fp16, bf16) or 1 (int8, fp8)
  */
 unsigned kvmath_dtype_bytes(KvDtype dtype);
 
 /**
- * Name of a dtype as kvcalc accepts it ("fp32", "fp16", "bf16", "int8").
+ * Name of a dtype as kvcalc accepts it ("fp32", "fp16", "bf16", "int8",
+ * "fp8-e4m3", "fp8-e5m2").
  * @param dtype  the element type
  * @return a static string
  */
 const char *kvmath_dtype_name(KvDtype dtype);
 
 /**
- * Parses a dtype name (also "f32", "f16", as kvlab's --kv-dtype spells them).
+ * Parses a dtype name (also "f32", "f16", as kvlab's --kv-dtype spells
+ * them; "fp8" alone is refused: say which of the two).
  * @param name   the text
  * @param dtype  receives the type
  * @param err    receives the reason on failure
@@ -98,7 +93,8 @@ const char *kvmath_preset_names(void);
 KvShape kvmath_shape_from_config(const ModelConfig *cfg, const char *name);
 
 /**
- * 2 x n_layers x n_kv_heads x head_dim x element bytes.
+ * 2 x n_layers x n_kv_heads x (head_dim x element bytes + scale bytes):
+ * the scale is int8's 4 bytes per head of each row, 0 for the others.
  * @param s      the shape
  * @param dtype  element type
  * @return bytes of K and V for one token
