@@ -89,12 +89,10 @@ int kv_cache_typed_prepare(void *ctx, int n_tokens, int *cached, Err *err)
     if (n_tokens > c->book.capacity &&
         (kv_cache_grow_target(&c->book, n_tokens, &target, err) || grow(c, target, err)))
         return -1;
-    if (n_tokens <= c->book.length)
-        return err_set(err, "the sequence has %d tokens and the cache already stores %d: no new token to run",
-                       n_tokens, c->book.length);
-    *cached = c->book.length;
-    c->book.length = n_tokens;
-    return 0;
+    /* The storage has room now; which positions are cached is the core's
+     * bookkeeping, the lab's kv_cache_prepare() on the book (whose float
+     * buffers stay NULL: it never needs to grow them). */
+    return kv_cache_prepare(&c->book, n_tokens, cached, err);
 }
 
 /* Row (layer, pos) of one half of the cache. */
