@@ -653,7 +653,7 @@ FUZZ_NEEDS_fuzz_bpe := common/model/bpe.c
 FUZZ_ALL := $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
 FUZZ_TARGETS ?= $(foreach t,$(FUZZ_ALL),$(if $(FUZZ_NEEDS_$(t)),$(if $(wildcard $(FUZZ_NEEDS_$(t))),$(t)),$(t)))
 FUZZ_LIB_SRCS := $(filter-out common/model/bpe_pretok_none.c,\
-                   $(sort $(wildcard common/base/*.c common/accounting/*.c common/model/*.c) common/cpu/ops.c \
+                   $(sort $(wildcard common/base/*.c common/accounting/*.c common/model/*.c) common/cpu/ops.c common/cpu/kv_dtype.c \
                    common/cpu/forward.c common/serving/requests.c common/serving/cli.c common/serving/arrivals.c \
                    common/serving/cost_model.c common/serving/latency.c))
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
