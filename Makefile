@@ -445,7 +445,8 @@ CUDA_LAB = $(if $(LAB_GIVEN),$(LAB),$(if $(wildcard solutions/cuda),solutions,ex
 EMU_DIR ?= ../shared/tools/cuda-emu
 EMU_CUDA_HOME := $(or $(CUDA_HOME),/usr/local/cuda)
 EMU_RT = $(BUILD)/cuda-emu
-CUDA_LAB_MODE := $(if $(CUDA_OK),gpu,$(if $(and $(wildcard $(EMU_DIR)/build.sh),$(wildcard $(EMU_CUDA_HOME)/include/cuda_runtime_api.h),$(shell command -v python3 2>/dev/null)),emulator))
+CUDA_LAB_EMU := $(if $(and $(wildcard $(EMU_DIR)/build.sh),$(wildcard $(EMU_CUDA_HOME)/include/cuda_runtime_api.h),$(shell command -v python3 2>/dev/null)),emulator)
+CUDA_LAB_MODE := $(if $(CUDA_OK),gpu,$(CUDA_LAB_EMU))
 CUDA_LAB_NONE := the CUDA lab needs a GPU (nvcc and a device) or the CPU emulator (EMU_DIR=$(EMU_DIR), with the CUDA headers in $(EMU_CUDA_HOME)/include and python3); neither is here
 CUDA_LAB_OBJS = $(patsubst %.cu,$(BUILD)/obj/%.o,$(sort $(wildcard $(CUDA_LAB)/cuda/*.cu)))
 $(EMU_RT)/lib64/libcudart_static.a: $(wildcard $(EMU_DIR)/*.cpp $(EMU_DIR)/*.h $(EMU_DIR)/bin/*)
@@ -504,10 +505,11 @@ check-stubs: deps
 # lose marks, and the first failing test must name the function with the
 # bug (scripts/check-mutants.sh; a mutant costs one object, a link and a
 # lab run, in the persistent folder $(BUILD)/mutants/). The labs are CPU
-# code: no CUDA needed.
+# code: no CUDA needed; the CUDA lab's mutants run on the CPU emulator.
 check-mutants: deps
 	$(need_solutions)
-	@BUILD=$(BUILD) MAKE="$(MAKE)" CUDA=0 scripts/check-mutants.sh $(MUTANTS)
+	@BUILD=$(BUILD) MAKE="$(MAKE)" CUDA=0 CUDA_LAB_MODE="$(CUDA_LAB_EMU)" CUDA_LAB_NONE="$(CUDA_LAB_NONE)" \
+		scripts/check-mutants.sh $(MUTANTS)
 
 # One lab: LAB_RUN_CH (two digits), LAB_RUN (the folder holding chNN/),
 # LAB_BUILD (its build folder), LAB_EXPECT (empty, full or incomplete),
