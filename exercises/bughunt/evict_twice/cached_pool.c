@@ -56,14 +56,21 @@ void cpool_retain(CachedPool *p, int b)
     p->ref[b]++;
 }
 
-void cpool_release(CachedPool *p, int b)
+/* Where a block nobody holds goes: the LRU list (most recently used last)
+ * when its content is cached, else the free list. */
+static void park(CachedPool *p, int b)
 {
-    if (--p->ref[b] > 0)
-        return;
     if (p->cached[b])
-        p->lru[p->n_evictable++] = b; /* most recently used last */
+        p->lru[p->n_evictable++] = b;
     else
         p->free_list[p->n_free++] = b;
+}
+
+void cpool_release(CachedPool *p, int b)
+{
+    p->ref[b]--;
+    if (p->ref[b] == 0)
+        park(p, b);
 }
 
 int cpool_available(const CachedPool *p)
