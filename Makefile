@@ -7,7 +7,8 @@
 #   make help         this list (in a handout, the commands a student has)
 #   make lab CH=n     build chapter n with YOUR exercise files and grade them; also writes
 #                     build/lab/chNN/results.json for an autograder
-#                     (TEST=name runs one test; LAB=DIR grades DIR/chNN/ instead of exercises/)
+#                     (TEST=name runs one test; LAB=DIR grades DIR/chNN/ instead of exercises/);
+#                     CH=bughunt: the bug hunts; CH=cuda: the CUDA kernel, on the GPU or the CPU emulator (EMU_DIR)
 #   make grade        grade every lab against the solutions (must be full marks)
 #   make exercises    regenerate exercises/ from the LAB markers in solutions/
 #   make check-exercises  fail if exercises/ is out of date

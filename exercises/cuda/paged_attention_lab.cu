@@ -37,17 +37,14 @@ __global__ void lab_paged_attention_kernel(float *out, const float *q, const flo
                                            const int *block_tables, const int *seq_lens, int max_blocks,
                                            int block_size, int n_heads, int n_kv_heads, int head_dim, float scale)
 {
-    extern __shared__ float smem[];
-    float *q_s = smem;               /* [head_dim] */
-    float *scores = smem + head_dim; /* [max_blocks x block_size] */
+    extern __shared__ float smem[]; /* q_s [head_dim], then scores [max_blocks x block_size] */
     const int h = blockIdx.x, seq = blockIdx.y, tid = threadIdx.x;
     const int kv_h = h / (n_heads / n_kv_heads); /* grouped-query attention: heads share a KV head */
     const int len = seq_lens[seq];
-    const float *q_row = q + ((size_t)seq * n_heads + h) * head_dim; /* [head_dim] */
-    float *out_row = out + ((size_t)seq * n_heads + h) * head_dim;   /* [head_dim] */
-    const size_t row_stride = (size_t)n_kv_heads * head_dim;         /* floats per cache row */
+    float *out_row = out + ((size_t)seq * n_heads + h) * head_dim; /* [head_dim] */
+    const size_t row_stride = (size_t)n_kv_heads * head_dim;       /* floats per cache row */
     // TODO(lab cuda.attend): copy the query into q_s; score every filled row (q . k x scale), block by block through this sequence's block table; softmax the scores; write out_row[d] = sum over rows of p x v[d]; a __syncthreads() wherever threads read what others wrote
-    (void)q_s; (void)scores; (void)kv_h; (void)len; (void)q_row; (void)row_stride;
+    (void)smem; (void)q; (void)kv_h; (void)len; (void)row_stride;
     (void)k_cache; (void)v_cache; (void)block_tables; (void)max_blocks; (void)block_size; (void)scale;
     LAB_TODO("score the filled rows block by block through the block table, softmax, weight the values");
     for (int d = tid; d < head_dim; d += blockDim.x)
