@@ -1,7 +1,9 @@
 /* Chapter 7's acceptance rules: the greedy one, and rejection sampling,
  * which keeps the verifier's distribution exactly. */
-#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "ops.h"
 #include "sampler.h"
 #include "spec.h"
 
@@ -13,21 +15,7 @@ int spec_accept_greedy(const int *targets, const int *proposals, int n)
     return accepted;
 }
 
-void spec_probabilities(const float *logits, int vocab, float temperature, float *out)
-{
-    double max = logits[0], sum = 0.0;
-    for (int i = 1; i < vocab; i++)
-        if (logits[i] > max)
-            max = logits[i];
-    for (int i = 0; i < vocab; i++)
-        sum += exp(((double)logits[i] - max) / (double)temperature);
-    for (int i = 0; i < vocab; i++)
-        out[i] = (float)(exp(((double)logits[i] - max) / (double)temperature) / sum);
-}
-
-/* A draw from the weights @p w (not necessarily normalised: their sum is
- * taken), by the inverse of the cumulative sum. */
-static int draw(const float *w, int vocab, unsigned long long *rng)
+int spec_draw(const float *w, int vocab, unsigned long long *rng)
 {
     double total = 0.0;
     for (int i = 0; i < vocab; i++)
@@ -66,9 +54,62 @@ int spec_accept_sampled(const float *p, const float *q, const int *proposals, in
             double left = (double)pi[t] - proposer_prob(q, i, vocab, t) * (q || t == d ? 1.0 : 0.0);
             scratch[t] = left > 0.0 ? (float)left : 0.0f;
         }
-        *next = draw(scratch, vocab, rng);
+        *next = spec_draw(scratch, vocab, rng);
         return i;
     }
-    *next = draw(p + (size_t)n * vocab, vocab, rng); /* all kept: the verifier's own next token */
+    *next = spec_draw(p + (size_t)n * vocab, vocab, rng); /* all kept: the verifier's own next token */
     return n;
+}
+
+/* Larger probability first; equal ones by token id. */
+static int by_prob_desc(const void *a, const void *b)
+{
+    const ProbIndex *x = a, *y = b;
+    if (x->prob != y->prob)
+        return x->prob > y->prob ? -1 : 1;
+    return x->index - y->index;
+}
+
+/* Top-p as the sampler applies it: the tokens ahead of which less than
+ * top_p of the mass lies (those below the sampler's cutoff never are),
+ * renormalised; a nearly flat distribution whose cutoff drops everything
+ * keeps its most likely token alone. */
+static void keep_nucleus(Sampler *s, const float *probs, float *out)
+{
+    int n = s->vocab_size, kept = 0;
+    float cutoff = (1.0f - s->params.top_p) / (float)(n - 1 > 0 ? n - 1 : 1);
+    memset(out, 0, (size_t)n * sizeof(float));
+    for (int i = 0; i < n; i++)
+        if (probs[i] >= cutoff)
+            s->prob_index[kept++] = (ProbIndex){.prob = probs[i], .index = i};
+    if (kept == 0) {
+        out[sampler_argmax(probs, n)] = 1.0f;
+        return;
+    }
+    qsort(s->prob_index, (size_t)kept, sizeof(ProbIndex), by_prob_desc);
+    int last = sampler_filter_top_p(s->prob_index, kept, s->params.top_p) - 1;
+    double mass = 0.0;
+    for (int i = 0; i <= last; i++)
+        mass += s->prob_index[i].prob;
+    for (int i = 0; i <= last; i++)
+        out[s->prob_index[i].index] = (float)(s->prob_index[i].prob / mass);
+}
+
+void spec_distribution(Sampler *s, float *logits, const int *tokens, int n_prompt, int n_tokens, float *out)
+{
+    const SamplingParams *p = &s->params;
+    const int n = s->vocab_size;
+    sampler_penalize(s, logits, tokens, n_prompt, n_tokens);
+    for (int i = 0; i < n; i++)
+        logits[i] /= p->temperature;
+    if (p->min_p > 0.0f)
+        sampler_filter_min_p(logits, n, p->min_p);
+    if (p->top_k > 0)
+        sampler_filter_top_k(logits, n, p->top_k, s->prob_index);
+    softmax(logits, n);
+    if (p->top_p <= 0.0f || p->top_p >= 1.0f) {
+        memcpy(out, logits, (size_t)n * sizeof(float));
+        return;
+    }
+    keep_nucleus(s, logits, out);
 }

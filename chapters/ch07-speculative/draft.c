@@ -123,25 +123,18 @@ void spec_draft_keep(SpecDraft *g, int seq, int keep)
 
 /* ------------------------------------------------------------ proposing */
 
-/* The proposal drawn from a row of the draft's logits: the argmax, or with
- * sampling a draw from softmax(row / temperature), whose distribution is
- * kept in @p q for the acceptance rule. */
-static int choose(const SpecDecoder *d, Request *r, float *row, float *q)
+/* Proposal @p have of @p r from a row of the draft's logits, chosen as
+ * the request samples (its penalties over the tokens so far, proposals
+ * included): greedy, or a draw from the distribution it would sample
+ * from, kept in @p q for the acceptance rule. The proposal is written
+ * after the request's tokens (scratch until accepted). */
+static int choose(const SpecDecoder *d, Request *r, int have, float *row, float *q)
 {
+    const int n_tokens = r->n_tokens + have;
     if (!d->sampled)
-        return sampler_argmax(row, d->vocab);
-    spec_probabilities(row, d->vocab, r->sampler.params.temperature, q);
-    double u = (double)sampler_random_f32(&r->sampler.rng_state), cdf = 0.0;
-    int last = 0;
-    for (int t = 0; t < d->vocab; t++) {
-        if (q[t] <= 0.0f)
-            continue;
-        cdf += q[t];
-        last = t;
-        if (u < cdf)
-            return t;
-    }
-    return last;
+        return r->tokens[n_tokens] = sampler_sample_seq(&r->sampler, row, r->tokens, r->n_prompt, n_tokens);
+    spec_distribution(&r->sampler, row, r->tokens, r->n_prompt, n_tokens, q);
+    return r->tokens[n_tokens] = spec_draw(q, d->vocab, &r->sampler.rng_state);
 }
 
 /* Runs the batch of @p n entries; each entry with a logits row gives its
@@ -159,7 +152,7 @@ static void run_batch(SpecDecoder *d, ServingRun *run, int n)
         int have = d->n_proposed[e->seq], k = d->opt.k;
         float *q = d->q ? d->q + ((size_t)e->seq * k + have) * d->vocab : NULL; /* [vocab] */
         d->proposals[(size_t)e->seq * k + have] =
-            choose(d, r, g->fs.logits + (size_t)e->logits_row * d->vocab, q);
+            choose(d, r, have, g->fs.logits + (size_t)e->logits_row * d->vocab, q);
         d->n_proposed[e->seq]++;
         if (e->pos + 1 > g->cached[e->seq])
             g->cached[e->seq] = e->pos + 1;

@@ -190,9 +190,10 @@ static int accept_sampled(SpecDecoder *d, ServingRun *run, Request *r, int n, in
 {
     const int *rows = d->rows + (size_t)r->index * (d->opt.k + 1);
     size_t vocab = (size_t)d->vocab;
-    for (int i = 0; i <= n; i++)
-        spec_probabilities(run->logits + (size_t)rows[i] * vocab, d->vocab, r->sampler.params.temperature,
-                           d->p + (size_t)i * vocab);
+    for (int i = 0; i <= n; i++) {
+        memcpy(d->scratch, run->logits + (size_t)rows[i] * vocab, vocab * sizeof(float));
+        spec_distribution(&r->sampler, d->scratch, r->tokens, r->n_prompt, r->n_tokens + i, d->p + (size_t)i * vocab);
+    }
     const float *q = d->q ? d->q + (size_t)r->index * d->opt.k * vocab : NULL;
     return spec_accept_sampled(d->p, q, d->proposals + (size_t)r->index * d->opt.k, n, d->vocab,
                                &r->sampler.rng_state, d->scratch, next);

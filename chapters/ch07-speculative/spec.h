@@ -164,9 +164,8 @@ int spec_parse_options(int *argc, char **argv, SpecOptions *o, Err *err);
 /**
  * Refuses what speculation cannot be combined with: `--beam`, `--device
  * cuda`, `--preempt swap`, `--max-num-batched-tokens`/`--max-num-seqs`
- * (chapter 4's token budget: proposals are not in it), sampling filters or
- * penalties with `--temperature` > 0 (rejection sampling needs the whole
- * distribution), `--spec self:L` with L outside 1..layers-1.
+ * (chapter 4's token budget: proposals are not in it), `--spec self:L`
+ * with L outside 1..layers-1.
  * @param o    the options
  * @param run  the run (its options and model)
  * @param err  receives one line on failure
@@ -355,13 +354,28 @@ void spec_draft_propose(SpecDecoder *d, ServingRun *run);
 void spec_draft_keep(SpecDraft *g, int seq, int keep);
 
 /**
- * The distribution sampling would draw from: softmax(logits / temperature),
- * in double, written as float.
- * @param logits       [vocab] a row
- * @param vocab        its length
- * @param temperature  > 0
- * @param out          [vocab] receives the probabilities
+ * The distribution the sampler draws from, as chapter 4 samples (the
+ * penalties over the tokens so far, the temperature, min-p, top-k, the
+ * softmax, the top-p nucleus, renormalised): every step of
+ * sampler_sample_seq() but the draw.
+ * @param s         the request's sampler (its settings and scratch)
+ * @param logits    [vocab] a row (changed in place)
+ * @param tokens    [n_tokens] the tokens before the row's next token
+ * @param n_prompt  of which the prompt
+ * @param n_tokens  tokens
+ * @param out       [vocab] receives the probabilities
  */
-void spec_probabilities(const float *logits, int vocab, float temperature, float *out);
+void spec_distribution(Sampler *s, float *logits, const int *tokens, int n_prompt, int n_tokens, float *out);
+
+/**
+ * A draw from weights @p w (their sum is taken: they need not add up to
+ * 1), by the inverse of the cumulative sum; tokens of weight 0 are never
+ * drawn.
+ * @param w      [vocab] weights, not negative, not all 0
+ * @param vocab  entries
+ * @param rng    the random state (sampler_random_f32())
+ * @return the token
+ */
+int spec_draw(const float *w, int vocab, unsigned long long *rng);
 
 #endif
