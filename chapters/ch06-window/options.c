@@ -10,29 +10,6 @@
  * context is refused later, once the model is known). */
 #define WINDOW_MAX_POSITIONS 1000000
 
-/* "--name=value" or "--name value": the value, or NULL when @p arg is not
- * this option. *used is how many argv entries the option takes. */
-static const char *option_value(const char *name, int i, int argc, char **argv, int *used, Err *err)
-{
-    size_t n = strlen(name);
-    const char *arg = argv[i];
-    if (strncmp(arg, name, n) != 0)
-        return NULL;
-    if (arg[n] == '=') {
-        *used = 1;
-        return arg + n + 1;
-    }
-    if (arg[n] != '\0')
-        return NULL;
-    if (i + 1 >= argc) {
-        err_set(err, "%s needs a value", name);
-        *used = -1;
-        return NULL;
-    }
-    *used = 2;
-    return argv[i + 1];
-}
-
 static int parse_count(const char *name, const char *text, long min, int *out, Err *err)
 {
     long v;
@@ -50,7 +27,7 @@ static int take_option(int i, int argc, char **argv, WindowOptions *o, int given
                                   "--kv-tokens", "--kv-argmax"};
     for (int k = 0; k < 7; k++) {
         int used = 0;
-        const char *v = option_value(names[k], i, argc, argv, &used, err);
+        const char *v = cli_option_value(names[k], i, argc, argv, &used, err);
         if (used < 0)
             return -1;
         if (!v)

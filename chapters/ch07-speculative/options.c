@@ -8,30 +8,6 @@
 #include "ext/budget.h"
 #include "spec.h"
 
-/* "--name=value" or "--name value": the value, or NULL when @p arg is not
- * this option. *used is how many argv entries the option takes (-1: the
- * value is missing). */
-static const char *option_value(const char *name, int i, int argc, char **argv, int *used, Err *err)
-{
-    size_t n = strlen(name);
-    const char *arg = argv[i];
-    if (strncmp(arg, name, n) != 0)
-        return NULL;
-    if (arg[n] == '=') {
-        *used = 1;
-        return arg + n + 1;
-    }
-    if (arg[n] != '\0')
-        return NULL;
-    if (i + 1 >= argc) {
-        err_set(err, "%s needs a value", name);
-        *used = -1;
-        return NULL;
-    }
-    *used = 2;
-    return argv[i + 1];
-}
-
 /* ngram, self:L or draft. */
 static int parse_method(const char *v, SpecOptions *o, Err *err)
 {
@@ -61,7 +37,7 @@ static int take_option(int i, int argc, char **argv, SpecOptions *o, int given[6
     static const char *names[] = {"--spec-k", "--spec-ngram-min", "--spec-ngram-max", "--draft-model", "--spec"};
     for (int k = 0; k < 5; k++) {
         int used = 0;
-        const char *v = option_value(names[k], i, argc, argv, &used, err);
+        const char *v = cli_option_value(names[k], i, argc, argv, &used, err);
         if (used < 0)
             return -1;
         if (!v)

@@ -72,9 +72,10 @@
  * | one step: plan, propose, verify in one pass, accept, roll back, account | chapters/ch07-speculative/spec.c | spec_step() |
  * | prompt lookup | chapters/ch07-speculative/propose.c | spec_propose_ngram() |
  * | a draft model (or the first L layers) with a contiguous cache of its own | chapters/ch07-speculative/draft.c | spec_draft_propose() |
- * | the greedy rule and rejection sampling | chapters/ch07-speculative/accept.c | spec_accept_greedy(), spec_accept_sampled() |
- * | give back the rejected positions of a table | chapters/ch07-speculative/rollback.c | spec_rollback() |
- * | the invariants after a step | chapters/ch07-speculative/rollback.c | spec_check_invariants() |
+ * | the greedy rule (lab) | solutions/ch07/spec_accept_greedy.c | spec_accept_greedy() |
+ * | rejection sampling; the sampler's distribution | chapters/ch07-speculative/accept.c | spec_accept_sampled(), spec_distribution() |
+ * | give back the rejected positions of a table (lab) | solutions/ch07/spec_rollback.c | spec_rollback() |
+ * | the invariants after a step | chapters/ch07-speculative/invariants.c | spec_check_invariants() |
  * | the memory table's lines and the JSON keys | chapters/ch07-speculative/report.c | spec_report_table() |
  */
 #ifndef KVLAB_CH07_SPEC_H

@@ -133,6 +133,21 @@ SamplingParams cli_sampling_params(const CliOptions *opts);
 int cli_parse_long(const char *name, const char *text, long min, long max, long *out, Err *err);
 
 /**
+ * A chapter's own option at argv[@p i], before the common parser sees the
+ * rest: "--name=value" or "--name value" (chapters 6 and 7 take theirs out
+ * of argv this way, so that common/ never learns of them).
+ * @param name  the option with its dashes, e.g. "--kv-window"
+ * @param i     the argument to look at
+ * @param argc  argument count
+ * @param argv  the arguments
+ * @param used  receives the argv entries the option takes (1 or 2), or -1
+ *              when the value is missing (then @p err says so)
+ * @param err   receives "NAME needs a value"
+ * @return the value, or NULL when argv[i] is not this option (or has no value)
+ */
+const char *cli_option_value(const char *name, int i, int argc, char **argv, int *used, Err *err);
+
+/**
  * Parses a size such as 4096, 512KiB, 4MiB, 2GiB, 1.5GB or 80GB (KiB/MiB/GiB
  * are powers of 1024, KB/MB/GB powers of 1000; a bare K/M/G means 1024)
  * strictly and exactly (parse_size()): no sign, no exponent, nothing past

@@ -1,25 +1,10 @@
-/* Chapter 7's rollback: the rejected positions of a table given back to
- * chapter 4's pool, and the invariants that must hold after every step. */
+/* Chapter 7's invariants: what must hold after every step, however the
+ * rollback (the lab's spec_rollback(), solutions/ch07/spec_rollback.c)
+ * gave the rejected positions back. */
 #include <string.h>
 
 #include "scheduler.h"
 #include "spec.h"
-
-int spec_rollback(PagedServer *s, ServingRun *run, Request *r, int keep)
-{
-    BlockPool *p = &s->kv.pool;
-    BlockTable *t = &s->kv.tables.tables[r->index];
-    int need = block_count_for_tokens(keep, p->shape.block_size), freed = 0;
-    while (t->n_blocks > need) {
-        int block = t->blocks[--t->n_blocks];
-        if (block_pool_release(p, block) == 0) { /* its last holder: back to the pool */
-            paged_block_freed(s, &run->breakdown, block, 0);
-            freed++;
-        }
-    }
-    r->n_cached = keep;
-    return freed;
-}
 
 /* Tables holding each block, counted from the tables themselves. */
 static int count_holders(const PagedServer *s, int *holders, Err *err)
