@@ -1,7 +1,6 @@
 /* Chapter 7's options: --spec, --spec-k, --spec-ngram-min, --spec-ngram-max,
  * --draft-model, --spec-check. They are taken out of argv before the common
  * parser sees the rest, so that common/ never learns of them. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -74,33 +73,33 @@ static int check_combination(const SpecOptions *o, const int given[6], Err *err)
     return 0;
 }
 
+/* What spec_parse_options() reads into. */
+typedef struct {
+    SpecOptions *o; /* the options */
+    int given[6];   /* which of take_option()'s names were given */
+} SpecParse;
+
+/* One argument for cli_take_options(): a flag, or one of take_option()'s. */
+static int take_argument(int i, int argc, char **argv, void *ctx, Err *err)
+{
+    SpecParse *sp = ctx;
+    if (strcmp(argv[i], "--spec-check") == 0) {
+        sp->o->check = 1;
+        return 1;
+    }
+    return take_option(i, argc, argv, sp->o, sp->given, err);
+}
+
 int spec_parse_options(int *argc, char **argv, SpecOptions *o, Err *err)
 {
     memset(o, 0, sizeof *o);
     o->k = 4;
     o->ngram_min = 1;
     o->ngram_max = 3;
-    int given[6] = {0, 0, 0, 0, 0, 0}, kept = 1, i = 1;
-    while (i < *argc && strcmp(argv[i], "--") != 0) {
-        if (strcmp(argv[i], "--spec-check") == 0) {
-            o->check = 1;
-            i++;
-            continue;
-        }
-        int used = take_option(i, *argc, argv, o, given, err);
-        if (used < 0)
-            return -1;
-        if (used == 0)
-            argv[kept++] = argv[i++];
-        else
-            i += used;
-    }
-    while (i < *argc) /* "--" and whatever follows it: never ours */
-        argv[kept++] = argv[i++];
-    for (int j = kept; j < *argc; j++) /* argv ends with NULL for getopt_long */
-        argv[j] = NULL;
-    *argc = kept;
-    return check_combination(o, given, err);
+    SpecParse sp = {.o = o};
+    if (cli_take_options(argc, argv, take_argument, &sp, err))
+        return -1;
+    return check_combination(o, sp.given, err);
 }
 
 int spec_check(const SpecOptions *o, const ServingRun *run, Err *err)
