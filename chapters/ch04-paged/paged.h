@@ -60,18 +60,21 @@
  *
  * Each later feature is an extension in chapters/ch04-paged/ext/, turned on
  * by its option. An extension calls the core; the core calls it only
- * through the guarded calls listed here, each declared in the extension's
- * own header. Without its option an extension's pointer in ::PagedServer
- * is NULL, nothing of it runs, and the chapter is exactly its core.
+ * through the one guarded open call listed here (with a check before the
+ * model loads for two), declared in the extension's own header. The open
+ * call fills in the entries of ::PagedHooks the extension needs, and the
+ * core reads those (PagedServer.hooks) without naming the extension.
+ * Without its option nothing of an extension runs, every hook is NULL, and
+ * the chapter is exactly its core.
  *
- * | extension: what it adds | option | the core calls it, guarded |
- * |---|---|---|
- * | ext/budget.c: decodes first, then prompt chunks within a token budget (serving_feed_upto()); the running limit; preemption's costs | `--max-num-batched-tokens`, `--max-num-seqs`, `--preempt`, `--swap-space` | budget_check(), budget_open(), budget_print_setup(), budget_schedule() (paged_plan()), budget_report_table(), budget_report_json(), budget_close() |
- * | ext/swap.c: blocks swapped to the host and back, shared blocks once; paged_recompute_flops() | `--preempt swap` (ext/budget.c opens it) | swap_forget_block() (scheduler.c, as a table lets go), swap_preemption_note() (the report) |
- * | ext/beam.c: beam search, a scheduler and a step of its own (beam_step()) | `--beam W` | beam_check(), beam_open(), beam_step() (paged_step()), beam_report_json(), beam_close() |
- * | ext/trace.c: each step's changes to the tables and blocks; the tables after one step | `--trace`, `--show-tables` | paged_trace_open() |
- * | ext/device.c: the same blocks on the device | `--device cuda` | paged_device_open() |
- * | ext/paged_cache.h: the hooks of a cache of K/V above the pool | chapter 5's program | through PagedServer.cache, in scheduler.c |
+ * | extension: what it adds | option | the core calls it, guarded | the hooks it fills in |
+ * |---|---|---|---|
+ * | ext/budget.c: decodes first, then prompt chunks within a token budget (serving_feed_upto()); the running limit; preemption's costs | `--max-num-batched-tokens`, `--max-num-seqs`, `--preempt`, `--swap-space` | budget_check() (paged_check()), budget_open() (paged_open()) | plan, print_setup, report_table, report_json, close |
+ * | ext/swap.c: blocks swapped to the host and back, shared blocks once; paged_recompute_flops() | `--preempt swap` (ext/budget.c opens it) | none: ext/budget.c opens it (swap_open()) | block_freed, preemption_note |
+ * | ext/beam.c: beam search, a scheduler and a step of its own (beam_step()) | `--beam W` | beam_check() (paged_check()), beam_open() (paged_open()) | step, sharing_json, close |
+ * | ext/trace.c: each step's changes to the tables and blocks; the tables after one step | `--trace`, `--show-tables` | paged_trace_open() | none: the run's observers (serving_add_observer()) |
+ * | ext/device.c: the same blocks on the device | `--device cuda` | paged_device_open() | none: the pool's on_copy and the run's device seam |
+ * | ext/paged_cache.h: the hooks of a cache of K/V above the pool | chapter 5's program | none: chapter 5 sets PagedServer.cache | ::PagedCache (lookup, admitted, release, reclaim) |
  */
 #ifndef KVLAB_CH04_PAGED_H
 #define KVLAB_CH04_PAGED_H
@@ -176,6 +179,37 @@ typedef struct {
     const char *note;    /**< appended to the report's sharing line, e.g. " (beams fork and share)" (NULL: nothing) */
 } PagedSharing;
 
+/** The chapter-4 server (below). */
+typedef struct PagedServer PagedServer;
+
+/**
+ * Where an extension changes the core's run: each entry NULL (or 0) when
+ * no extension that is on changes it, and then the core does its own. An
+ * extension's one open call (the table above) fills in its entries; the
+ * core reads them here and names no extension.
+ */
+typedef struct {
+    /** A whole step of its own instead of paged_step()'s body (ext/beam.c). */
+    int (*step)(PagedServer *s, ServingRun *run, Err *err);
+    /** The step's schedule instead of paged_schedule() (ext/budget.c). */
+    int (*plan)(PagedServer *s, ServingRun *run, Err *err);
+    /** A block no table holds any more, after the core's books (ext/swap.c). */
+    void (*block_freed)(PagedServer *s, int block);
+    /** More setup lines after the core's (ext/budget.c). */
+    void (*print_setup)(FILE *log, const PagedServer *s, const ServingRun *run, const char *name);
+    /** More lines after the core's in the memory table (ext/budget.c). */
+    void (*report_table)(FILE *f, const PagedServer *s, const ServingRun *run);
+    /** More keys after the sharing keys of the JSON report (ext/beam.c). */
+    void (*sharing_json)(JsonWriter *j, const PagedServer *s);
+    /** More keys at the end of the JSON report (ext/budget.c). */
+    void (*report_json)(JsonWriter *j, const PagedServer *s, const ServingRun *run);
+    /** What preemption does, for the report (NULL: recomputes; ext/swap.c). */
+    const char *preemption_note;
+    /** Frees an extension's state, in the order they were added (paged_close()). */
+    void (*close[4])(PagedServer *s);
+    int n_close; /**< entries of close */
+} PagedHooks;
+
 /** The token budget's books (ext/budget.h). */
 typedef struct PagedBudget PagedBudget;
 /** The swap space (ext/swap.h). */
@@ -186,7 +220,7 @@ typedef struct BeamSearch BeamSearch;
 typedef struct PagedCache PagedCache;
 
 /** The chapter-4 server: the paged store, the queue and the numbers it reports. */
-typedef struct {
+struct PagedServer {
     PagedKv kv;               /**< the pool and the block tables (K and V of one token: paged_bytes_per_token()) */
     int watermark_blocks;     /**< free blocks kept back at admission: --watermark % of the pool, rounded down */
     int max_batched_tokens;   /**< token budget of one step: max(seq_len, 2048), or what ext/budget.c sets */
@@ -209,8 +243,9 @@ typedef struct {
     PagedBudget *budget;      /**< ext/budget.h: the token budget, the running limit, preemption's costs */
     SwapSpace *swap;          /**< ext/swap.h: --preempt swap */
     BeamSearch *beam;         /**< ext/beam.h: --beam */
+    PagedHooks hooks;         /**< what the extensions that are on change in the core's run */
     const PagedCache *cache;  /**< ext/paged_cache.h: a cache of K/V above the pool (chapter 5) */
-} PagedServer;
+};
 
 /**
  * K and V of all layers for one token: a block's bytes over its block

@@ -429,6 +429,18 @@ void beam_report_json(JsonWriter *j, const BeamSearch *b)
     json_int(j, "beam_width", b->width);
 }
 
+/* The core's hooks: the JSON report's key, and the state freed. */
+static void write_beam_width(JsonWriter *j, const PagedServer *s)
+{
+    beam_report_json(j, s->beam);
+}
+
+static void close_beams(PagedServer *s)
+{
+    beam_close(s->beam);
+    s->beam = NULL;
+}
+
 int beam_open(PagedServer *s, ServingRun *run, int *max_step_tokens, Err *err)
 {
     const int w = run->opts->beam_width, n = run->n_reqs;
@@ -444,6 +456,9 @@ int beam_open(PagedServer *s, ServingRun *run, int *max_step_tokens, Err *err)
     if (!b)
         return err_set(err, "out of memory for beam search");
     s->beam = b;
+    s->hooks.close[s->hooks.n_close++] = close_beams; /* also when the rest of the opening fails */
+    s->hooks.step = beam_step;
+    s->hooks.sharing_json = write_beam_width;
     s->sharing->note = " (beams fork and share)";
     b->width = w;
     b->n_groups = n / w;
