@@ -5,7 +5,7 @@
  * A scheduler and a step of its own over the core's phases (scheduler.h),
  * the way chapter 6's window_step() runs chapter 4's step with its own
  * seam. See beam.h for the rules; the core calls in here only when --beam
- * is given (paged_check(), paged_open(), paged_step(), the report). A
+ * is given (paged_check(), paged_open(); then the hooks beam_open() fills). A
  * prompt's W beams are the W consecutive requests of its group, and they
  * are admitted, run and preempted together, so a group's running beams are
  * consecutive in the server's running list too. */
