@@ -92,7 +92,7 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err)
     int max_step_tokens = s->max_batched_tokens > run->n_reqs ? s->max_batched_tokens : run->n_reqs;
     if (budget_wanted(o) && budget_open(s, run, &max_step_tokens, err)) /* ext/budget.c */
         return -1;
-    if ((o->n_samples > 1 || o->beam_width > 0) && !(s->sharing = mem_alloc(MEM_ACTIVATIONS, sizeof *s->sharing)))
+    if (o->n_samples > 1 && !(s->sharing = mem_alloc(MEM_ACTIVATIONS, sizeof *s->sharing))) /* --n: forks share blocks */
         return err_set(err, "out of memory");
     if (o->beam_width > 0 && beam_open(s, run, &max_step_tokens, err)) /* --beam (ext/beam.c) */
         return -1;

@@ -444,6 +444,9 @@ static void close_beams(PagedServer *s)
 int beam_open(PagedServer *s, ServingRun *run, int *max_step_tokens, Err *err)
 {
     const int w = run->opts->beam_width, n = run->n_reqs;
+    /* Beams fork, so the core keeps the books of what sharing saves. */
+    if (!s->sharing && !(s->sharing = mem_alloc(MEM_ACTIVATIONS, sizeof *s->sharing)))
+        return err_set(err, "out of memory");
     if (run->simulated)
         return err_set(err, "--beam needs a model: beams are chosen from logits");
     if (w < 1 || n % w != 0)
