@@ -107,7 +107,7 @@ static int bench_length(int head_dim, int n_pos, int repeats)
     BlockTables tables[N_SIZES];
     for (int k = 0; k < N_SIZES; k++) {
         Err err = {{0}};
-        BlockShape shape = {1 << k, LAYERS, kv_dim, sizeof(float)};
+        BlockShape shape = {1 << k, LAYERS, kv_dim, sizeof(float), 0};
         int n_blocks = block_count_for_tokens(n_pos, 1 << k);
         if (block_pool_init(&pools[k], &shape, n_blocks, 1, &err) ||
             block_tables_init(&tables[k], 1, n_blocks, &err)) {

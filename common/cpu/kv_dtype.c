@@ -197,8 +197,7 @@ static inline float e4m3_bits_to_f32(uint32_t c)
     return float_of(v | (c & 0x80u) << 24);
 }
 
-/* The values of head @p head of a stored row. */
-static void load_head(float *dst, const unsigned char *row, int head, const KvRowFormat *f)
+void kv_row_load_head(float *dst, const unsigned char *row, int head, const KvRowFormat *f)
 {
     int n = f->head_dim;
     size_t first = (size_t)head * (size_t)n; /* the head's first element */
@@ -231,7 +230,7 @@ static void load_head(float *dst, const unsigned char *row, int head, const KvRo
 void kv_row_load(float *x, const void *row, const KvRowFormat *f)
 {
     for (int h = 0; h < f->n_heads; h++)
-        load_head(x + (size_t)h * (size_t)f->head_dim, row, h, f);
+        kv_row_load_head(x + (size_t)h * (size_t)f->head_dim, row, h, f);
 }
 
 /* ------------------------------------------------------------ attention over stored rows */
@@ -241,7 +240,7 @@ float kv_attention_score(const float *q, const void *row, int head, const KvRowF
     if (f->type == KV_DTYPE_FP32)
         return attention_score(q, (const float *)row + (size_t)head * (size_t)f->head_dim, f->head_dim);
     float k[KV_DTYPE_HEAD_DIM_MAX]; /* one head, in registers and L1: never the cache */
-    load_head(k, row, head, f);
+    kv_row_load_head(k, row, head, f);
     return attention_score(q, k, f->head_dim);
 }
 
@@ -252,7 +251,7 @@ void kv_attention_accumulate(float *out, float a, const void *row, int head, con
         return;
     }
     float v[KV_DTYPE_HEAD_DIM_MAX];
-    load_head(v, row, head, f);
+    kv_row_load_head(v, row, head, f);
     attention_accumulate(out, a, v, f->head_dim);
 }
 
