@@ -8,7 +8,7 @@
 size_t paged_int8_row_bytes(int n_heads, int head_dim)
 {
     // LAB BEGIN(ch04.int8_bytes): one byte per code (n_heads x head_dim of them) plus one f32 scale per head
-    return (size_t)n_heads * (size_t)head_dim + (size_t)n_heads * sizeof(float);
+    return (size_t)n_heads * ((size_t)head_dim + sizeof(float));
     // LAB STUB:
     // (void)n_heads; (void)head_dim;
     // LAB_TODO("the bytes of one int8 slot: codes and scales");
