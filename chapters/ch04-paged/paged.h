@@ -75,7 +75,7 @@
  * | ext/trace.c: each step's changes to the tables and blocks; the tables after one step | `--trace`, `--show-tables` | paged_trace_open() |
  * | ext/device.c: the same blocks on the device | `--device cuda` | paged_device_open() |
  * | ext/paged_cache.h: the hooks of a cache of K/V above the pool | chapter 5's program | through PagedServer.cache, in scheduler.c |
- * | ext/dtype.c: the blocks' rows in f16, bf16, int8 (with their scales) or fp8; PagedAttention reading them | `--kv-dtype` | paged_dtype_open(), paged_dtype_seam() (paged_server_seam()), paged_dtype_close() |
+ * | ext/dtype.c: the blocks' rows in f16, bf16, int8 (with their scales) or fp8; PagedAttention reading them | `--kv-dtype` | paged_dtype_open(), paged_dtype_seam() (paged_server_seam(), seam.c), paged_dtype_close() |
  */
 #ifndef KVLAB_CH04_PAGED_H
 #define KVLAB_CH04_PAGED_H

@@ -2,9 +2,12 @@
  * slot its block table names, paged_attend() hands one query head to
  * paged_attention() (the lab, solutions/ch04/paged_attention.c), whose
  * weighted sum of values takes a block at a time through
- * paged_accumulate_rows() (paged_kv.c). */
+ * paged_accumulate_rows() (paged_kv.c); paged_server_seam() picks the seam
+ * a step runs with: this one, or with --kv-dtype the typed pool's
+ * (ext/dtype.c). */
 #include <string.h>
 
+#include "ext/paged_dtype.h"
 #include "paged.h"
 
 void paged_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
@@ -28,4 +31,11 @@ void paged_attend(void *ctx, int layer, const BatchEntry *e, int head, const flo
 KvSeam paged_seam(PagedKv *kv)
 {
     return (KvSeam){.ctx = kv, .store = paged_store, .attend = paged_attend};
+}
+
+KvSeam paged_server_seam(PagedServer *s)
+{
+    if (s->dtype) /* --kv-dtype: rows stored smaller (ext/dtype.c) */
+        return paged_dtype_seam(s->dtype);
+    return paged_seam(&s->kv);
 }

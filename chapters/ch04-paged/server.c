@@ -172,10 +172,3 @@ int paged_serve(ServingRun *run, PagedServer **server, FILE *log, Err *err)
             return -1;
     return 0;
 }
-
-KvSeam paged_server_seam(PagedServer *s)
-{
-    if (s->dtype) /* --kv-dtype: rows stored smaller (ext/dtype.c) */
-        return paged_dtype_seam(s->dtype);
-    return paged_seam(&s->kv);
-}
