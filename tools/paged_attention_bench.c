@@ -52,6 +52,35 @@ typedef struct {
     float *q, *out, *scores;
 } Bench;
 
+/* A random contiguous cache of n_pos positions and a query; calls per
+ * round so that a round does about @p work multiply-adds per position and
+ * head value. */
+static void bench_open(Bench *b, int head_dim, int n_pos, long work, unsigned long long *rng)
+{
+    int kv_dim = KV_HEADS * head_dim;
+    *b = (Bench){head_dim, n_pos, (int)(work / ((long)n_pos * head_dim)) + 8, NULL, NULL, NULL, NULL, NULL};
+    b->keys = mem_alloc_array(MEM_KV, (size_t)n_pos * kv_dim, sizeof(float));
+    b->values = mem_alloc_array(MEM_KV, (size_t)n_pos * kv_dim, sizeof(float));
+    b->q = mem_alloc_array(MEM_ACTIVATIONS, (size_t)head_dim, sizeof(float));
+    b->out = mem_alloc_array(MEM_ACTIVATIONS, (size_t)head_dim, sizeof(float));
+    b->scores = mem_alloc_array(MEM_ACTIVATIONS, (size_t)n_pos, sizeof(float));
+    for (int i = 0; i < n_pos * kv_dim; i++) {
+        b->keys[i] = sampler_random_f32(rng) - 0.5f;
+        b->values[i] = sampler_random_f32(rng) - 0.5f;
+    }
+    for (int i = 0; i < head_dim; i++)
+        b->q[i] = sampler_random_f32(rng) - 0.5f;
+}
+
+static void bench_close(Bench *b)
+{
+    mem_free(b->keys);
+    mem_free(b->values);
+    mem_free(b->q);
+    mem_free(b->out);
+    mem_free(b->scores);
+}
+
 /* Seconds per call of one round of b->calls contiguous calls. */
 static double round_contiguous(const Bench *b)
 {
@@ -100,19 +129,9 @@ static int bench_length(int head_dim, int n_pos, int repeats)
 {
     int kv_dim = KV_HEADS * head_dim;
     unsigned long long rng = 2024;
-    Bench b = {head_dim, n_pos, (int)(10000000L / ((long)n_pos * head_dim)) + 8, NULL, NULL, NULL, NULL, NULL};
-    b.keys = mem_alloc_array(MEM_KV, (size_t)n_pos * kv_dim, sizeof(float));
-    b.values = mem_alloc_array(MEM_KV, (size_t)n_pos * kv_dim, sizeof(float));
-    b.q = mem_alloc_array(MEM_ACTIVATIONS, (size_t)head_dim, sizeof(float));
-    b.out = mem_alloc_array(MEM_ACTIVATIONS, (size_t)head_dim, sizeof(float));
-    b.scores = mem_alloc_array(MEM_ACTIVATIONS, (size_t)n_pos, sizeof(float));
+    Bench b;
+    bench_open(&b, head_dim, n_pos, 10000000L, &rng);
     float *want = mem_alloc_array(MEM_ACTIVATIONS, (size_t)head_dim, sizeof(float));
-    for (int i = 0; i < n_pos * kv_dim; i++) {
-        b.keys[i] = sampler_random_f32(&rng) - 0.5f;
-        b.values[i] = sampler_random_f32(&rng) - 0.5f;
-    }
-    for (int i = 0; i < head_dim; i++)
-        b.q[i] = sampler_random_f32(&rng) - 0.5f;
     BlockPool pools[N_SIZES];
     BlockTables tables[N_SIZES];
     for (int k = 0; k < N_SIZES; k++) {
@@ -150,11 +169,7 @@ static int bench_length(int head_dim, int n_pos, int repeats)
         block_pool_free(&pools[k]);
     }
     mem_free(want);
-    mem_free(b.keys);
-    mem_free(b.values);
-    mem_free(b.q);
-    mem_free(b.out);
-    mem_free(b.scores);
+    bench_close(&b);
     return status;
 }
 
@@ -243,21 +258,11 @@ static int compare_doubles(const void *a, const void *b)
 
 static int bench_types(int head_dim, int n_pos, int repeats)
 {
-    int kv_dim = KV_HEADS * head_dim, status = 0;
+    int status = 0;
     unsigned long long rng = 2024;
-    Bench b = {head_dim, n_pos, (int)(40000000L / ((long)n_pos * head_dim)) + 8, NULL, NULL, NULL, NULL, NULL};
-    b.keys = mem_alloc_array(MEM_KV, (size_t)n_pos * kv_dim, sizeof(float));
-    b.values = mem_alloc_array(MEM_KV, (size_t)n_pos * kv_dim, sizeof(float));
-    b.q = mem_alloc_array(MEM_ACTIVATIONS, (size_t)head_dim, sizeof(float));
-    b.out = mem_alloc_array(MEM_ACTIVATIONS, (size_t)head_dim, sizeof(float));
-    b.scores = mem_alloc_array(MEM_ACTIVATIONS, (size_t)n_pos, sizeof(float));
+    Bench b;
+    bench_open(&b, head_dim, n_pos, 40000000L, &rng);
     float *want = mem_alloc_array(MEM_ACTIVATIONS, (size_t)head_dim, sizeof(float));
-    for (int i = 0; i < n_pos * kv_dim; i++) {
-        b.keys[i] = sampler_random_f32(&rng) - 0.5f;
-        b.values[i] = sampler_random_f32(&rng) - 0.5f;
-    }
-    for (int i = 0; i < head_dim; i++)
-        b.q[i] = sampler_random_f32(&rng) - 0.5f;
     TypedPool *pools = mem_alloc_array(MEM_ACTIVATIONS, KV_DTYPE_COUNT, sizeof(TypedPool));
     for (int k = 0; k < KV_DTYPE_COUNT; k++) {
         Err err = {{0}};
@@ -295,11 +300,7 @@ static int bench_types(int head_dim, int n_pos, int repeats)
     }
     mem_free(pools);
     mem_free(want);
-    mem_free(b.keys);
-    mem_free(b.values);
-    mem_free(b.q);
-    mem_free(b.out);
-    mem_free(b.scores);
+    bench_close(&b);
     return status;
 }
 

@@ -247,6 +247,32 @@ END_TEST
 
 /* ------------------------------------------------------------ end to end */
 
+/* A small synthetic model (GQA: 6 query heads on 2 KV heads, seq_len 64)
+ * and its tokenizer, from memory images freed by close_synthetic(). */
+typedef struct {
+    void *image, *tok_image;
+    Model m;
+    Tokenizer t;
+} Synthetic;
+
+static void open_synthetic(Synthetic *s, unsigned long long seed)
+{
+    SynthSpec spec = {.cfg = {48, 96, 3, 6, 2, 400, 64}, .seed = seed};
+    size_t bytes, tok_bytes;
+    Err err = {{0}};
+    ck_assert(synth_model_image(&spec, &s->image, &bytes, &err) == 0);
+    ck_assert(synth_tokenizer_image(spec.cfg.vocab_size, &s->tok_image, &tok_bytes, &err) == 0);
+    ck_assert(model_open_image(&s->m, s->image, bytes, &err) == 0);
+    ck_assert(tokenizer_open_image(&s->t, s->tok_image, tok_bytes, spec.cfg.vocab_size, &err) == 0);
+}
+
+static void close_synthetic(Synthetic *s)
+{
+    tokenizer_free(&s->t);
+    mem_free(s->tok_image);
+    mem_free(s->image);
+}
+
 /* The tokens a request gets alone, with a contiguous cache. */
 static int solo(const Model *m, const Tokenizer *t, const char *prompt, int steps, float temperature,
                 unsigned long long seed, int *out)
@@ -258,17 +284,12 @@ static int solo(const Model *m, const Tokenizer *t, const char *prompt, int step
  * @p blocks blocks of 4 tokens and compares every request with its solo run. */
 static void serve_and_compare(const char *requests, int blocks, int n_samples, float temperature, int want_preempt)
 {
-    ModelConfig cfg = {48, 96, 3, 6, 2, 400, 64};
-    SynthSpec spec = {.cfg = cfg, .seed = 11};
-    void *image, *tok_image;
-    size_t bytes, tok_bytes;
+    Synthetic syn;
+    open_synthetic(&syn, 11);
+    const Model *m = &syn.m;
+    const Tokenizer *t = &syn.t;
+    const ModelConfig cfg = m->cfg;
     Err err = {{0}};
-    ck_assert(synth_model_image(&spec, &image, &bytes, &err) == 0);
-    ck_assert(synth_tokenizer_image(cfg.vocab_size, &tok_image, &tok_bytes, &err) == 0);
-    Model m;
-    Tokenizer t;
-    ck_assert(model_open_image(&m, image, bytes, &err) == 0);
-    ck_assert(tokenizer_open_image(&t, tok_image, tok_bytes, cfg.vocab_size, &err) == 0);
     RequestFile rf;
     ck_assert(request_file_parse(&rf, requests, strlen(requests), "lab", &err) == 0);
     CliOptions o;
@@ -279,7 +300,7 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
     o.n_samples = n_samples;
     o.temperature = temperature;
     ServingRun run;
-    ck_assert(serving_run_init(&run, &m, &t, &o, &rf, &err) == 0);
+    ck_assert(serving_run_init(&run, m, t, &o, &rf, &err) == 0);
     PagedServer *s = NULL;
     int rc = paged_serve(&run, &s, NULL, &err);
     ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: this test runs the whole "
@@ -291,7 +312,7 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
     for (int i = 0; i < run.n_reqs; i++) {
         const Request *r = &run.reqs[i];
         int want[64];
-        int n = solo(&m, &t, r->spec->prompt, r->spec->max_new_tokens, temperature, o.seed + (unsigned long long)i,
+        int n = solo(m, t, r->spec->prompt, r->spec->max_new_tokens, temperature, o.seed + (unsigned long long)i,
                      want);
         int same = n == r->n_tokens - r->n_prompt && memcmp(want, r->tokens + r->n_prompt, n * sizeof(int)) == 0;
         ck_assert_msg(same, "expected request %d (sample %d, %d preemptions) to give its solo tokens, got "
@@ -306,9 +327,7 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
     paged_close(s);
     serving_run_free(&run);
     request_file_free(&rf);
-    tokenizer_free(&t);
-    mem_free(tok_image);
-    mem_free(image);
+    close_synthetic(&syn);
 }
 
 START_TEST(server_gives_solo_tokens_under_preemption)
@@ -410,17 +429,11 @@ END_TEST
  * (common/cpu/kv_dtype.c's rows; tests/helpers.c), under preemption. */
 START_TEST(server_with_int8_blocks_follows_the_int8_reference)
 {
-    ModelConfig cfg = {48, 96, 3, 6, 2, 400, 64};
-    SynthSpec spec = {.cfg = cfg, .seed = 17};
-    void *image, *tok_image;
-    size_t bytes, tok_bytes;
+    Synthetic syn;
+    open_synthetic(&syn, 17);
+    const Model *m = &syn.m;
+    const ModelConfig cfg = m->cfg;
     Err err = {{0}};
-    ck_assert(synth_model_image(&spec, &image, &bytes, &err) == 0);
-    ck_assert(synth_tokenizer_image(cfg.vocab_size, &tok_image, &tok_bytes, &err) == 0);
-    Model m;
-    Tokenizer t;
-    ck_assert(model_open_image(&m, image, bytes, &err) == 0);
-    ck_assert(tokenizer_open_image(&t, tok_image, tok_bytes, cfg.vocab_size, &err) == 0);
     const char *requests = "30\tthe end of it\n40\tmore words here\n25\tab\n";
     RequestFile rf;
     ck_assert(request_file_parse(&rf, requests, strlen(requests), "lab", &err) == 0);
@@ -431,14 +444,14 @@ START_TEST(server_with_int8_blocks_follows_the_int8_reference)
     o.kv_dtype = "int8";
     o.kv_budget = (size_t)14 * 4 * kv_dtype_bytes_per_token(&cfg, KV_DTYPE_INT8);
     ServingRun run;
-    ck_assert(serving_run_init(&run, &m, &t, &o, &rf, &err) == 0);
+    ck_assert(serving_run_init(&run, m, &syn.t, &o, &rf, &err) == 0);
     PagedServer *s = NULL;
     int rc = paged_serve(&run, &s, NULL, &err);
     ck_assert_msg(rc == 0, "expected the int8 server to finish every request, got: %s; hint: paged_int8_row_bytes() "
                   "must count the codes and the scales (the pool's rows are that long)", err.msg);
     for (int i = 0; i < run.n_reqs; i++) {
         const Request *r = &run.reqs[i];
-        float *logits = test_cpu_logits_kv(&m, r->tokens, r->n_tokens - 1, KV_DTYPE_INT8); /* [n][vocab] */
+        float *logits = test_cpu_logits_kv(m, r->tokens, r->n_tokens - 1, KV_DTYPE_INT8); /* [n][vocab] */
         for (int j = r->n_prompt; j < r->n_tokens; j++) {
             const float *row = logits + (size_t)(j - 1) * (size_t)cfg.vocab_size;
             int best = 0;
@@ -453,9 +466,7 @@ START_TEST(server_with_int8_blocks_follows_the_int8_reference)
     paged_close(s);
     serving_run_free(&run);
     request_file_free(&rf);
-    tokenizer_free(&t);
-    mem_free(tok_image);
-    mem_free(image);
+    close_synthetic(&syn);
 }
 END_TEST
 
