@@ -29,7 +29,9 @@
 # the cost model's clock, on stories260K and on SmolLM2 when it is there;
 # each chapter's knee; the plots latency.svg and latency-smollm2.svg),
 # attention (PagedAttention
-# against contiguous attention, three head widths), smollm2 (the real
+# against contiguous attention, three head widths), kv_dtypes (--kv-dtype:
+# chapter 4 at one budget under f32, f16 and int8, PagedAttention per type
+# at 4096 positions), smollm2 (the real
 # SmolLM2-135M-Instruct GGUF file: chapter 2 decode and prompt speed on 1
 # and 2 threads, chapter 4's batched throughput, the weights as stored and
 # dequantized to f32, and llama.cpp's llama-bench on the same file when
@@ -74,7 +76,7 @@ OUT=$BUILD/bench
 FINAL=$OUT # where the results go; a section writes into a staging folder (see main)
 TMP=$OUT/tmp
 RUNS_SMOLLM2=${RUNS_SMOLLM2:-5}
-SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window ch07_speculative latency attention smollm2"
+SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window ch07_speculative latency attention kv_dtypes smollm2"
 
 mkdir -p "$OUT" "$TMP"
 
@@ -644,6 +646,65 @@ section_attention() {
     {
         echo
         echo "Produced by: \`RUNS=$RUNS scripts/bench.sh attention\` (each run: \`$BUILD/paged_attention_bench HEAD_DIM 3\`)."
+        echo
+    } >> "$md"
+}
+
+# ------------------------------------------------------------ smaller K/V entries
+
+# --kv-dtype (book/ch08-kv-dtypes.md): chapter 4 at one KV budget under
+# f32, f16 and int8 side by side (the shipped mixed requests on
+# stories260K, KV_DTYPE_BUDGET, default 384KiB: f32 then holds 19 blocks
+# of 16 and preempts), the types run one after the other RUNS times; then
+# PagedAttention per type at 4096 positions (paged_attention_bench
+# --kv-dtype, head_dim 64 and 128, 9 rounds that alternate the types).
+section_kv_dtypes() {
+    name=kv_dtypes
+    md=$OUT/$name.md
+    json=$OUT/$name.json
+    find_model || { say "bench: kv_dtypes: stories260K not found"; return 1; }
+    budget=${KV_DTYPE_BUDGET:-384KiB}
+    mkdir -p "$TMP/kvd"
+    i=1
+    while [ "$i" -le "$RUNS" ]; do
+        for t in f32 f16 int8; do
+            say "bench: kv_dtypes: ch04 --kv-dtype $t, run $i of $RUNS"
+            "$BUILD/ch04-paged" --model "$MODEL" --tokenizer "$TOKENIZER" --threads "$THREADS" --quiet \
+                --kv-budget "$budget" --kv-dtype "$t" --json "$TMP/kvd/$t-$i.json" --out "$TMP/kvd/$t-$i.jsonl" 2>/dev/null
+        done
+        i=$((i + 1))
+    done
+    {
+        echo "## Smaller K/V entries: chapter 4 at one budget, PagedAttention per type"
+        echo
+        echo "Chapter 4 on stories260K, data/requests-mixed.tsv, --kv-budget $budget; the types run one after the"
+        echo "other, $RUNS times. tokens/s: median (min - max) over the runs."
+        echo
+        echo "| --kv-dtype | B per token | blocks | most running at once | preemptions | tokens/s |"
+        echo "|---|---:|---:|---:|---:|---:|"
+    } > "$md"
+    printf '{\n  "budget": "%s",\n  "runs": %s,\n  "ch04": [' "$budget" "$RUNS" > "$json"
+    sep=""
+    for t in f32 f16 int8; do
+        j=$TMP/kvd/$t-1.json
+        # shellcheck disable=SC2086
+        set -- $(for f in "$TMP"/kvd/"$t"-*.json; do json_number "$f" tokens_per_s; done | stats)
+        echo "| $t | $(json_number "$j" kv_bytes_per_token) | $(json_number "$j" blocks_total) | $(json_number "$j" max_concurrent) | $(json_number "$j" preemptions) | $(printf '%.0f (%.0f - %.0f)' "$1" "$2" "$3") |" >> "$md"
+        printf '%s\n    {"kv_dtype": "%s", "kv_bytes_per_token": %s, "blocks_total": %s, "max_concurrent": %s, "preemptions": %s, "tokens_per_s": [%s, %s, %s]}' \
+            "$sep" "$t" "$(json_number "$j" kv_bytes_per_token)" "$(json_number "$j" blocks_total)" \
+            "$(json_number "$j" max_concurrent)" "$(json_number "$j" preemptions)" "$1" "$2" "$3" >> "$json"
+        sep=","
+    done
+    printf '\n  ]\n}\n' >> "$json"
+    {
+        echo
+        for hd in 64 128; do
+            say "bench: kv_dtypes: paged_attention_bench --kv-dtype $hd"
+            "$BUILD/paged_attention_bench" --kv-dtype "$hd" 9 4096
+            echo
+        done
+        echo "Produced by: \`RUNS=$RUNS scripts/bench.sh kv_dtypes\` (\`$BUILD/ch04-paged --kv-budget $budget --kv-dtype T\`,"
+        echo "\`$BUILD/paged_attention_bench --kv-dtype HEAD_DIM 9 4096\`)."
         echo
     } >> "$md"
 }

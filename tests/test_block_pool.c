@@ -43,8 +43,12 @@ START_TEST(bad_shapes_refused)
     }
     BlockShape s = small_shape(4);
     ck_assert_int_eq(block_pool_init(&p, &s, 0, 1, &err), -1);
-    s.elem_bytes = 2; /* f16 is for accounting only */
+    s.elem_bytes = 0; /* no element size */
     ck_assert_int_eq(block_pool_init(&p, &s, 4, 1, &err), -1);
+    s.elem_bytes = 1;
+    s.scale_bytes = -4;
+    ck_assert_int_eq(block_pool_init(&p, &s, 4, 1, &err), -1);
+    s.scale_bytes = 0;
     ck_assert_int_eq(block_pool_init(&p, &s, 4, 0, &err), 0);
     block_pool_free(&p);
     ck_assert_int_eq(mem_live_buffers(), 0);

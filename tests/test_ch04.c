@@ -96,7 +96,7 @@ START_TEST(paged_attention_equals_contiguous_bitwise)
         BlockPool p;
         BlockTables bt;
         Err err = {{0}};
-        BlockShape shape = {bs, layers, kv_dim, sizeof(float)};
+        BlockShape shape = {bs, layers, kv_dim, sizeof(float), 0};
         ck_assert_int_eq(block_pool_init(&p, &shape, n_blocks + 3, 1, &err), 0);
         ck_assert_int_eq(block_tables_init(&bt, 1, n_blocks, &err), 0);
         BlockTable *t = &bt.tables[0];

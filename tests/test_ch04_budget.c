@@ -450,7 +450,7 @@ START_TEST(shared_blocks_swap_once_and_stay_shared)
      * in, C takes references on them, and A shares the first two and gets
      * its own third: 4 copies in, reference counts 3, 3, 2 and 1, and every
      * byte as it was. */
-    BlockShape shape = {4, 2, 4, sizeof(float)};
+    BlockShape shape = {4, 2, 4, sizeof(float), 0};
     BlockPool p;
     BlockTables bt;
     SwapSpace sw;

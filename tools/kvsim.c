@@ -594,11 +594,6 @@ static int finish_options(Options *o, Err *err)
         return err_set(err, "--kv-budget %.2f GB and the weights' %.2f GB do not fit in the GPU's %.2f GB",
                        (double)o->kv_budget / KVMATH_GB, (double)o->budget.weights_bytes / KVMATH_GB,
                        (double)o->budget.gpu_bytes / KVMATH_GB);
-    /* Chapter 4's pool sizes its blocks in whole elements; int8's scales
-     * (4 B per head of each row) are not yet among them. */
-    if (o->dtype == KV_DTYPE_INT8 && o->use[S_PAGED])
-        return err_set(err, "--kv-dtype int8: chapter 4's block pool does not count int8's scales yet, so the paged "
-                       "strategy cannot run it; use fp8-e4m3 (1 B per element, no scale), or --strategies without paged");
     uint64_t per_token = kvmath_bytes_per_token(&o->shape, o->dtype);
     if (o->kv_budget < per_token * (uint64_t)o->block_size)
         return err_set(err, "a KV budget of %" PRIu64 " B holds no block of %d tokens (%" PRIu64 " B per token)",
@@ -714,6 +709,7 @@ static ServeChapter strategy_chapter(int k, const Options *o, CliOptions *co)
     co->block_size = o->block_size;
     co->watermark = o->watermark;
     co->max_batch = o->max_batch ? o->max_batch : o->w.n_requests;
+    co->kv_dtype = kv_dtype_name(o->dtype); /* chapter 4's blocks count int8's scales (BlockShape.scale_bytes) */
     if (k == S_PAGED)
         return SERVE_PAGED;
     co->reserve = reserve[k];

@@ -9,7 +9,8 @@
 
 size_t block_shape_bytes(const BlockShape *s)
 {
-    return (size_t)s->block_size * (size_t)s->n_layers * 2u * (size_t)s->kv_dim * (size_t)s->elem_bytes;
+    size_t row = (size_t)s->kv_dim * (size_t)s->elem_bytes + (size_t)s->scale_bytes; /* one stored row */
+    return (size_t)s->block_size * (size_t)s->n_layers * 2u * row;
 }
 
 int block_count_for_tokens(int n_tokens, int block_size)
@@ -17,23 +18,20 @@ int block_count_for_tokens(int n_tokens, int block_size)
     return (n_tokens + block_size - 1) / block_size;
 }
 
-static int valid_shape(const BlockShape *s, int with_storage, Err *err)
+static int valid_shape(const BlockShape *s, Err *err)
 {
     int bs = s->block_size;
     if (bs < 1 || bs > BLOCK_SIZE_MAX || (bs & (bs - 1)))
         return err_set(err, "block size %d is not a power of two from 1 to %d", bs, BLOCK_SIZE_MAX);
-    if (s->n_layers < 1 || s->kv_dim < 1 || s->elem_bytes < 1)
+    if (s->n_layers < 1 || s->kv_dim < 1 || s->elem_bytes < 1 || s->scale_bytes < 0)
         return err_set(err, "block shape needs layers, kv_dim and element size > 0");
-    if (with_storage && s->elem_bytes != (int)sizeof(float))
-        return err_set(err, "K/V storage is f32 on the CPU; %d-byte elements are for accounting only",
-                       s->elem_bytes);
     return 0;
 }
 
 int block_pool_init(BlockPool *p, const BlockShape *shape, int n_blocks, int with_storage, Err *err)
 {
     memset(p, 0, sizeof *p);
-    if (valid_shape(shape, with_storage, err))
+    if (valid_shape(shape, err))
         return -1;
     if (n_blocks < 1)
         return err_set(err, "a block pool needs at least one block");
@@ -44,7 +42,7 @@ int block_pool_init(BlockPool *p, const BlockShape *shape, int n_blocks, int wit
     p->free_stack = mem_alloc_array(MEM_KV_METADATA, (size_t)n_blocks, sizeof(int));
     p->ref_count = mem_alloc_array(MEM_KV_METADATA, (size_t)n_blocks, sizeof(int));
     if (with_storage)
-        p->storage = mem_alloc_array(MEM_KV, (size_t)n_blocks, p->floats_per_block * sizeof(float));
+        p->storage = mem_alloc_array(MEM_KV, (size_t)n_blocks, p->bytes_per_block); /* f32: floats_per_block floats */
     if (!p->free_stack || !p->ref_count || (with_storage && !p->storage)) {
         block_pool_free(p);
         return err_set(err, "out of memory for a pool of %d blocks", n_blocks);
@@ -76,8 +74,8 @@ void block_pool_copy(BlockPool *p, int dst, int src)
         p->on_copy(p->on_copy_ctx, dst, src); /* the device's blocks are copied too */
     if (!p->storage)
         return;
-    memcpy(p->storage + (size_t)dst * p->floats_per_block, p->storage + (size_t)src * p->floats_per_block,
-           p->floats_per_block * sizeof(float));
+    unsigned char *bytes = (unsigned char *)p->storage; /* [n_blocks][bytes_per_block], whatever the element type */
+    memcpy(bytes + (size_t)dst * p->bytes_per_block, bytes + (size_t)src * p->bytes_per_block, p->bytes_per_block);
 }
 
 int block_pool_used(const BlockPool *p)

@@ -28,6 +28,15 @@
  * the keys of one layer are a small contiguous [block_size][kv_dim] matrix,
  * laid out exactly like a slice of chapter 2's contiguous cache.
  *
+ * With `--kv-dtype` other than f32 (ext/dtype.h) the pool holds the same
+ * rows in a smaller element type, each row followed by its scales (int8):
+ *
+ *     storage: [n_blocks][n_layers][2 (K, V)][block_size][row bytes]
+ *
+ * The pool itself only counts and copies bytes (block_shape_bytes(),
+ * block_pool_copy()); block_pool_keys() and block_pool_values() below
+ * read f32 rows.
+ *
  * The pool knows shapes, never weights: with storage off (accounting-only
  * mode) it keeps every book and allocates no K/V bytes, which is how the
  * capacity simulator runs it at 7B and 13B scale.
@@ -59,19 +68,22 @@ typedef struct {
     int n_layers;      /**< layers of the model */
     int kv_dim;        /**< width of one token's K (or V) row: n_kv_heads * head_dim */
     /**
-     * Bytes per stored element: 4 (f32) with storage; the simulator may
-     * count 2. An int, so that the shape packs into 16 bytes: PagedServer,
-     * whose size the ledger charges to activations, then keeps its size
-     * with the extension points of paged.h.
+     * Bytes per stored element: 4 (f32), 2 (f16, bf16), 1 (int8, fp8;
+     * `--kv-dtype`, ext/dtype.h). An int, as the other sizes are.
      */
     int elem_bytes;
+    /**
+     * Bytes stored after each row's kv_dim elements: int8's scales, one f32
+     * per KV head (common/cpu/kv_dtype.h); 0 for the other types.
+     */
+    int scale_bytes;
 } BlockShape;
 
 /** The pool: every block of the KV budget, free or held. */
 typedef struct {
     BlockShape shape;        /**< what one block holds */
     int n_blocks;            /**< blocks in the pool */
-    size_t bytes_per_block;  /**< block_size x n_layers x 2 x kv_dim x elem_bytes */
+    size_t bytes_per_block;  /**< block_size x n_layers x 2 x (kv_dim x elem_bytes + scale_bytes) */
     size_t floats_per_block; /**< n_layers x 2 x block_size x kv_dim */
     int *free_stack;         /**< [n_blocks] ids of the free blocks; the next one handed out is at n_free - 1 */
     int n_free;              /**< free blocks on the stack */
@@ -84,7 +96,7 @@ typedef struct {
      */
     int n_parked;
     int *ref_count;          /**< [n_blocks] block tables holding each block; 0 = free */
-    float *storage;          /**< [n_blocks][n_layers][2][block_size][kv_dim], or NULL (accounting only) */
+    float *storage;          /**< [n_blocks][n_layers][2][block_size][kv_dim] (f32; other types: [n_blocks][bytes_per_block] bytes), or NULL (accounting only) */
     /**
      * Told of every block_pool_copy(), with or without storage (NULL:
      * nobody listens): a device store repeats copy-on-write this way
@@ -113,7 +125,8 @@ typedef struct {
 } BlockTables;
 
 /**
- * Bytes one block occupies: block_size x n_layers x 2 x kv_dim x elem_bytes.
+ * Bytes one block occupies: block_size x n_layers x 2 x (kv_dim x
+ * elem_bytes + scale_bytes): the stored bytes, scales included.
  * @param shape  what a block holds
  * @return bytes per block
  */
@@ -132,7 +145,8 @@ int block_count_for_tokens(int n_tokens, int block_size);
  * @param p             receives the pool
  * @param shape         what a block holds (block_size a power of two <= BLOCK_SIZE_MAX)
  * @param n_blocks      blocks, at least 1
- * @param with_storage  1: allocate the K/V bytes (elem_bytes must be 4);
+ * @param with_storage  1: allocate the K/V bytes (any element type: the pool
+ *                      only counts and copies them);
  *                      0: accounting only, no K/V bytes
  * @param err           receives the reason on failure
  * @return 0 on success, -1 on failure (nothing to free then)
@@ -179,7 +193,7 @@ int block_pool_release(BlockPool *p, int block);
 void block_pool_copy(BlockPool *p, int dst, int src);
 
 /**
- * The keys of one layer inside one block.
+ * The keys of one layer inside one block (an f32 pool).
  * @param p      a pool with storage
  * @param block  block id
  * @param layer  layer index
@@ -195,7 +209,7 @@ static inline float *block_pool_keys(const BlockPool *p, int block, int layer)
 }
 
 /**
- * The values of one layer inside one block.
+ * The values of one layer inside one block (an f32 pool).
  * @param p      a pool with storage
  * @param block  block id
  * @param layer  layer index

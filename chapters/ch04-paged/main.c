@@ -10,7 +10,7 @@ static const CliProgram PROGRAM = {
     .name = "ch04-paged",
     .summary = "Chapter 4: a paged KV cache (blocks, block tables, PagedAttention), continuous batching, "
                "preemption and copy-on-write forks.",
-    .features = CLI_MODEL | CLI_CHAT | CLI_SAMPLING | CLI_SERVING | CLI_PAGED | CLI_DEVICE,
+    .features = CLI_MODEL | CLI_CHAT | CLI_SAMPLING | CLI_SERVING | CLI_PAGED | CLI_DEVICE | CLI_KV_DTYPE,
 };
 
 int main(int argc, char **argv)

@@ -54,6 +54,9 @@
  * | the pool, tables, growth, forks | chapters/ch04-paged/block_pool.c | block_table_grow(), block_table_fork() |
  * | the K/V seam: store into a slot, attend | chapters/ch04-paged/seam.c | paged_store(), paged_attend() |
  * | PagedAttention: attention through the block table (lab) | solutions/ch04/paged_attention.c | paged_attention() |
+ * | an int8 row into its block slot, a scale per KV head beside the codes (lab) | solutions/ch04/paged_int8_store_row.c | paged_int8_store_row() |
+ * | one KV head of an int8 slot read back (lab) | solutions/ch04/paged_int8_load_head.c | paged_int8_load_head() |
+ * | an int8 slot's bytes, scales counted (lab) | solutions/ch04/paged_int8_row_bytes.c | paged_int8_row_bytes() |
  * | the weighted sum of values, a block of rows at a time | chapters/ch04-paged/paged_kv.c | paged_accumulate_rows() |
  * | each block's history; blocks used, slack, sharing | chapters/ch04-paged/account.c | paged_account() |
  * | the chapter's lines of the memory table | chapters/ch04-paged/report.c | paged_report_table() |
@@ -77,6 +80,7 @@
  * | ext/trace.c: each step's changes to the tables and blocks; the tables after one step | `--trace`, `--show-tables` | paged_trace_open() | none: the run's observers (serving_add_observer()) |
  * | ext/device.c: the same blocks on the device | `--device cuda` | paged_device_open() | none: the pool's on_copy and the run's device seam |
  * | ext/paged_cache.h: the hooks of a cache of K/V above the pool | chapter 5's program | none: chapter 5 sets PagedServer.cache | ::PagedCache (lookup, admitted, release, reclaim) |
+ * | ext/dtype.c: the blocks' rows in f16, bf16, int8 (with their scales) or fp8; PagedAttention reading them | `--kv-dtype` | paged_dtype_open() (paged_open()) | seam, close |
  */
 #ifndef KVLAB_CH04_PAGED_H
 #define KVLAB_CH04_PAGED_H
@@ -121,6 +125,7 @@ typedef struct {
     int (*step)(PagedServer *s, ServingRun *run, Err *err); /**< a whole step instead of paged_step()'s (ext/beam.c) */
     int (*plan)(PagedServer *s, ServingRun *run, Err *err); /**< the schedule instead of paged_schedule() (ext/budget.c) */
     void (*block_freed)(PagedServer *s, int block);          /**< a block no table holds any more (ext/swap.c) */
+    KvSeam (*seam)(PagedServer *s); /**< the model's K/V seam instead of paged_seam()'s (ext/dtype.c) */
     /** Setup lines after the core's (ext/budget.c). */
     void (*print_setup)(FILE *log, const PagedServer *s, const ServingRun *run, const char *name);
     void (*report_table)(FILE *f, const PagedServer *s, const ServingRun *run); /**< lines after the core's (ext/budget.c) */
@@ -139,6 +144,8 @@ typedef struct SwapSpace SwapSpace;
 typedef struct BeamSearch BeamSearch;
 /** The hooks of a cache above the pool (ext/paged_cache.h). */
 typedef struct PagedCache PagedCache;
+/** The pool with smaller entries (ext/paged_dtype.h). */
+typedef struct PagedDtype PagedDtype;
 
 /** The chapter-4 server: the paged store, the queue and the numbers it reports. */
 struct PagedServer {
@@ -166,6 +173,7 @@ struct PagedServer {
     BeamSearch *beam;         /**< ext/beam.h: --beam */
     PagedHooks hooks;         /**< what the extensions that are on change in the core's run */
     const PagedCache *cache;  /**< ext/paged_cache.h: a cache of K/V above the pool (chapter 5) */
+    PagedDtype *dtype;        /**< ext/paged_dtype.h: --kv-dtype other than f32, the rows stored smaller */
 };
 
 /**
@@ -232,6 +240,15 @@ void paged_close(PagedServer *s);
  * @return 0 on success (also when every request is already done), -1 on failure
  */
 int paged_step(PagedServer *s, ServingRun *run, Err *err);
+
+/**
+ * The K/V seam a step runs the model with: paged_seam() over the f32
+ * pool, or, with `--kv-dtype` (the `seam` hook set), paged_dtype_seam()
+ * over the typed one (ext/paged_dtype.h).
+ * @param s  the server
+ * @return the seam
+ */
+KvSeam paged_server_seam(PagedServer *s);
 
 /**
  * paged_open(), then paged_step() until every request is done: a whole run

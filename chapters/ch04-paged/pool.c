@@ -30,14 +30,18 @@ void paged_reject_unfitting(PagedServer *s, ServingRun *run, int width, const ch
 }
 
 /* The pool's element size follows the run's bytes per token, so that the
- * simulator can count an f16 cache; stored K/V on the CPU are f32. */
+ * simulator can count an f16 cache; --kv-dtype int8 adds the scales stored
+ * after each row, 4 B per KV head (ext/dtype.h stores the rows). */
 static int pool_shape(const ServingRun *run, BlockShape *shape, Err *err)
 {
     const ModelConfig *c = &run->model->cfg;
+    int scale_bytes = c->n_kv_heads * (int)kv_dtype_scale_bytes(serving_kv_dtype(run)); /* per stored row */
     size_t per_elem_token = 2u * (size_t)c->n_layers * (size_t)model_kv_dim(c);
+    size_t scales_per_token = 2u * (size_t)c->n_layers * (size_t)scale_bytes;
+    size_t elem_part = run->kv_bytes_per_token > scales_per_token ? run->kv_bytes_per_token - scales_per_token : 0;
     *shape = (BlockShape){.block_size = run->opts->block_size, .n_layers = c->n_layers, .kv_dim = model_kv_dim(c),
-                          .elem_bytes = (int)(run->kv_bytes_per_token / per_elem_token)};
-    if ((size_t)shape->elem_bytes * per_elem_token != run->kv_bytes_per_token)
+                          .elem_bytes = (int)(elem_part / per_elem_token), .scale_bytes = scale_bytes};
+    if ((size_t)shape->elem_bytes * per_elem_token + scales_per_token != run->kv_bytes_per_token)
         return err_set(err, "%zu B per token is not 2 x layers x kv_dim elements", run->kv_bytes_per_token);
     return 0;
 }

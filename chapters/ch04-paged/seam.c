@@ -2,7 +2,9 @@
  * slot its block table names, paged_attend() hands one query head to
  * paged_attention() (the lab, solutions/ch04/paged_attention.c), whose
  * weighted sum of values takes a block at a time through
- * paged_accumulate_rows() (paged_kv.c). */
+ * paged_accumulate_rows() (paged_kv.c); paged_server_seam() picks the seam
+ * a step runs with: this one, or with --kv-dtype the typed pool's
+ * (ext/dtype.c). */
 #include <string.h>
 
 #include "paged.h"
@@ -28,4 +30,11 @@ void paged_attend(void *ctx, int layer, const BatchEntry *e, int head, const flo
 KvSeam paged_seam(PagedKv *kv)
 {
     return (KvSeam){.ctx = kv, .store = paged_store, .attend = paged_attend};
+}
+
+KvSeam paged_server_seam(PagedServer *s)
+{
+    if (s->hooks.seam) /* an extension stores the rows its own way (ext/dtype.c) */
+        return s->hooks.seam(s);
+    return paged_seam(&s->kv);
 }

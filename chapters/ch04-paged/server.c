@@ -8,6 +8,7 @@
 
 #include "ext/beam.h"
 #include "ext/budget.h"
+#include "ext/paged_dtype.h"
 #include "ext/paged_device.h"
 #include "ext/paged_trace.h"
 #include "mem.h"
@@ -103,6 +104,8 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err)
         return -1;
     if (run->device && paged_device_open(s, run, err)) /* --device cuda (ext/device.c) */
         return -1;
+    if (paged_dtype_wanted(run) && paged_dtype_open(s, run, err)) /* --kv-dtype (ext/dtype.c) */
+        return -1;
     if ((run->trace || o->show_tables >= 0) && paged_trace_open(s, run, log, err)) /* ext/trace.c */
         return -1;
     return 0;
@@ -147,7 +150,7 @@ int paged_step(PagedServer *s, ServingRun *run, Err *err)
     /* The batch through the model. Attention reads K and V through the
      * block tables: the seam's attend is paged_attend(), which calls
      * paged_attention() (solutions/ch04/paged_attention.c). */
-    KvSeam seam = paged_seam(&s->kv);
+    KvSeam seam = paged_server_seam(s);
     if (serving_step_forward(run, &seam, err))
         return -1;
     serving_step_sample(run); /* every fed request takes its next token */

@@ -12,7 +12,7 @@ static const CliProgram PROGRAM = {
     .summary = "Chapter 5: automatic prefix caching on chapter 4's paged KV cache: requests that share leading "
                "tokens share the K/V of their full blocks (a hash chain or a radix tree). CPU only: it takes no "
                "--device.",
-    .features = CLI_MODEL | CLI_CHAT | CLI_SAMPLING | CLI_SERVING | CLI_PAGED | CLI_PREFIX,
+    .features = CLI_MODEL | CLI_CHAT | CLI_SAMPLING | CLI_SERVING | CLI_PAGED | CLI_PREFIX | CLI_KV_DTYPE,
 };
 
 int main(int argc, char **argv)

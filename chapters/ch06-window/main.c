@@ -13,7 +13,7 @@ static const CliProgram PROGRAM = {
                "paged cache (--kv-window N --kv-sinks S --kv-evict h2o --kv-heavy H; --kv-tokens FILE writes the "
                "generated ids, --kv-force FILE feeds them back and measures their perplexity, --kv-argmax FILE writes the "
                "greedy id of every forced step).",
-    .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_PAGED,
+    .features = CLI_MODEL | CLI_SAMPLING | CLI_SERVING | CLI_PAGED | CLI_KV_DTYPE,
 };
 
 int main(int argc, char **argv)

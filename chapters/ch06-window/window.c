@@ -9,6 +9,7 @@
 #include <omp.h>
 #endif
 
+#include "ext/paged_dtype.h"
 #include "infile.h"
 #include "mem.h"
 #include "ops.h"
@@ -135,7 +136,8 @@ static void forget_sequence(WindowCache *w, int seq)
 static void window_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v)
 {
     WindowCache *w = ctx;
-    paged_store(&w->server->kv, layer, e, k, v); /* chapter 4's slot mapping: row pos % block_size */
+    KvSeam kv = paged_server_seam(w->server); /* chapter 4's slot mapping: row pos % block_size (its type: --kv-dtype) */
+    kv.store(kv.ctx, layer, e, k, v);
     if (layer != 0)
         return;
     if (e->pos == 0)
@@ -208,10 +210,14 @@ static int gather_visible(const WindowCache *w, int seq, int layer, size_t slice
         if (!visible(w, held, pos, qpos))
             continue;
         size_t from = slice + (size_t)(pos % bs) * (size_t)kv_dim, to = (size_t)(n % bs) * (size_t)hd;
-        memcpy(block_pool_keys(view, n / bs, 0) + to, block_pool_keys(pool, t->blocks[pos / bs], layer) + from,
-               row_bytes);
-        memcpy(block_pool_values(view, n / bs, 0) + to, block_pool_values(pool, t->blocks[pos / bs], layer) + from,
-               row_bytes);
+        float *k = block_pool_keys(view, n / bs, 0) + to, *v = block_pool_values(view, n / bs, 0) + to;
+        if (w->server->dtype) /* --kv-dtype: the values the stored row holds (chapter 4's ext/dtype.c) */
+            paged_dtype_load_head(w->server->dtype, t->blocks[pos / bs], layer, pos % bs, (int)(slice / (size_t)hd),
+                                  k, v);
+        else {
+            memcpy(k, block_pool_keys(pool, t->blocks[pos / bs], layer) + from, row_bytes);
+            memcpy(v, block_pool_values(pool, t->blocks[pos / bs], layer) + from, row_bytes);
+        }
         n++;
     }
     return n;

@@ -176,29 +176,36 @@ static inline uint32_t bits_of(float f)
     return u;
 }
 
-/* An IEEE half to f32: the exponent and mantissa moved into f32's places
- * and rescaled by 2^(127 - 15), exact for normals and subnormals alike; an
- * all-ones exponent is an infinity or a NaN. dtype_f16_to_f32(), without
- * a branch. */
+/* An IEEE half to f32 without a branch (dtype_f16_to_f32()'s values): the
+ * exponent and mantissa move into f32's places and the exponent is
+ * rebiased by adding 112 (= 127 - 15) to it, integer work only. A subnormal
+ * (exponent 0) comes out as 1.m x 2^-14 that way, from which 2^-14 is
+ * subtracted: m x 2^-24, exactly. An all-ones exponent (infinity, NaN)
+ * gets 112 more, to f32's all-ones. No step touches a subnormal f32, whose
+ * arithmetic costs x86 a microcode assist of a hundred cycles or more. */
 static inline float half_bits_to_f32(uint32_t h)
 {
-    uint32_t magnitude = (h & 0x7fffu) << 13;
-    uint32_t v = bits_of(float_of(magnitude) * 0x1p112f);
-    v = (h & 0x7c00u) == 0x7c00u ? (magnitude | 0x7f800000u) : v;
-    return float_of(v | (h & 0x8000u) << 16);
+    uint32_t o = ((h & 0x7fffu) << 13) + (112u << 23);
+    uint32_t e = h & 0x7c00u;
+    uint32_t subnormal = bits_of(float_of(o + (1u << 23)) - 0x1p-14f);
+    o = e == 0 ? subnormal : o;
+    o = e == 0x7c00u ? o + (112u << 23) : o;
+    return float_of(o | (h & 0x8000u) << 16);
 }
 
-/* OFP8 E4M3 to f32 the same way, rescaled by 2^(127 - 7); S.1111.111 is
- * the NaN. dtype_fp8_e4m3_to_f32(), without a branch. */
+/* OFP8 E4M3 to f32 the same way: exponent + 120 (= 127 - 7); a subnormal
+ * is 1.m x 2^-6 - 2^-6; S.1111.111 is the NaN. dtype_fp8_e4m3_to_f32()'s
+ * values, without a branch. */
 static inline float e4m3_bits_to_f32(uint32_t c)
 {
-    uint32_t v = bits_of(float_of((c & 0x7fu) << 20) * 0x1p120f);
-    v = (c & 0x7fu) == 0x7fu ? 0x7fc00000u : v;
-    return float_of(v | (c & 0x80u) << 24);
+    uint32_t o = ((c & 0x7fu) << 20) + (120u << 23);
+    uint32_t subnormal = bits_of(float_of(o + (1u << 23)) - 0x1p-6f);
+    o = (c & 0x78u) == 0 ? subnormal : o;
+    o = (c & 0x7fu) == 0x7fu ? 0x7fc00000u : o;
+    return float_of(o | (c & 0x80u) << 24);
 }
 
-/* The values of head @p head of a stored row. */
-static void load_head(float *dst, const unsigned char *row, int head, const KvRowFormat *f)
+void kv_row_load_head(float *dst, const unsigned char *row, int head, const KvRowFormat *f)
 {
     int n = f->head_dim;
     size_t first = (size_t)head * (size_t)n; /* the head's first element */
@@ -231,7 +238,7 @@ static void load_head(float *dst, const unsigned char *row, int head, const KvRo
 void kv_row_load(float *x, const void *row, const KvRowFormat *f)
 {
     for (int h = 0; h < f->n_heads; h++)
-        load_head(x + (size_t)h * (size_t)f->head_dim, row, h, f);
+        kv_row_load_head(x + (size_t)h * (size_t)f->head_dim, row, h, f);
 }
 
 /* ------------------------------------------------------------ attention over stored rows */
@@ -241,7 +248,7 @@ float kv_attention_score(const float *q, const void *row, int head, const KvRowF
     if (f->type == KV_DTYPE_FP32)
         return attention_score(q, (const float *)row + (size_t)head * (size_t)f->head_dim, f->head_dim);
     float k[KV_DTYPE_HEAD_DIM_MAX]; /* one head, in registers and L1: never the cache */
-    load_head(k, row, head, f);
+    kv_row_load_head(k, row, head, f);
     return attention_score(q, k, f->head_dim);
 }
 
@@ -252,7 +259,7 @@ void kv_attention_accumulate(float *out, float a, const void *row, int head, con
         return;
     }
     float v[KV_DTYPE_HEAD_DIM_MAX];
-    load_head(v, row, head, f);
+    kv_row_load_head(v, row, head, f);
     attention_accumulate(out, a, v, f->head_dim);
 }
 

@@ -235,6 +235,16 @@ void kv_row_store(void *row, const float *x, const KvRowFormat *f);
 void kv_row_load(float *x, const void *row, const KvRowFormat *f);
 
 /**
+ * Reads one head of a stored row back as f32, exactly as kv_row_load()
+ * does (int8: code x the head's scale).
+ * @param dst   [head_dim] receives the values
+ * @param row   [kv_row_bytes(f)] a stored row
+ * @param head  KV head of the row
+ * @param f     the format
+ */
+void kv_row_load_head(float *dst, const unsigned char *row, int head, const KvRowFormat *f);
+
+/**
  * Attention score of a query head against one head of a stored key row:
  * attention_score() (ops.h) of the values the row holds, read in place.
  * @param q     [head_dim] the query head

@@ -145,6 +145,14 @@ size_t serving_kv_budget(const ServingRun *run)
     return 8u * (size_t)run->model->cfg.seq_len * run->kv_bytes_per_token;
 }
 
+KvDtype serving_kv_dtype(const ServingRun *run)
+{
+    KvDtype t = KV_DTYPE_FP32;
+    if (run->opts && run->opts->kv_dtype)
+        kv_dtype_parse(run->opts->kv_dtype, &t, NULL); /* cli_parse() checked the name */
+    return t;
+}
+
 /* One step of request i's reservation; adds its bytes to the step's totals. */
 static void account_request(ServingRun *run, int i, size_t *reserved, size_t *used)
 {
@@ -305,7 +313,7 @@ int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const 
     run->model = m;
     run->tokenizer = t;
     run->opts = opts;
-    run->kv_bytes_per_token = model_kv_bytes_per_token(&m->cfg, sizeof(float));
+    run->kv_bytes_per_token = kv_dtype_bytes_per_token(&m->cfg, serving_kv_dtype(run)); /* f32: 4 B an element */
     /* --n samples or --beam beams of each line, one request each. */
     int n = opts->beam_width > 0 ? opts->beam_width : opts->n_samples > 0 ? opts->n_samples : 1;
     SamplingParams sampling = cli_sampling_params(opts);

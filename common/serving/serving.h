@@ -388,6 +388,15 @@ void serving_reject(ServingRun *run, Request *r, const char *fmt, ...) __attribu
 size_t serving_kv_budget(const ServingRun *run);
 
 /**
+ * The element type of the run's K/V (`--kv-dtype`; f32 unless it says
+ * otherwise). Chapter 4's pool stores it on the CPU (ext/dtype.h); on the
+ * device it names the device's type.
+ * @param run  the run
+ * @return the type
+ */
+KvDtype serving_kv_dtype(const ServingRun *run);
+
+/**
  * The default accounting of a step: sums the reservations of all requests, records
  * the timeline, and adds one step to each reservation's track (used =
  * n_cached x bytes per token).

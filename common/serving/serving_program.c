@@ -226,7 +226,7 @@ int serving_program_report(ServingProgram *p, void (*table)(FILE *f, void *chapt
     RunReport report = {
         .chapter = p->program->name, .device = o->device, .model_path = p->assets.model_path,
         .cfg = p->assets.model.cfg, .model = &p->assets.model,
-        .kv_dtype = p->on_device ? kv_dtype_from_device(p->device.run.kv_type) : KV_DTYPE_FP32, .kv = &run->timeline,
+        .kv_dtype = p->on_device ? kv_dtype_from_device(p->device.run.kv_type) : serving_kv_dtype(run), .kv = &run->timeline,
         .tokens_generated = run->tokens_generated, .elapsed_s = run->elapsed_s, .extra_table = serving_table,
         .latency_table = latency_table, .extra_json = serving_json, .extra = &sr,
     };

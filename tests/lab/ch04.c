@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ext/paged_dtype.h"
 #include "generate.h"
 #include "helpers.h"
 #include "lab/grading.h"
@@ -246,6 +247,32 @@ END_TEST
 
 /* ------------------------------------------------------------ end to end */
 
+/* A small synthetic model (GQA: 6 query heads on 2 KV heads, seq_len 64)
+ * and its tokenizer, from memory images freed by close_synthetic(). */
+typedef struct {
+    void *image, *tok_image;
+    Model m;
+    Tokenizer t;
+} Synthetic;
+
+static void open_synthetic(Synthetic *s, unsigned long long seed)
+{
+    SynthSpec spec = {.cfg = {48, 96, 3, 6, 2, 400, 64}, .seed = seed};
+    size_t bytes, tok_bytes;
+    Err err = {{0}};
+    ck_assert(synth_model_image(&spec, &s->image, &bytes, &err) == 0);
+    ck_assert(synth_tokenizer_image(spec.cfg.vocab_size, &s->tok_image, &tok_bytes, &err) == 0);
+    ck_assert(model_open_image(&s->m, s->image, bytes, &err) == 0);
+    ck_assert(tokenizer_open_image(&s->t, s->tok_image, tok_bytes, spec.cfg.vocab_size, &err) == 0);
+}
+
+static void close_synthetic(Synthetic *s)
+{
+    tokenizer_free(&s->t);
+    mem_free(s->tok_image);
+    mem_free(s->image);
+}
+
 /* The tokens a request gets alone, with a contiguous cache. */
 static int solo(const Model *m, const Tokenizer *t, const char *prompt, int steps, float temperature,
                 unsigned long long seed, int *out)
@@ -257,17 +284,12 @@ static int solo(const Model *m, const Tokenizer *t, const char *prompt, int step
  * @p blocks blocks of 4 tokens and compares every request with its solo run. */
 static void serve_and_compare(const char *requests, int blocks, int n_samples, float temperature, int want_preempt)
 {
-    ModelConfig cfg = {48, 96, 3, 6, 2, 400, 64};
-    SynthSpec spec = {.cfg = cfg, .seed = 11};
-    void *image, *tok_image;
-    size_t bytes, tok_bytes;
+    Synthetic syn;
+    open_synthetic(&syn, 11);
+    const Model *m = &syn.m;
+    const Tokenizer *t = &syn.t;
+    const ModelConfig cfg = m->cfg;
     Err err = {{0}};
-    ck_assert(synth_model_image(&spec, &image, &bytes, &err) == 0);
-    ck_assert(synth_tokenizer_image(cfg.vocab_size, &tok_image, &tok_bytes, &err) == 0);
-    Model m;
-    Tokenizer t;
-    ck_assert(model_open_image(&m, image, bytes, &err) == 0);
-    ck_assert(tokenizer_open_image(&t, tok_image, tok_bytes, cfg.vocab_size, &err) == 0);
     RequestFile rf;
     ck_assert(request_file_parse(&rf, requests, strlen(requests), "lab", &err) == 0);
     CliOptions o;
@@ -278,7 +300,7 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
     o.n_samples = n_samples;
     o.temperature = temperature;
     ServingRun run;
-    ck_assert(serving_run_init(&run, &m, &t, &o, &rf, &err) == 0);
+    ck_assert(serving_run_init(&run, m, t, &o, &rf, &err) == 0);
     PagedServer *s = NULL;
     int rc = paged_serve(&run, &s, NULL, &err);
     ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: this test runs the whole "
@@ -290,7 +312,7 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
     for (int i = 0; i < run.n_reqs; i++) {
         const Request *r = &run.reqs[i];
         int want[64];
-        int n = solo(&m, &t, r->spec->prompt, r->spec->max_new_tokens, temperature, o.seed + (unsigned long long)i,
+        int n = solo(m, t, r->spec->prompt, r->spec->max_new_tokens, temperature, o.seed + (unsigned long long)i,
                      want);
         int same = n == r->n_tokens - r->n_prompt && memcmp(want, r->tokens + r->n_prompt, n * sizeof(int)) == 0;
         ck_assert_msg(same, "expected request %d (sample %d, %d preemptions) to give its solo tokens, got "
@@ -305,9 +327,7 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
     paged_close(s);
     serving_run_free(&run);
     request_file_free(&rf);
-    tokenizer_free(&t);
-    mem_free(tok_image);
-    mem_free(image);
+    close_synthetic(&syn);
 }
 
 START_TEST(server_gives_solo_tokens_under_preemption)
@@ -320,6 +340,133 @@ END_TEST
 START_TEST(forked_samples_give_their_solo_tokens)
 {
     serve_and_compare("20\tthe end of it\n15\tab\n", 64, 3, 0.9f, 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------ int8 slots */
+
+/* Head @p head's scale as the slot stores it, after every code. */
+static float scale_at(const unsigned char *slot, int n_heads, int head_dim, int head)
+{
+    float scale;
+    memcpy(&scale, slot + (size_t)n_heads * (size_t)head_dim + (size_t)head * sizeof scale, sizeof scale);
+    return scale;
+}
+
+START_TEST(int8_slot_counts_its_scales)
+{
+    const int cases[][3] = {{4, 8, 48}, {1, 64, 68}, {3, 10, 42}, {40, 128, 5280}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t got = paged_int8_row_bytes(cases[i][0], cases[i][1]);
+        ck_assert_msg(got == (size_t)cases[i][2], "expected %d bytes for an int8 slot of %d heads of %d, got %zu; "
+                      "hint: paged_int8_row_bytes() counts one byte per code and the 4-byte f32 scale of each head",
+                      cases[i][2], cases[i][0], cases[i][1], got);
+    }
+}
+END_TEST
+
+/* Three heads of 8: one whose scale is exactly 1 (its largest value is
+ * 127), with ties and values that truncation would round the wrong way;
+ * one of zeros (scale 0: every code 0, no NaN); one of subnormal values
+ * whose scale rounds so far down that x / scale passes 127 (saturation). */
+START_TEST(int8_store_rounds_and_saturates_per_head)
+{
+    enum { HEADS = 3, DIM = 8 };
+    const float tiny = 0x1p-149f; /* the smallest subnormal */
+    float x[HEADS * DIM] = {127.0f, 2.5f, 3.5f, -2.5f, -2.7f, 126.6f, 0.4f, -126.5f, /* scale 1 */
+                            0, 0, 0, 0, 0, 0, 0, 0,                                 /* scale 0 */
+                            190 * tiny, 95 * tiny, -190 * tiny, 0, tiny, 0, 0, 0};  /* scale 1 x tiny */
+    const int8_t want[HEADS * DIM] = {127, 2, 4, -2, -3, 127, 0, -126, 0, 0, 0, 0, 0, 0, 0, 0,
+                                      127, 95, -127, 0, 1, 0, 0, 0};
+    const float want_scale[HEADS] = {1.0f, 0.0f, tiny};
+    unsigned char slot[HEADS * DIM + HEADS * 4 + 1];
+    memset(slot, 0xAB, sizeof slot);
+    paged_int8_store_row(slot, x, HEADS, DIM);
+    for (int h = 0; h < HEADS; h++) {
+        float got = scale_at(slot, HEADS, DIM, h);
+        ck_assert_msg(memcmp(&got, &want_scale[h], sizeof got) == 0,
+                      "expected head %d's scale %a after the codes, got %a; hint: paged_int8_store_row() computes "
+                      "each head's scale from that head's own values (largest |x| / 127) and copies it to "
+                      "scales + head x 4", h, (double)want_scale[h], (double)got);
+    }
+    for (int i = 0; i < HEADS * DIM; i++) {
+        int got = ((const int8_t *)slot)[i];
+        ck_assert_msg(got == want[i], "expected code %d for %g (head %d), got %d; hint: paged_int8_store_row() "
+                      "rounds x / scale to nearest with ties to even (nearbyintf, not a cast, which truncates) and "
+                      "keeps codes within -127..127 (a rounded scale can push x / scale past 127)",
+                      want[i], (double)x[i], i / DIM, got);
+    }
+    ck_assert_msg(slot[HEADS * DIM + HEADS * 4] == 0xAB, "expected nothing written past the slot's %d bytes; hint: "
+                  "paged_int8_store_row() writes head_dim codes and one scale per head", HEADS * DIM + HEADS * 4);
+}
+END_TEST
+
+START_TEST(int8_load_reads_each_head_with_its_scale)
+{
+    enum { HEADS = 3, DIM = 4 };
+    unsigned char slot[HEADS * DIM + HEADS * 4];
+    const int8_t codes[HEADS * DIM] = {1, -2, 127, -127, 5, 0, -5, 64, 3, 3, -3, 100};
+    const float scales[HEADS] = {0.5f, 0.25f, 3.0f};
+    memcpy(slot, codes, sizeof codes);
+    memcpy(slot + sizeof codes, scales, sizeof scales);
+    for (int h = 0; h < HEADS; h++) {
+        float got[DIM + 1];
+        got[DIM] = 42.0f;
+        paged_int8_load_head(got, slot, h, HEADS, DIM);
+        for (int i = 0; i < DIM; i++)
+            ck_assert_msg(got[i] == (float)codes[h * DIM + i] * scales[h],
+                          "expected head %d value %d to be %g (code %d x scale %g), got %g; hint: "
+                          "paged_int8_load_head() reads the head's codes at head x head_dim and the head's own "
+                          "scale at scales + head x 4", h, i, (double)((float)codes[h * DIM + i] * scales[h]),
+                          codes[h * DIM + i], (double)scales[h], (double)got[i]);
+        ck_assert_msg(got[DIM] == 42.0f, "expected head_dim values written, no more; hint: paged_int8_load_head()");
+    }
+}
+END_TEST
+
+/* The whole chapter with int8 blocks: every generated token is the argmax
+ * of the logits a contiguous cache of the same int8 rows gives
+ * (common/cpu/kv_dtype.c's rows; tests/helpers.c), under preemption. */
+START_TEST(server_with_int8_blocks_follows_the_int8_reference)
+{
+    Synthetic syn;
+    open_synthetic(&syn, 17);
+    const Model *m = &syn.m;
+    const ModelConfig cfg = m->cfg;
+    Err err = {{0}};
+    const char *requests = "30\tthe end of it\n40\tmore words here\n25\tab\n";
+    RequestFile rf;
+    ck_assert(request_file_parse(&rf, requests, strlen(requests), "lab", &err) == 0);
+    CliOptions o;
+    cli_defaults(&o);
+    o.block_size = 4;
+    o.watermark = 0;
+    o.kv_dtype = "int8";
+    o.kv_budget = (size_t)14 * 4 * kv_dtype_bytes_per_token(&cfg, KV_DTYPE_INT8);
+    ServingRun run;
+    ck_assert(serving_run_init(&run, m, &syn.t, &o, &rf, &err) == 0);
+    PagedServer *s = NULL;
+    int rc = paged_serve(&run, &s, NULL, &err);
+    ck_assert_msg(rc == 0, "expected the int8 server to finish every request, got: %s; hint: paged_int8_row_bytes() "
+                  "must count the codes and the scales (the pool's rows are that long)", err.msg);
+    for (int i = 0; i < run.n_reqs; i++) {
+        const Request *r = &run.reqs[i];
+        float *logits = test_cpu_logits_kv(m, r->tokens, r->n_tokens - 1, KV_DTYPE_INT8); /* [n][vocab] */
+        for (int j = r->n_prompt; j < r->n_tokens; j++) {
+            const float *row = logits + (size_t)(j - 1) * (size_t)cfg.vocab_size;
+            int best = 0;
+            for (int v = 1; v < cfg.vocab_size; v++)
+                best = row[v] > row[best] ? v : best;
+            ck_assert_msg(best == r->tokens[j], "expected request %d's token %d to be %d (the int8 reference), got "
+                          "%d; hint: the unit tests above name the function at fault: paged_int8_store_row() writes "
+                          "the slot, paged_int8_load_head() reads it back", i, j - r->n_prompt, best, r->tokens[j]);
+        }
+        free(logits);
+    }
+    paged_close(s);
+    serving_run_free(&run);
+    request_file_free(&rf);
+    close_synthetic(&syn);
 }
 END_TEST
 
@@ -337,5 +484,11 @@ Suite *lab_suite(void)
     lab_add_test(s, admit_keeps_the_watermark, LAB_UNIT_S, 1, "paged_can_admit()");
     lab_add_test(s, server_gives_solo_tokens_under_preemption, LAB_RUN_S, 2, WHOLE_CHAPTER);
     lab_add_test(s, forked_samples_give_their_solo_tokens, LAB_RUN_S, 2, WHOLE_CHAPTER);
+    lab_add_test(s, int8_slot_counts_its_scales, LAB_UNIT_S, 1, "paged_int8_row_bytes()");
+    lab_add_test(s, int8_store_rounds_and_saturates_per_head, LAB_UNIT_S, 1, "paged_int8_store_row()");
+    lab_add_test(s, int8_load_reads_each_head_with_its_scale, LAB_UNIT_S, 1, "paged_int8_load_head()");
+    lab_add_test(s, server_with_int8_blocks_follows_the_int8_reference, LAB_RUN_S, 2,
+                 "chapter 4's server with int8 blocks (paged_int8_store_row(), paged_int8_load_head(), "
+                 "paged_int8_row_bytes())");
     return s;
 }

@@ -371,7 +371,7 @@ int beam_step(PagedServer *s, ServingRun *run, Err *err)
         return 0;
     if (beam_schedule(s, run, err)) /* every live beam's next token, then whole groups admitted */
         return -1;
-    KvSeam seam = paged_seam(&s->kv); /* the chapter's PagedAttention, unchanged */
+    KvSeam seam = paged_server_seam(s); /* the chapter's PagedAttention, unchanged */
     if (serving_step_forward(run, &seam, err))
         return -1;
     beam_select(s, run);   /* instead of sampling: each group keeps its best continuations */

@@ -1,0 +1,18 @@
+/* GENERATED from solutions/ch04/paged_int8_row_bytes.c by scripts/make-exercises.sh.
+ * Students: this is your copy. Write the regions marked TODO(lab ...),
+ * then run `make lab CH=4`. Maintainers: edit the solution instead and
+ * run `make exercises`; CI checks that the two agree. */
+/* Chapter 4 lab: paged_int8_row_bytes(), what one int8 block slot takes,
+ * its scales included: the bytes the pool and the memory table count.
+ * exercises/ch04/paged_int8_row_bytes.c is generated from this file by
+ * scripts/make-exercises.sh; `make lab CH=4` grades yours. */
+#include "ext/paged_dtype.h"
+#include "lab.h"
+
+size_t paged_int8_row_bytes(int n_heads, int head_dim)
+{
+    // TODO(lab ch04.int8_bytes): one byte per code (n_heads x head_dim of them) plus one f32 scale per head
+    (void)n_heads; (void)head_dim;
+    LAB_TODO("the bytes of one int8 slot: codes and scales");
+    return 0;
+}

@@ -1,0 +1,25 @@
+/* Chapter 4 lab: paged_int8_load_head(), one KV head of an int8 block slot
+ * read back as f32: each code times its head's scale.
+ * exercises/ch04/paged_int8_load_head.c is generated from this file by
+ * scripts/make-exercises.sh; `make lab CH=4` grades yours. */
+#include <string.h>
+
+#include "ext/paged_dtype.h"
+#include "lab.h"
+
+void paged_int8_load_head(float *dst, const unsigned char *slot, int head, int n_heads, int head_dim)
+{
+    const int8_t *codes = (const int8_t *)slot;                              /* [n_heads][head_dim] */
+    const unsigned char *scales = slot + (size_t)n_heads * (size_t)head_dim; /* [n_heads] f32 */
+    // LAB BEGIN(ch04.int8_load): the head's codes start at codes[head * head_dim]; its scale is the f32 at scales + head * sizeof(float) (memcpy it out: the slot is bytes); each value is (float)code x scale
+    float scale;
+    memcpy(&scale, scales + (size_t)head * sizeof scale, sizeof scale);
+    const int8_t *mine = codes + (size_t)head * (size_t)head_dim;
+    for (int i = 0; i < head_dim; i++)
+        dst[i] = (float)mine[i] * scale;
+    // LAB STUB:
+    // (void)codes; (void)scales; (void)head;
+    // memset(dst, 0, (size_t)head_dim * sizeof(float));
+    // LAB_TODO("read one head back: its codes times its own scale");
+    // LAB END
+}
