@@ -70,6 +70,7 @@ enum {
     NOTHING_LEFT = 1 << 6, /* @OUTDIR is empty afterwards: nothing was written */
     NO_STDOUT = 1 << 7,    /* nothing on stdout (kvsim's table comes only after its JSON) */
     REJECTED_LONG = 1 << 8, /* @OUTDIR/out.jsonl: request 1 rejected for its bytes, requests 0 and 2 served */
+    HUGE_STACK = 1 << 9,   /* run with a 1 TB stack limit: no thread of default attributes can start */
 };
 
 typedef struct {
@@ -384,6 +385,12 @@ static void run_case(const HostileCase *c, Run *r)
             signal(SIGXFSZ, SIG_IGN);
             struct rlimit lim = {1024, 1024};
             setrlimit(RLIMIT_FSIZE, &lim);
+        }
+        if (c->checks & HUGE_STACK) {
+            struct rlimit lim;
+            getrlimit(RLIMIT_STACK, &lim);
+            lim.rlim_cur = lim.rlim_max != RLIM_INFINITY && lim.rlim_max < (1ull << 40) ? lim.rlim_max : (1ull << 40);
+            setrlimit(RLIMIT_STACK, &lim);
         }
         execv(program, (char *const *)argv);
         fprintf(stderr, "cannot run %s\n", program);
@@ -854,13 +861,35 @@ static const HostileCase NUMBERS[] = {
      {"synth-model", "--dim", " 8", "--out", "@OUTDIR/m.bin"}},
     {"--threads 0: the default (documented)", RUNS, NULL, STDOUT_TEXT,
      {"ch01-naive", MT, "--steps", "3", "--quiet", "--threads", "0"}},
-    {"--threads -1", REFUSED, "--threads: -1 is out of range [0, 1024]", 0,
+    {"--threads -1", REFUSED, "--threads: -1 is out of range [0, 256]", 0,
      {"ch02-kvcache", MT, "--threads", "-1"}},
-    {"--threads 100000", REFUSED, "--threads: 100000 is out of range [0, 1024]", 0,
+    {"--threads 100000", REFUSED, "--threads: 100000 is out of range [0, 256]", 0,
      {"ch04-paged", MT, "--threads", "100000"}},
-    {"demo --threads 0 (the demo takes 1 to 1024, documented)", REFUSED, "--threads: '0' is not a number from 1 to "
-     "1024", 0, {"demo", MT, "--threads", "0"}},
+    {"demo --threads 0 (the demo takes 1 to 256, documented)", REFUSED, "--threads: '0' is not a number from 1 to "
+     "256", 0, {"demo", MT, "--threads", "0"}},
     {"demo --threads 100000", REFUSED, "--threads", 0, {"demo", MT, "--threads", "100000"}},
+    /* issue 36 H: a stated limit, and a count in range that the system
+     * cannot start is refused before the run, not by libgomp mid-run. */
+    {"--threads 257: over the stated limit", REFUSED, "--threads: 257 is out of range [0, 256]", 0,
+     {"ch03-batching", MT, "--requests", "@req.tsv", "--threads", "257"}},
+    {"kvquality --threads 257", REFUSED, "--threads", 0, {"kvquality", MT, "--threads", "257"}},
+    {"--threads 4 where no thread can start (1 TB stacks)", REFUSED, "cannot start 4 threads: this machine started "
+     "only 1", HUGE_STACK, {"ch04-paged", MT, "--requests", "@req.tsv", "--threads", "4"}},
+    {"--threads 2 where no thread can start, single stream", REFUSED, "cannot start 2 threads", HUGE_STACK,
+     {"ch01-naive", MT, "--threads", "2"}},
+    {"machine-limits --threads 3 where no thread can start", REFUSED, "cannot start 3 threads", HUGE_STACK,
+     {"machine-limits", "--threads", "3", "--mib", "1"}},
+    /* issue 36 I: stray arguments */
+    {"kvsim --scenario list extra", REFUSED, "unexpected argument 'extra'", 0, {"kvsim", "--scenario", "list", "extra"}},
+    {"kvsim --scenario list with another option", REFUSED, "--scenario list takes no other option", 0,
+     {"kvsim", "--requests", "5", "--scenario", "list"}},
+    {"kvsim --scenario paper-fig19 extra", REFUSED, "unexpected argument 'extra'", 0,
+     {"kvsim", "--scenario", "paper-fig19", "extra"}},
+    {"kvsim --scenario prefix-multiturn-7b extra", REFUSED, "unexpected argument 'extra'", 0,
+     {"kvsim", "--scenario", "prefix-multiturn-7b", "extra"}},
+    {"ch06 extra", REFUSED, "unexpected argument 'extra'", 0, {"ch06-window", MT, "extra"}},
+    {"kvcalc extra", REFUSED, "unexpected argument 'extra'", 0, {"kvcalc", "extra"}},
+    {"demo extra", REFUSED, "unexpected argument 'extra'", 0, {"demo", MT, "extra"}},
 };
 
 #ifdef HAVE_GGUF

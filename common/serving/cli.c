@@ -11,6 +11,7 @@
 #include "cost_model.h"
 #include "kv_dtype.h"
 #include "parse.h"
+#include "threads.h"
 
 enum {
     OPT_MODEL = 1000, OPT_TOKENIZER, OPT_PROMPT, OPT_STEPS, OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_JSON,
@@ -74,7 +75,7 @@ static const OptionSpec SPECS[] = {
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
     {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE, "f32|f16|bf16|int8|fp8-e4m3|fp8-e5m2", "element type of the K/V cache (default f32): every type in chapter 2's CPU cache (int8 with one scale per token and KV head, fp8 saturating), f32, f16 or bf16 on the device"},
     {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights: on the CPU, f32 dequantizes a quantized (GGUF) model at load (default: as the file stores them); on the device, f32 (default), or f16/bf16 with cublasGemmEx"},
-    {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads, 1 to 1024; 0 or none: OMP_NUM_THREADS for models 256 wide or more when it is set, else 1 (results never depend on it)"},
+    {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads, 1 to 256; 0 or none: OMP_NUM_THREADS for models 256 wide or more when it is set, else 1 (results never depend on it)"},
     {"json", OPT_JSON, CLI_MODEL, "FILE", "write the run report (memory, timing) as one JSON object"},
     {"quiet", OPT_QUIET, CLI_MODEL, NULL, "do not print the memory table on stderr"},
     {"help", OPT_HELP, 0, NULL, "show this help and exit"},
@@ -231,7 +232,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
         if (cli_parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;
         o->steps = (int)v; return 0;
     case OPT_THREADS:
-        if (cli_parse_long(name, arg, 0, 1024, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 0, THREADS_MAX, &v, err)) return -1;
         o->threads = (int)v; return 0;
     case OPT_MAX_BATCH:
         if (cli_parse_long(name, arg, 1, 4096, &v, err)) return -1;

@@ -6,6 +6,7 @@
 #include "forward.h"
 #include "ops.h"
 #include "report.h"
+#include "threads.h"
 
 static int count_finish(const ServingRun *run, RequestFinish f)
 {
@@ -165,6 +166,8 @@ int serving_program_open(ServingProgram *p, const CliProgram *program, int argc,
         return -1;
     if (o->threads == 0)
         ops_set_threads(forward_default_threads(&p->assets.model.cfg));
+    if (threads_check(ops_threads(), &p->err))
+        return -1;
     if (serving_run_init(&p->run, &p->assets.model, &p->assets.tokenizer, o, &p->requests, &p->err))
         return -1;
     if (p->on_device)
