@@ -1157,6 +1157,94 @@ START_TEST(request_file_limits_are_exact)
 }
 END_TEST
 
+/* ------------------------------------------------------------ issue 36 B */
+
+/* The "tokens":[...] of the JSON line of request @p id in @p jsonl, copied
+ * into out (empty when there is none). */
+static void tokens_of(const char *jsonl, int id, char *out, size_t n)
+{
+    char key[32];
+    snprintf(key, sizeof key, "{\"id\":%d,", id);
+    const char *line = strstr(jsonl, key), *at = line ? strstr(line, "\"tokens\":[") : NULL;
+    const char *end = at ? strchr(at, ']') : NULL;
+    snprintf(out, n, "%.*s", end ? (int)(end - at + 1) : 0, end ? at : "");
+}
+
+/* SmolLM2's byte-level vocabulary has no token for 21 byte values, and the
+ * model adds no BOS: a prompt made only of them encodes to no token. The
+ * serving chapters refuse such a request alone (one line naming it,
+ * "rejected" in --out, the others run and give the tokens they give
+ * without it); chapters 1 and 2 refuse the one prompt up front. */
+START_TEST(prompts_of_no_token_on_the_real_vocabulary)
+{
+    TestModel f;
+    if (!test_model_smollm2(&f, "prompts_of_no_token_on_the_real_vocabulary"))
+        return;
+    const char *model = test_shared_file("SmolLM2-135M-Instruct.Q4_1.gguf");
+    static const unsigned char missing[21] = {0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2, 0xF5,
+                                              0xF6, 0xF7, 0xF8, 0xF9, 0xFA, 0xFB, 0xFC, 0xFD, 0xFE, 0xFF};
+    int n_missing = 0;
+    for (int b = 1; b < 256; b++) {
+        char text[2] = {(char)b, 0};
+        int ids[8], n = -1;
+        Err err = {{0}};
+        ck_assert_msg(tokenizer_encode(&f.t, text, 1, 0, ids, &n, &err) == 0, "%s", err.msg);
+        int listed = memchr(missing, b, sizeof missing) != NULL;
+        ck_assert_msg((n == 0) == listed, "byte 0x%02X encodes to %d tokens", b, n);
+        n_missing += n == 0;
+    }
+    ck_assert_int_eq(n_missing, 21);
+    test_model_free(&f);
+
+    make_fixtures();
+    write_text("good.tsv", "3\tOnce upon a time\n3\tThe cat\n");
+    write_text("mixed.tsv", "3\tOnce upon a time\n3\t\xff\xfe\x04\n3\tThe cat\n");
+    char good[PATH_MAX], mixed[PATH_MAX], out_good[PATH_MAX], out_mixed[PATH_MAX];
+    fixture_path("good.tsv", good);
+    fixture_path("mixed.tsv", mixed);
+    fixture_path("good.jsonl", out_good);
+    fixture_path("mixed.jsonl", out_mixed);
+    static const char *const chapters[] = {"ch03-batching", "ch04-paged", "ch05-prefix", "ch06-window"};
+    for (size_t c = 0; c < sizeof chapters / sizeof chapters[0]; c++) {
+        const char *run_good[] = {chapters[c], "--model", model, "--requests", good, "--kv-budget", "400MiB", "--quiet", "--out",
+                                  out_good, NULL};
+        const char *run_mixed[] = {chapters[c], "--model", model, "--requests", mixed, "--kv-budget", "400MiB", "--quiet",
+                                   "--out", out_mixed, NULL};
+        ProgramResult g, m;
+        ck_assert(test_run_program(run_good, &g) == 0 && test_run_program(run_mixed, &m) == 0);
+        ck_assert_msg(g.status == 0 && m.status == 0 && m.out[0] == '\0', "%s: exit %d, stderr:\n%s", chapters[c],
+                      m.status, m.err);
+        ck_assert_msg(count_lines_with(m.err, "refused") == 1 && count_lines_with(m.err, "error") == 0 &&
+                          strstr(m.err, ": request 1 (line 2) refused: its prompt encodes to no token"),
+                      "%s: expected one line refusing request 1, got:\n%s", chapters[c], m.err);
+        char *jg = test_slurp(out_good), *jm = test_slurp(out_mixed);
+        ck_assert_msg(test_count_lines(jm) == 3 && strstr(jm, "{\"id\":1,") &&
+                          strstr(strstr(jm, "{\"id\":1,"), "\"finish\":\"rejected\"") &&
+                          strstr(jm, "\"finish\":\"rejected\"") == strstr(strstr(jm, "{\"id\":1,"), "\"finish\""),
+                      "%s: --out does not mark request 1 alone as rejected:\n%s", chapters[c], jm);
+        char a[4096], b[4096];
+        for (int k = 0; k < 2; k++) {
+            tokens_of(jg, k, a, sizeof a);
+            tokens_of(jm, 2 * k, b, sizeof b);
+            ck_assert_msg(a[0] && strcmp(a, b) == 0, "%s: request %d gave %s beside the refused one, %s without",
+                          chapters[c], 2 * k, b, a);
+        }
+        free(jg), free(jm);
+        test_result_free(&g), test_result_free(&m);
+    }
+    for (int c = 0; c < 2; c++) {
+        const char *argv[] = {c ? "ch02-kvcache" : "ch01-naive", "--model", model, "--prompt", "\xff", NULL};
+        ProgramResult r;
+        ck_assert(test_run_program(argv, &r) == 0);
+        ck_assert_msg(r.status == 1 && r.out[0] == '\0' && test_count_lines(r.err) == 1 &&
+                          strstr(r.err, "error: the prompt encodes to no token"),
+                      "%s: exit %d, stdout %zu bytes, stderr:\n%s", argv[0], r.status, strlen(r.out), r.err);
+        test_result_free(&r);
+    }
+    remove_tree(dir);
+}
+END_TEST
+
 Suite *suite_hostile(void)
 {
     Suite *s = suite_create("hostile");
@@ -1169,6 +1257,7 @@ Suite *suite_hostile(void)
     tcase_add_test(tc, hostile_numbers);
     tcase_add_test(tc, hostile_long_prompts);
     tcase_add_test(tc, request_file_limits_are_exact);
+    tcase_add_test(tc, prompts_of_no_token_on_the_real_vocabulary);
     suite_add_tcase(s, tc);
     /* Cases for code that not every tree has yet, in their own cases so
      * that CK_RUN_CASE can pick them. */

@@ -224,6 +224,11 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
     } else if (n_ids > c->seq_len) {
         serving_reject(run, r, "its prompt is %d tokens; the model's seq_len is %d", n_ids, c->seq_len);
         n_ids = 0;
+    } else if (n_ids == 0) {
+        /* Byte-level BPE is meant to cover every byte, but SmolLM2's vocabulary
+         * lacks 21 byte values and adds no BOS: such a prompt is empty. */
+        serving_reject(run, r, "its prompt encodes to no token (the vocabulary has no token for any of its bytes, "
+                       "and the model adds no BOS)");
     }
     memcpy(r->tokens, ids, (size_t)n_ids * sizeof(int));
     mem_free(ids);

@@ -187,9 +187,16 @@ int serving_program_start(ServingProgram *p)
 {
     char line[PATH_MAX * 2 + 256];
     fprintf(stderr, "%s: %s\n", p->program->name, assets_describe(&p->assets, line, sizeof line));
+    ServingRun *run = &p->run;
+    /* Requests refused while they were read (too long, or no token at all):
+     * one line each, --quiet or not; the others run, and --out says
+     * "rejected" with the same reason. */
+    for (int i = 0; i < run->n_reqs; i++)
+        if (run->reqs[i].finish == REQ_FINISH_REJECTED && run->reqs[i].sample == 0)
+            fprintf(stderr, "%s: request %d (line %d) refused: %s\n", p->program->name, run->reqs[i].spec->id,
+                    run->reqs[i].spec->line, run->reqs[i].note);
     if (!p->opts.trace_path)
         return 0;
-    ServingRun *run = &p->run;
     if (trace_open(&p->trace, p->opts.trace_path, p->program->name, trace_events_per_step(run), &p->err))
         return -1;
     run->trace = &p->trace;
