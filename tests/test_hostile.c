@@ -201,6 +201,7 @@ static void make_request_files(void)
     write_text("req-garbage.tsv", "4x\ttrailing garbage\n");
     write_text("req-huge-number.tsv", "99999999999999999999\thuge\n");
     write_text("req-empty.tsv", "");
+    write_text("force.txt", "432 383\n269 261\n"); /* --kv-force ids for req.tsv's two requests */
     write_text("req-comments.tsv", "# nothing\n\n   \n");
     write_text("req-no-tab.tsv", "4 no tab\n");
     write_text("req-arrival-back.tsv", "@2.5s\t4\tlater\n@1s\t4\tearlier\n");
@@ -802,6 +803,43 @@ static const HostileCase OUTPUT_FILES[] = {
      {"ch02-kvcache", MT, "--steps", "4", "--quiet", "--json", "@OLD"}},
     {"a successful --out replaces the old file whole (documented)", RUNS, NULL, REPLACED,
      {"ch03-batching", MT, "--requests", "@req.tsv", "--quiet", "--out", "@OLD"}},
+    /* issue 36 D: chapter 6's --kv-tokens and --kv-argmax are checked before the run */
+    {"ch06 --kv-tokens /dev/full: refused before the run", REFUSED, "--kv-tokens /dev/full: cannot create: it is a "
+     "character device", NOTHING_LEFT, {"ch06-window", MT, "--requests", "@req.tsv", "--kv-tokens", "/dev/full"}},
+    {"ch06 --kv-tokens a folder", REFUSED, "it is a directory", 0,
+     {"ch06-window", MT, "--requests", "@req.tsv", "--kv-tokens", "@folder"}},
+    {"ch06 --kv-tokens in a missing folder", REFUSED, "No such file or directory", 0,
+     {"ch06-window", MT, "--requests", "@req.tsv", "--kv-tokens", "@folder/missing/t.txt"}},
+    {"ch06 --kv-tokens FIFO", REFUSED, "it is a FIFO", 0,
+     {"ch06-window", MT, "--requests", "@req.tsv", "--kv-tokens", "@fifo"}},
+    {"ch06 a good --kv-argmax and a bad --kv-tokens: no argmax file left", REFUSED, "--kv-tokens", NOTHING_LEFT,
+     {"ch06-window", MT, "--requests", "@req.tsv", "--kv-force", "@force.txt", "--kv-argmax", "@OUTDIR/a.txt",
+      "--kv-tokens", "/dev/full"}},
+    {"ch06 --kv-argmax /dev/full", REFUSED, "--kv-argmax /dev/full", 0,
+     {"ch06-window", MT, "--requests", "@req.tsv", "--kv-force", "@force.txt", "--kv-argmax", "/dev/full"}},
+    /* issue 36 E: kvsim's scenario tools check --json first, write it whole, and print after it */
+    {"kvsim paper-fig19 --json /dev/full: nothing on stdout", REFUSED, "it is a character device", 0,
+     {"kvsim", "--scenario", "paper-fig19", "--json", "/dev/full"}},
+    {"kvsim paper-fig19 --json a folder", REFUSED, "it is a directory", 0,
+     {"kvsim", "--scenario", "paper-fig19", "--json", "@folder"}},
+    {"kvsim prefix-multiturn-7b --json /dev/full", REFUSED, "it is a character device", 0,
+     {"kvsim", "--scenario", "prefix-multiturn-7b", "--json", "/dev/full"}},
+    {"kvsim prefix-multiturn-7b --json in a missing folder", REFUSED, "No such file or directory", 0,
+     {"kvsim", "--scenario", "prefix-multiturn-7b", "--json", "@folder/missing/r.json"}},
+    {"a write error in kvsim paper-fig19 --json: old file kept, nothing on stdout", WRITE_FAILED,
+     "--json ", FSIZE_LIMIT | OLD_KEPT | NO_STDOUT, {"kvsim", "--scenario", "paper-fig19", "--json", "@OLD"}},
+    {"a write error in kvsim prefix-multiturn-7b --json: old file kept, nothing on stdout", WRITE_FAILED,
+     "--json ", FSIZE_LIMIT | OLD_KEPT | NO_STDOUT,
+     {"kvsim", "--scenario", "prefix-multiturn-7b", "--conversations", "8", "--json", "@OLD"}},
+    /* issue 36 F: a run that fails at its last file leaves none of its files */
+    {"ch04 --out then a failing --json: --out is not replaced", WRITE_FAILED, "--json ", FSIZE_LIMIT | OLD_KEPT,
+     {"ch04-paged", MT, "--requests", "@req.tsv", "--out", "@OLD", "--json", "@OUTDIR/r.json"}},
+    {"ch06 --kv-tokens then a failing --json: --kv-tokens is not replaced", WRITE_FAILED, "--json ",
+     FSIZE_LIMIT | OLD_KEPT, {"ch06-window", MT, "--requests", "@req.tsv", "--kv-tokens", "@OLD", "--json",
+                              "@OUTDIR/r.json"}},
+    {"ch05 --out, --trace and --json, one of them failing: no file replaced or left", WRITE_FAILED, "cannot write: File too large", FSIZE_LIMIT | OLD_KEPT,
+     {"ch05-prefix", MT, "--requests", "@req.tsv", "--out", "@OLD", "--trace", "@OUTDIR/t.jsonl", "--json",
+      "@OUTDIR/r.json"}},
 };
 
 static const HostileCase NUMBERS[] = {

@@ -666,6 +666,7 @@ int main(int argc, char **argv)
             tight = 0;
         }
     }
+    outfile_hold(); /* every file of the page is renamed into place at the end, or none is */
     if (status == 0) {
         fprintf(stderr, "demo: %s\n", assets_describe(&a, line, sizeof line));
         status = run_all(cr, &a, &d, &rf, &err);
@@ -677,6 +678,10 @@ int main(int argc, char **argv)
                                        d.out_dir, &err) ||
                         write_json(cr, d.out_dir, a.model_path, requests, budget, differ, &err)))
         status = -1;
+    if (status == 0 && outfile_release(&err))
+        status = -1;
+    if (status)
+        outfile_discard();
     if (status == 0) {
         char b[32];
         printf("kvlab demo: %d requests from %s, greedy, on %s (seq_len %d, %zu B of K/V per token);\n"

@@ -5,6 +5,7 @@
 
 #include "forward.h"
 #include "ops.h"
+#include "outfile.h"
 #include "report.h"
 #include "threads.h"
 
@@ -155,6 +156,9 @@ int serving_program_open(ServingProgram *p, const CliProgram *program, int argc,
         return -1;
     ops_set_threads(o->threads);
     p->log = o->quiet ? NULL : stderr;
+    /* Every file of the run is renamed into place together at its end
+     * (serving_program_report()), or none is. */
+    outfile_hold();
     /* Everything that can be refused is refused before the first line is
      * printed, so that bad input gives exactly one line on stderr. A
      * --device cuda without a device is refused first of all. */
@@ -244,6 +248,8 @@ int serving_program_report(ServingProgram *p, void (*table)(FILE *f, void *chapt
      * is then the one line on stderr. */
     if (o->json_path && report_write_json(o->json_path, &report, &p->err))
         return -1;
+    if (outfile_release(&p->err))
+        return -1;
     if (!o->quiet)
         report_print(stderr, &report);
     return 0;
@@ -258,6 +264,7 @@ int serving_program_close(ServingProgram *p)
         status = 1;
     }
     trace_abort(&p->trace); /* a trace the report did not finish is not left half written */
+    outfile_discard(); /* the files of a run that failed (released ones are not held any more) */
     serving_run_free(&p->run);
     request_file_free(&p->requests);
     assets_close(&p->assets);
