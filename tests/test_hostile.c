@@ -36,6 +36,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include "forward.h"
 #include "helpers.h"
 #include "mem.h"
 #include "requests.h"
@@ -1283,6 +1284,49 @@ START_TEST(prompts_of_no_token_on_the_real_vocabulary)
 }
 END_TEST
 
+/* Issue 36 G: the default budget is stated on the start-up line, and
+ * allocating it makes none of it resident: one short request on SmolLM2
+ * (default budget 2.81 GiB, or half the memory available) stays far below
+ * it. Zeroing the budget up front made every serving chapter 3 GB. */
+START_TEST(the_default_budget_is_stated_and_not_resident)
+{
+    TestModel f;
+    if (!test_model_smollm2(&f, "the_default_budget_is_stated_and_not_resident"))
+        return;
+    test_model_free(&f);
+    const char *model = test_shared_file("SmolLM2-135M-Instruct.Q4_1.gguf");
+    make_fixtures();
+    write_text("one.tsv", "2\tOnce upon a time\n");
+    char one[PATH_MAX];
+    fixture_path("one.tsv", one);
+    const char *argv[] = {"ch04-paged", "--model", model, "--requests", one, "--quiet", NULL};
+    ProgramResult r;
+    ck_assert(test_run_program(argv, &r) == 0);
+    ck_assert_msg(r.status == 0 && strstr(r.err, "; KV budget ") && strstr(r.err, " (the default: "), "%s", r.err);
+    test_result_free(&r);
+    struct rusage use;
+    ck_assert(getrusage(RUSAGE_CHILDREN, &use) == 0);
+    ck_assert_msg(use.ru_maxrss < 1024L * 1024, "a run of one short request was %ld KiB resident", use.ru_maxrss);
+    remove_tree(dir);
+}
+END_TEST
+
+/* Issue 36 G: a model that declares a context whose step activations no
+ * machine of this size could hold is refused before the run, in one line
+ * (it failed at the first step, after the start-up lines); a real one is
+ * accepted. The buffers themselves are allocated untouched. */
+START_TEST(activations_for_the_declared_context_are_checked_first)
+{
+    Err err = {{0}};
+    ModelConfig wide = {8192, 28672, 1, 64, 8, 32000, 1 << 20};
+    ck_assert_int_eq(forward_check_context(&wide, 1, &err), -1);
+    ck_assert_msg(strstr(err.msg, "the model declares a context of 1048576 positions: the activations of a step "
+                                  "that long take ") && !strchr(err.msg, '\n'), "%s", err.msg);
+    ModelConfig stories = {64, 172, 5, 8, 4, 512, 512};
+    ck_assert_msg(forward_check_context(&stories, 1, &err) == 0, "%s", err.msg);
+}
+END_TEST
+
 Suite *suite_hostile(void)
 {
     Suite *s = suite_create("hostile");
@@ -1296,6 +1340,8 @@ Suite *suite_hostile(void)
     tcase_add_test(tc, hostile_long_prompts);
     tcase_add_test(tc, request_file_limits_are_exact);
     tcase_add_test(tc, prompts_of_no_token_on_the_real_vocabulary);
+    tcase_add_test(tc, the_default_budget_is_stated_and_not_resident);
+    tcase_add_test(tc, activations_for_the_declared_context_are_checked_first);
     suite_add_tcase(s, tc);
     /* Cases for code that not every tree has yet, in their own cases so
      * that CK_RUN_CASE can pick them. */

@@ -49,7 +49,7 @@ static const OptionSpec SPECS[] = {
     {"kv-alloc", OPT_KV_ALLOC, CLI_KV_ALLOC, "max|grow", "reserve the model's seq_len up front, or start small and double (default max)"},
     {"requests", OPT_REQUESTS, CLI_SERVING, "FILE", "request file: one 'max_new_tokens<TAB>prompt' per line, at most 16 MiB, 65536 bytes a line, 1048576 requests (default data/requests-mixed.tsv)"},
     {"out", OPT_OUT, CLI_SERVING, "FILE", "write one JSON object per request (JSON Lines)"},
-    {"kv-budget", OPT_KV_BUDGET, CLI_SERVING, "SIZE", "memory for K/V, e.g. 512KiB, 4MiB, 2GiB (default: 8 full-length requests)"},
+    {"kv-budget", OPT_KV_BUDGET, CLI_SERVING, "SIZE", "memory for K/V, e.g. 512KiB, 4MiB, 2GiB (default: 8 full-length requests, at most half the memory available at start)"},
     {"trace", OPT_TRACE, CLI_SERVING, "FILE", "write one JSON line per step: admissions, finishes, preemptions, what each request holds (changes only) and the step's KV memory (make demo's page draws it)"},
     {"show-tables", OPT_SHOW_TABLES, CLI_SERVING, "STEP", "print on stderr what every request holds after step STEP's forward pass: its region (chapter 3) or block table (chapter 4)"},
     {"max-batch", OPT_MAX_BATCH, CLI_BATCHING, "N", "most requests in one batch (default 64)"},

@@ -155,6 +155,8 @@ int single_run_open(SingleRun *r, const CliProgram *program, int argc, char **ar
         ops_set_threads(forward_default_threads(&m->cfg));
     if (threads_check(ops_threads(), &r->err))
         return -1;
+    if (!r->on_device && forward_check_context(&m->cfg, ops_threads(), &r->err))
+        return -1;
     SamplingParams sampling = cli_sampling_params(o);
     if (sampler_init_params(&r->sampler, m->cfg.vocab_size, &sampling, o->seed, &r->err))
         return -1;

@@ -172,6 +172,8 @@ int serving_program_open(ServingProgram *p, const CliProgram *program, int argc,
         ops_set_threads(forward_default_threads(&p->assets.model.cfg));
     if (threads_check(ops_threads(), &p->err))
         return -1;
+    if (!p->on_device && forward_check_context(&p->assets.model.cfg, ops_threads(), &p->err))
+        return -1;
     if (serving_run_init(&p->run, &p->assets.model, &p->assets.tokenizer, o, &p->requests, &p->err))
         return -1;
     if (p->on_device)
@@ -190,8 +192,11 @@ static int trace_events_per_step(const ServingRun *run)
 int serving_program_start(ServingProgram *p)
 {
     char line[PATH_MAX * 2 + 256];
-    fprintf(stderr, "%s: %s\n", p->program->name, assets_describe(&p->assets, line, sizeof line));
     ServingRun *run = &p->run;
+    char a[32], source[160];
+    fprintf(stderr, "%s: %s; KV budget %s (%s)\n", p->program->name, assets_describe(&p->assets, line, sizeof line),
+            cli_format_bytes(a, sizeof a, (double)serving_kv_budget(run)),
+            serving_kv_budget_source(run, source, sizeof source));
     /* Requests refused while they were read (too long, or no token at all):
      * one line each, --quiet or not; the others run, and --out says
      * "rejected" with the same reason. */
