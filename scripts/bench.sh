@@ -21,6 +21,7 @@
 # workload, hit rate against block size), ch06_window (scripts/bench-ch06.sh:
 # sliding window, sinks and H2O against the full cache on stories260K, and
 # on SmolLM2 when it is there: 2,000 tokens, the plot in ch06-window.svg),
+# kvsim_scale (kvsim's time and peak memory at 10,000 and 100,000 requests),
 # attention (PagedAttention
 # against contiguous attention, three head widths), smollm2 (the real
 # SmolLM2-135M-Instruct GGUF file: chapter 2 decode and prompt speed on 1
@@ -67,7 +68,7 @@ OUT=$BUILD/bench
 FINAL=$OUT # where the results go; a section writes into a staging folder (see main)
 TMP=$OUT/tmp
 RUNS_SMOLLM2=${RUNS_SMOLLM2:-5}
-SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window attention smollm2"
+SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window kvsim_scale attention smollm2"
 
 mkdir -p "$OUT" "$TMP"
 
@@ -541,6 +542,44 @@ section_ch05_prefix() {
         done
         printf '\n  ]\n}\n'
     } > "$OUT/ch05-prefix.json"
+}
+
+# ------------------------------------------------------------ kvsim at scale
+
+# kvsim's own cost (issue 36): the default workload and strategies at
+# 10,000 and 100,000 requests, the wall time and the peak memory of each
+# run (GNU time's maximum resident set), KVSIM_RUNS times each (default 3).
+# A timing, never asserted by a test.
+section_kvsim_scale() {
+    runs=${KVSIM_RUNS:-3}
+    {
+        echo "## kvsim at scale"
+        echo
+        echo "Produced by: \`KVSIM_RUNS=$runs scripts/bench.sh kvsim_scale\` (each run: \`$BUILD/kvsim --requests N\`,"
+        echo "the default strategies, timed with \`/usr/bin/time -f '%e %M'\`), on $(lscpu 2>/dev/null | sed -n "s/^Model name: *//p" | head -n 1)."
+        echo
+        echo "| requests | seconds (median, min - max) | peak resident MiB (median) |"
+        echo "|---:|---:|---:|"
+    } > "$OUT/kvsim-scale.md"
+    printf '{\n  "runs": [' > "$OUT/kvsim-scale.json"
+    sep=""
+    for n in 10000 100000; do
+        i=1
+        : > "$TMP/kvsim-$n.times"
+        while [ "$i" -le "$runs" ]; do
+            /usr/bin/time -f '%e %M' -o "$TMP/kvsim-$n.one" "$BUILD/kvsim" --requests "$n" > /dev/null 2>&1 ||
+                say "bench: kvsim --requests $n failed"
+            cat "$TMP/kvsim-$n.one" >> "$TMP/kvsim-$n.times"
+            i=$((i + 1))
+        done
+        set -- $(cut -d' ' -f1 "$TMP/kvsim-$n.times" | stats)
+        mib=$(cut -d' ' -f2 "$TMP/kvsim-$n.times" | stats | awk '{ printf "%.0f", $1 / 1024 }')
+        printf '| %s | %.1f (%.1f - %.1f) | %s |\n' "$n" "$1" "$2" "$3" "$mib" >> "$OUT/kvsim-scale.md"
+        printf '%s\n    {"requests": %s, "seconds_median": %s, "seconds_min": %s, "seconds_max": %s, "peak_rss_mib": %s}' \
+            "$sep" "$n" "$1" "$2" "$3" "$mib" >> "$OUT/kvsim-scale.json"
+        sep=","
+    done
+    printf '\n  ]\n}\n' >> "$OUT/kvsim-scale.json"
 }
 
 # ------------------------------------------------------------ attention alone
