@@ -556,8 +556,7 @@ typedef struct {
     int *live;                /* [n_requests] the arrived requests that may still hold memory, in index order */
     int n_live;               /* entries of live */
     int n_seen;               /* requests that have joined live (the first n_seen arrived) */
-    FILE *progress;           /* a progress line every few seconds (stderr), or NULL */
-    double progress_s;        /* when the last one was written (monotonic seconds; 0: not yet started) */
+    KvsimProgress progress;   /* a line every 5 seconds of a long run */
 } Watch;
 
 /* Positions request r will hold at the end: its stop, or its last allowed
@@ -597,22 +596,20 @@ static void watch_pool(Watch *watch, const ServingRun *run, const Request *r)
     watch->pool_held[2] += asked > will_hold ? asked - will_hold : 0;
 }
 
-/* A line on stderr every 5 seconds of a long run (a million requests take
- * minutes), none on a short one: the step, and the requests done. */
-static void show_progress(Watch *watch, const ServingRun *run)
+void kvsim_progress(void *ctx, const ServingRun *run)
 {
+    KvsimProgress *p = ctx;
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     double now = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-    if (watch->progress_s == 0.0)
-        watch->progress_s = now;
-    if (!watch->progress || now - watch->progress_s < 5.0)
+    if (p->last_s == 0.0)
+        p->last_s = now;
+    if (!p->f || now - p->last_s < 5.0)
         return;
-    watch->progress_s = now;
-    fprintf(watch->progress, "kvsim: %s: step %ld, %d running, %d waiting, %d of %d requests done\n",
-            watch->ch == SERVE_PAGED ? "paged" : "chapter 3", run->step, run->n_running, run->n_waiting, run->n_done,
-            run->n_reqs);
-    fflush(watch->progress);
+    p->last_s = now;
+    fprintf(p->f, "kvsim: %s: step %ld, %d running, %d waiting, %d of %d requests done\n", p->label, run->step,
+            run->n_running, run->n_waiting, run->n_done, run->n_reqs);
+    fflush(p->f);
 }
 
 static void watch_step(void *ctx, const ServingRun *run)
@@ -640,7 +637,7 @@ static void watch_step(void *ctx, const ServingRun *run)
         watch->finished_used += (double)(used < r->kv.reserved ? used : r->kv.reserved);
     }
     watch->n_live = kept;
-    show_progress(watch, run);
+    kvsim_progress(&watch->progress, run);
 }
 
 static void collect(const ServingRun *run, const Watch *watch, size_t pool_slots, KvsimResult *res)
@@ -700,7 +697,8 @@ static int run_one(ServeChapter ch, const Model *shape, const CliOptions *o, siz
     ServingRun run;
     if (serving_sim_init(&run, shape, o, kv_bytes_per_token, reqs, n, err))
         return -1;
-    Watch watch = {.ch = ch, .block_size = o->block_size, .progress = stderr};
+    Watch watch = {.ch = ch, .block_size = o->block_size,
+                   .progress = {ch == SERVE_PAGED ? "paged" : o->reserve, stderr, 0.0}};
     watch.live = mem_alloc_array(MEM_ACTIVATIONS, (size_t)(n > 0 ? n : 1), sizeof(int)); /* [n] */
     if (!watch.live) {
         serving_run_free(&run);

@@ -153,7 +153,10 @@ int kvsim_prefix_run(const Model *shape, const CliOptions *o, size_t kv_bytes_pe
     kvsim_prefix_write_tokens(t, reqs, &run);
     PagedServer *server = NULL;
     PrefixCache *cache = NULL;
-    rc = paged_check(&run, err) || prefix_serve(&run, mode, &server, &cache, err) ? -1 : 0;
+    KvsimProgress progress = {prefix_cache_mode_name(mode), stderr, 0.0}; /* a line every 5 s of a long run */
+    if (serving_add_observer(&run, kvsim_progress, &progress, NULL, err) || paged_check(&run, err) ||
+        prefix_serve(&run, mode, &server, &cache, err))
+        rc = -1;
     if (rc == 0)
         collect(cache, server, &run, reqs, res);
     prefix_cache_close(cache);
