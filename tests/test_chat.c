@@ -278,6 +278,7 @@ Suite *suite_chat(void)
 {
     Suite *s = suite_create("chat");
     TCase *tc = tcase_create("chat");
+    tcase_set_timeout(tc, 60); /* the 4 MB templates are built and copied a few times (slow under ASan) */
     tcase_add_test(tc, system_message_from_the_template);
     tcase_add_test(tc, renders_one_user_message);
     tcase_add_test(tc, chat_is_refused_without_chatml);

@@ -53,6 +53,19 @@ static void unescape_literal(const char *raw, size_t n, char *out)
     out[k] = '\0';
 }
 
+/* The first place at or after @p from where @p word starts, or NULL: a
+ * plain scan, linear in the text it passes over. (strstr() called again
+ * and again on a long tail is not, under AddressSanitizer: its check
+ * measures the whole remaining string on every call.) */
+static const char *find_word(const char *from, const char *word)
+{
+    size_t len = strlen(word);
+    for (const char *p = from; *p; p++)
+        if (*p == word[0] && strncmp(p, word, len) == 0)
+            return p;
+    return NULL;
+}
+
 /* The first "<|im_start|>system" + newline (real, or the escape \n) whose
  * text up to "<|im_end|>" lies inside one string literal (no unescaped
  * quote ends it: as in "' + system_message + '").
@@ -72,7 +85,7 @@ static int find_system_message(const char *tpl, char **out, Err *err)
     const char *end = NULL;   /* the first "<|im_end|>" at or after the candidate */
     const char *quote = NULL; /* the quote that broke the last candidate read */
     *out = NULL;
-    for (const char *at = strstr(tpl, SYSTEM); at; at = strstr(at + strlen(SYSTEM), SYSTEM)) {
+    for (const char *at = find_word(tpl, SYSTEM); at; at = find_word(at + strlen(SYSTEM), SYSTEM)) {
         const char *start = at + strlen(SYSTEM);
         if (start[0] == '\n')
             start += 1;
@@ -81,7 +94,7 @@ static int find_system_message(const char *tpl, char **out, Err *err)
         else
             continue;
         if (!end || end < start)
-            end = strstr(start, IM_END);
+            end = find_word(start, IM_END);
         if (!end)
             return 0; /* no "<|im_end|>" after this candidate, so none after any later one */
         if (quote && quote >= start && quote < end)
