@@ -24,6 +24,7 @@
 # ch07_speculative (scripts/bench-ch07.sh: speculative decoding against
 # chapter 4, alternating runs, on SmolLM2 when it is there, else stories260K:
 # acceptance, tokens per step, passes per token, tok/s and its ratio),
+# kvsim_scale (kvsim's time and peak memory at 10,000 and 100,000 requests),
 # latency (scripts/bench-latency.sh: TTFT, TPOT and goodput of chapters 3,
 # 4, 5 and 4 with chunked prefill against the Poisson arrival rate, under
 # the cost model's clock, on stories260K and on SmolLM2 when it is there;
@@ -76,7 +77,7 @@ OUT=$BUILD/bench
 FINAL=$OUT # where the results go; a section writes into a staging folder (see main)
 TMP=$OUT/tmp
 RUNS_SMOLLM2=${RUNS_SMOLLM2:-5}
-SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window ch07_speculative latency attention kv_dtypes smollm2"
+SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window ch07_speculative latency kvsim_scale attention kv_dtypes smollm2"
 
 mkdir -p "$OUT" "$TMP"
 
@@ -567,6 +568,44 @@ section_ch05_prefix() {
         done
         printf '\n  ]\n}\n'
     } > "$OUT/ch05-prefix.json"
+}
+
+# ------------------------------------------------------------ kvsim at scale
+
+# kvsim's own cost (issue 36): the default workload and strategies at
+# 10,000 and 100,000 requests, the wall time and the peak memory of each
+# run (GNU time's maximum resident set), KVSIM_RUNS times each (default 3).
+# A timing, never asserted by a test.
+section_kvsim_scale() {
+    runs=${KVSIM_RUNS:-3}
+    {
+        echo "## kvsim at scale"
+        echo
+        echo "Produced by: \`KVSIM_RUNS=$runs scripts/bench.sh kvsim_scale\` (each run: \`$BUILD/kvsim --requests N\`,"
+        echo "the default strategies, timed with \`/usr/bin/time -f '%e %M'\`), on $(lscpu 2>/dev/null | sed -n "s/^Model name: *//p" | head -n 1)."
+        echo
+        echo "| requests | seconds (median, min - max) | peak resident MiB (median) |"
+        echo "|---:|---:|---:|"
+    } > "$OUT/kvsim-scale.md"
+    printf '{\n  "runs": [' > "$OUT/kvsim-scale.json"
+    sep=""
+    for n in 10000 100000; do
+        i=1
+        : > "$TMP/kvsim-$n.times"
+        while [ "$i" -le "$runs" ]; do
+            /usr/bin/time -f '%e %M' -o "$TMP/kvsim-$n.one" "$BUILD/kvsim" --requests "$n" > /dev/null 2>&1 ||
+                say "bench: kvsim --requests $n failed"
+            cat "$TMP/kvsim-$n.one" >> "$TMP/kvsim-$n.times"
+            i=$((i + 1))
+        done
+        set -- $(cut -d' ' -f1 "$TMP/kvsim-$n.times" | stats)
+        mib=$(cut -d' ' -f2 "$TMP/kvsim-$n.times" | stats | awk '{ printf "%.0f", $1 / 1024 }')
+        printf '| %s | %.1f (%.1f - %.1f) | %s |\n' "$n" "$1" "$2" "$3" "$mib" >> "$OUT/kvsim-scale.md"
+        printf '%s\n    {"requests": %s, "seconds_median": %s, "seconds_min": %s, "seconds_max": %s, "peak_rss_mib": %s}' \
+            "$sep" "$n" "$1" "$2" "$3" "$mib" >> "$OUT/kvsim-scale.json"
+        sep=","
+    done
+    printf '\n  ]\n}\n' >> "$OUT/kvsim-scale.json"
 }
 
 # ------------------------------------------------------------ latency against load

@@ -518,6 +518,57 @@ START_TEST(program_writes_the_best_beams)
 }
 END_TEST
 
+/* Every "tokens":[...] of a --out file, in order, joined by newlines. */
+static void all_tokens(const char *jsonl, char *out, size_t n)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (const char *at = strstr(jsonl, "\"tokens\":["); at; at = strstr(at + 1, "\"tokens\":[")) {
+        const char *end = strchr(at, ']');
+        ck_assert(end);
+        int w = snprintf(out + used, n - used, "%.*s\n", (int)(end - at + 1), at);
+        ck_assert(w > 0 && (size_t)w < n - used);
+        used += (size_t)w;
+    }
+}
+
+/* Issue 36 A: chapter 5's cache keeps the blocks of finished beams as
+ * free cached blocks. Beam admission must count them, as the normal
+ * scheduler does (block_pool_available()), and reclaim them: counting the
+ * free stack alone left every later group waiting ("the scheduler is
+ * stuck") at this tight budget. The beams are the same as with no cache. */
+START_TEST(beams_under_the_prefix_cache)
+{
+    if (!test_shared_file("stories260K.bin")) {
+        test_skip("beams_under_the_prefix_cache", TEST_NOT_FOUND("stories260K.bin"));
+        return;
+    }
+    char reqs[PATH_MAX], out[PATH_MAX];
+    const char *file = "40\tOnce upon a time\n30\tThe cat\n";
+    test_write_temp(file, strlen(file), reqs);
+    test_write_temp("", 0, out);
+    static char want[8192], got[8192];
+    static const char *const modes[] = {"off", "hash", "radix"};
+    for (int m = 0; m < 3; m++) {
+        const char *argv[] = {"ch05-prefix", "--model", test_shared_file("stories260K.bin"), "--requests", reqs,
+                              "--beam", "4", "--kv-budget", "300KiB", "--prefix-cache", modes[m], "--quiet", "--out",
+                              out, NULL};
+        ProgramResult r;
+        ck_assert_int_eq(test_run_program(argv, &r), 0);
+        ck_assert_msg(r.status == 0, "--prefix-cache %s: exit %d: %s", modes[m], r.status, r.err);
+        test_result_free(&r);
+        char *lines = test_slurp(out);
+        all_tokens(lines, m ? got : want, sizeof want);
+        free(lines);
+        ck_assert_msg(test_count_lines(want) == 2, "%s", want);
+        ck_assert_msg(m == 0 || strcmp(want, got) == 0, "--prefix-cache %s gave\n%sand off gave\n%s", modes[m], got,
+                      want);
+    }
+    remove(out);
+    remove(reqs);
+}
+END_TEST
+
 Suite *suite_beam(void)
 {
     Suite *s = suite_create("beam");
@@ -536,6 +587,7 @@ Suite *suite_beam(void)
     tcase_set_timeout(program, 60);
     tcase_add_test(program, program_refuses_bad_beams);
     tcase_add_test(program, program_writes_the_best_beams);
+    tcase_add_test(program, beams_under_the_prefix_cache);
     suite_add_tcase(s, program);
     return s;
 }

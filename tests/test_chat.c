@@ -5,7 +5,9 @@
  * line. The SmolLM2 prompts against Jinja2 are in test_tokenizer_gguf.c. */
 #include <check.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "chat.h"
 #include "mem.h"
@@ -172,13 +174,116 @@ START_TEST(chat_is_refused_without_chatml)
 }
 END_TEST
 
+/* A template of exactly @p bytes: @p head, then @p unit repeated, then
+ * @p tail (the repeats fill what the two leave). Freed with free(). */
+static char *repeated_template(size_t bytes, const char *head, const char *unit, const char *tail)
+{
+    char *tpl = malloc(bytes + 1);
+    ck_assert(tpl);
+    size_t h = strlen(head), u = strlen(unit), tl = strlen(tail), at = h;
+    ck_assert(h + tl <= bytes);
+    memcpy(tpl, head, h);
+    while (at + u <= bytes - tl) {
+        memcpy(tpl + at, unit, u);
+        at += u;
+    }
+    memset(tpl + at, ' ', bytes - tl - at);
+    memcpy(tpl + bytes - tl, tail, tl);
+    tpl[bytes] = '\0';
+    return tpl;
+}
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Opens @p tpl's template and checks its system message (NULL: none) and
+ * that it took under a second. */
+static void expect_fast_system_message(const char *what, const char *tpl, const char *want)
+{
+    Tokenizer t;
+    ChatVocab v;
+    Err err = {{0}};
+    ck_assert_msg(open_with_template(&t, &v, tpl, 1, &err) == 0, "%s", err.msg);
+    ChatTemplate c;
+    double t0 = seconds_now();
+    ck_assert_msg(chat_template_open(&c, &t, &err) == 0, "%s: %s", what, err.msg);
+    double took = seconds_now() - t0;
+    ck_assert_msg(took < 1.0, "%s: %zu bytes took %.2f s to read (a linear scan takes milliseconds)", what,
+                  strlen(tpl), took);
+    if (!want)
+        ck_assert_msg(c.system_message == NULL, "%s: system message '%.60s...', expected none", what,
+                      c.system_message);
+    else
+        ck_assert_msg(c.system_message && strcmp(c.system_message, want) == 0, "%s: system message '%.60s', expected '%s'",
+                      what, c.system_message ? c.system_message : "(none)", want);
+    chat_template_close(&c);
+    tokenizer_free(&t);
+}
+
+/* A model file is untrusted: a 4 MB template built to make a scan that
+ * restarts at every "<|im_start|>system" quadratic (seconds at 1 MB,
+ * minutes at 4 MB) is read in one pass, with the right answer. */
+START_TEST(a_4_mb_template_is_read_in_linear_time)
+{
+    const size_t bytes = 4 * 1000 * 1000;
+    ck_assert(bytes <= CHAT_TEMPLATE_MAX_BYTES);
+    /* Every candidate's literal runs to one quote near the end; after it,
+     * a good one. */
+    char *tpl = repeated_template(bytes, "", "<|im_start|>system\nx", "'<|im_start|>system\nok<|im_end|>");
+    expect_fast_system_message("candidates broken by one far quote", tpl, "ok");
+    free(tpl);
+    /* Candidates with no "<|im_end|>" after them at all. */
+    tpl = repeated_template(bytes, "<|im_end|>", "<|im_start|>system\\n", "");
+    expect_fast_system_message("candidates with no end", tpl, NULL);
+    free(tpl);
+    /* Escaped quotes all the way: one literal of 4 MB is the message. */
+    tpl = repeated_template(bytes, "'<|im_start|>system\\n", "\\'", "<|im_end|>'");
+    Tokenizer t;
+    ChatVocab v;
+    Err err = {{0}};
+    ck_assert(open_with_template(&t, &v, tpl, 1, &err) == 0);
+    ChatTemplate c;
+    ck_assert(chat_template_open(&c, &t, &err) == 0);
+    ck_assert(c.system_message && strspn(c.system_message, "' ") == strlen(c.system_message) &&
+              strlen(c.system_message) > bytes / 3);
+    chat_template_close(&c);
+    tokenizer_free(&t);
+    free(tpl);
+    ck_assert_int_eq(mem_live_buffers(), 0);
+}
+END_TEST
+
+/* One byte over the stated limit: refused in one line that gives both sizes. */
+START_TEST(a_template_over_the_limit_is_refused)
+{
+    char *tpl = repeated_template(CHAT_TEMPLATE_MAX_BYTES + 1, "'<|im_start|>system\nhi<|im_end|>'", " ", "");
+    Tokenizer t;
+    ChatVocab v;
+    Err err = {{0}};
+    ck_assert(open_with_template(&t, &v, tpl, 1, &err) == 0);
+    expect_refused(&t, "chat template is 4194305 bytes, more than the 4 MiB kvlab reads");
+    tokenizer_free(&t);
+    tpl[CHAT_TEMPLATE_MAX_BYTES] = '\0'; /* exactly the limit: read */
+    expect_fast_system_message("a template of exactly the limit", tpl, "hi");
+    free(tpl);
+    ck_assert_int_eq(mem_live_buffers(), 0);
+}
+END_TEST
+
 Suite *suite_chat(void)
 {
     Suite *s = suite_create("chat");
     TCase *tc = tcase_create("chat");
+    tcase_set_timeout(tc, 60); /* the 4 MB templates are built and copied a few times (slow under ASan) */
     tcase_add_test(tc, system_message_from_the_template);
     tcase_add_test(tc, renders_one_user_message);
     tcase_add_test(tc, chat_is_refused_without_chatml);
+    tcase_add_test(tc, a_4_mb_template_is_read_in_linear_time);
+    tcase_add_test(tc, a_template_over_the_limit_is_refused);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -36,6 +36,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include "forward.h"
 #include "helpers.h"
 #include "mem.h"
 #include "requests.h"
@@ -70,6 +71,7 @@ enum {
     NOTHING_LEFT = 1 << 6, /* @OUTDIR is empty afterwards: nothing was written */
     NO_STDOUT = 1 << 7,    /* nothing on stdout (kvsim's table comes only after its JSON) */
     REJECTED_LONG = 1 << 8, /* @OUTDIR/out.jsonl: request 1 rejected for its bytes, requests 0 and 2 served */
+    HUGE_STACK = 1 << 9,   /* run with a 1 TB stack limit: no thread of default attributes can start */
 };
 
 typedef struct {
@@ -200,6 +202,7 @@ static void make_request_files(void)
     write_text("req-garbage.tsv", "4x\ttrailing garbage\n");
     write_text("req-huge-number.tsv", "99999999999999999999\thuge\n");
     write_text("req-empty.tsv", "");
+    write_text("force.txt", "432 383\n269 261\n"); /* --kv-force ids for req.tsv's two requests */
     write_text("req-comments.tsv", "# nothing\n\n   \n");
     write_text("req-no-tab.tsv", "4 no tab\n");
     write_text("req-arrival-back.tsv", "@2.5s\t4\tlater\n@1s\t4\tearlier\n");
@@ -384,6 +387,12 @@ static void run_case(const HostileCase *c, Run *r)
             signal(SIGXFSZ, SIG_IGN);
             struct rlimit lim = {1024, 1024};
             setrlimit(RLIMIT_FSIZE, &lim);
+        }
+        if (c->checks & HUGE_STACK) {
+            struct rlimit lim;
+            getrlimit(RLIMIT_STACK, &lim);
+            lim.rlim_cur = lim.rlim_max != RLIM_INFINITY && lim.rlim_max < (1ull << 40) ? lim.rlim_max : (1ull << 40);
+            setrlimit(RLIMIT_STACK, &lim);
         }
         execv(program, (char *const *)argv);
         fprintf(stderr, "cannot run %s\n", program);
@@ -795,6 +804,43 @@ static const HostileCase OUTPUT_FILES[] = {
      {"ch02-kvcache", MT, "--steps", "4", "--quiet", "--json", "@OLD"}},
     {"a successful --out replaces the old file whole (documented)", RUNS, NULL, REPLACED,
      {"ch03-batching", MT, "--requests", "@req.tsv", "--quiet", "--out", "@OLD"}},
+    /* issue 36 D: chapter 6's --kv-tokens and --kv-argmax are checked before the run */
+    {"ch06 --kv-tokens /dev/full: refused before the run", REFUSED, "--kv-tokens /dev/full: cannot create: it is a "
+     "character device", NOTHING_LEFT, {"ch06-window", MT, "--requests", "@req.tsv", "--kv-tokens", "/dev/full"}},
+    {"ch06 --kv-tokens a folder", REFUSED, "it is a directory", 0,
+     {"ch06-window", MT, "--requests", "@req.tsv", "--kv-tokens", "@folder"}},
+    {"ch06 --kv-tokens in a missing folder", REFUSED, "No such file or directory", 0,
+     {"ch06-window", MT, "--requests", "@req.tsv", "--kv-tokens", "@folder/missing/t.txt"}},
+    {"ch06 --kv-tokens FIFO", REFUSED, "it is a FIFO", 0,
+     {"ch06-window", MT, "--requests", "@req.tsv", "--kv-tokens", "@fifo"}},
+    {"ch06 a good --kv-argmax and a bad --kv-tokens: no argmax file left", REFUSED, "--kv-tokens", NOTHING_LEFT,
+     {"ch06-window", MT, "--requests", "@req.tsv", "--kv-force", "@force.txt", "--kv-argmax", "@OUTDIR/a.txt",
+      "--kv-tokens", "/dev/full"}},
+    {"ch06 --kv-argmax /dev/full", REFUSED, "--kv-argmax /dev/full", 0,
+     {"ch06-window", MT, "--requests", "@req.tsv", "--kv-force", "@force.txt", "--kv-argmax", "/dev/full"}},
+    /* issue 36 E: kvsim's scenario tools check --json first, write it whole, and print after it */
+    {"kvsim paper-fig19 --json /dev/full: nothing on stdout", REFUSED, "it is a character device", 0,
+     {"kvsim", "--scenario", "paper-fig19", "--json", "/dev/full"}},
+    {"kvsim paper-fig19 --json a folder", REFUSED, "it is a directory", 0,
+     {"kvsim", "--scenario", "paper-fig19", "--json", "@folder"}},
+    {"kvsim prefix-multiturn-7b --json /dev/full", REFUSED, "it is a character device", 0,
+     {"kvsim", "--scenario", "prefix-multiturn-7b", "--json", "/dev/full"}},
+    {"kvsim prefix-multiturn-7b --json in a missing folder", REFUSED, "No such file or directory", 0,
+     {"kvsim", "--scenario", "prefix-multiturn-7b", "--json", "@folder/missing/r.json"}},
+    {"a write error in kvsim paper-fig19 --json: old file kept, nothing on stdout", WRITE_FAILED,
+     "--json ", FSIZE_LIMIT | OLD_KEPT | NO_STDOUT, {"kvsim", "--scenario", "paper-fig19", "--json", "@OLD"}},
+    {"a write error in kvsim prefix-multiturn-7b --json: old file kept, nothing on stdout", WRITE_FAILED,
+     "--json ", FSIZE_LIMIT | OLD_KEPT | NO_STDOUT,
+     {"kvsim", "--scenario", "prefix-multiturn-7b", "--conversations", "8", "--json", "@OLD"}},
+    /* issue 36 F: a run that fails at its last file leaves none of its files */
+    {"ch04 --out then a failing --json: --out is not replaced", WRITE_FAILED, "--json ", FSIZE_LIMIT | OLD_KEPT,
+     {"ch04-paged", MT, "--requests", "@req.tsv", "--out", "@OLD", "--json", "@OUTDIR/r.json"}},
+    {"ch06 --kv-tokens then a failing --json: --kv-tokens is not replaced", WRITE_FAILED, "--json ",
+     FSIZE_LIMIT | OLD_KEPT, {"ch06-window", MT, "--requests", "@req.tsv", "--kv-tokens", "@OLD", "--json",
+                              "@OUTDIR/r.json"}},
+    {"ch05 --out, --trace and --json, one of them failing: no file replaced or left", WRITE_FAILED, "cannot write: File too large", FSIZE_LIMIT | OLD_KEPT,
+     {"ch05-prefix", MT, "--requests", "@req.tsv", "--out", "@OLD", "--trace", "@OUTDIR/t.jsonl", "--json",
+      "@OUTDIR/r.json"}},
 };
 
 static const HostileCase NUMBERS[] = {
@@ -854,13 +900,35 @@ static const HostileCase NUMBERS[] = {
      {"synth-model", "--dim", " 8", "--out", "@OUTDIR/m.bin"}},
     {"--threads 0: the default (documented)", RUNS, NULL, STDOUT_TEXT,
      {"ch01-naive", MT, "--steps", "3", "--quiet", "--threads", "0"}},
-    {"--threads -1", REFUSED, "--threads: -1 is out of range [0, 1024]", 0,
+    {"--threads -1", REFUSED, "--threads: -1 is out of range [0, 256]", 0,
      {"ch02-kvcache", MT, "--threads", "-1"}},
-    {"--threads 100000", REFUSED, "--threads: 100000 is out of range [0, 1024]", 0,
+    {"--threads 100000", REFUSED, "--threads: 100000 is out of range [0, 256]", 0,
      {"ch04-paged", MT, "--threads", "100000"}},
-    {"demo --threads 0 (the demo takes 1 to 1024, documented)", REFUSED, "--threads: '0' is not a number from 1 to "
-     "1024", 0, {"demo", MT, "--threads", "0"}},
+    {"demo --threads 0 (the demo takes 1 to 256, documented)", REFUSED, "--threads: '0' is not a number from 1 to "
+     "256", 0, {"demo", MT, "--threads", "0"}},
     {"demo --threads 100000", REFUSED, "--threads", 0, {"demo", MT, "--threads", "100000"}},
+    /* issue 36 H: a stated limit, and a count in range that the system
+     * cannot start is refused before the run, not by libgomp mid-run. */
+    {"--threads 257: over the stated limit", REFUSED, "--threads: 257 is out of range [0, 256]", 0,
+     {"ch03-batching", MT, "--requests", "@req.tsv", "--threads", "257"}},
+    {"kvquality --threads 257", REFUSED, "--threads", 0, {"kvquality", MT, "--threads", "257"}},
+    {"--threads 4 where no thread can start (1 TB stacks)", REFUSED, "cannot start 4 threads: this machine started "
+     "only 1", HUGE_STACK, {"ch04-paged", MT, "--requests", "@req.tsv", "--threads", "4"}},
+    {"--threads 2 where no thread can start, single stream", REFUSED, "cannot start 2 threads", HUGE_STACK,
+     {"ch01-naive", MT, "--threads", "2"}},
+    {"machine-limits --threads 3 where no thread can start", REFUSED, "cannot start 3 threads", HUGE_STACK,
+     {"machine-limits", "--threads", "3", "--mib", "1"}},
+    /* issue 36 I: stray arguments */
+    {"kvsim --scenario list extra", REFUSED, "unexpected argument 'extra'", 0, {"kvsim", "--scenario", "list", "extra"}},
+    {"kvsim --scenario list with another option", REFUSED, "--scenario list takes no other option", 0,
+     {"kvsim", "--requests", "5", "--scenario", "list"}},
+    {"kvsim --scenario paper-fig19 extra", REFUSED, "unexpected argument 'extra'", 0,
+     {"kvsim", "--scenario", "paper-fig19", "extra"}},
+    {"kvsim --scenario prefix-multiturn-7b extra", REFUSED, "unexpected argument 'extra'", 0,
+     {"kvsim", "--scenario", "prefix-multiturn-7b", "extra"}},
+    {"ch06 extra", REFUSED, "unexpected argument 'extra'", 0, {"ch06-window", MT, "extra"}},
+    {"kvcalc extra", REFUSED, "unexpected argument 'extra'", 0, {"kvcalc", "extra"}},
+    {"demo extra", REFUSED, "unexpected argument 'extra'", 0, {"demo", MT, "extra"}},
 };
 
 #ifdef HAVE_GGUF
@@ -1128,6 +1196,137 @@ START_TEST(request_file_limits_are_exact)
 }
 END_TEST
 
+/* ------------------------------------------------------------ issue 36 B */
+
+/* The "tokens":[...] of the JSON line of request @p id in @p jsonl, copied
+ * into out (empty when there is none). */
+static void tokens_of(const char *jsonl, int id, char *out, size_t n)
+{
+    char key[32];
+    snprintf(key, sizeof key, "{\"id\":%d,", id);
+    const char *line = strstr(jsonl, key), *at = line ? strstr(line, "\"tokens\":[") : NULL;
+    const char *end = at ? strchr(at, ']') : NULL;
+    snprintf(out, n, "%.*s", end ? (int)(end - at + 1) : 0, end ? at : "");
+}
+
+/* SmolLM2's byte-level vocabulary has no token for 21 byte values, and the
+ * model adds no BOS: a prompt made only of them encodes to no token. The
+ * serving chapters refuse such a request alone (one line naming it,
+ * "rejected" in --out, the others run and give the tokens they give
+ * without it); chapters 1 and 2 refuse the one prompt up front. */
+START_TEST(prompts_of_no_token_on_the_real_vocabulary)
+{
+    TestModel f;
+    if (!test_model_smollm2(&f, "prompts_of_no_token_on_the_real_vocabulary"))
+        return;
+    const char *model = test_shared_file("SmolLM2-135M-Instruct.Q4_1.gguf");
+    static const unsigned char missing[21] = {0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2, 0xF5,
+                                              0xF6, 0xF7, 0xF8, 0xF9, 0xFA, 0xFB, 0xFC, 0xFD, 0xFE, 0xFF};
+    int n_missing = 0;
+    for (int b = 1; b < 256; b++) {
+        char text[2] = {(char)b, 0};
+        int ids[8], n = -1;
+        Err err = {{0}};
+        ck_assert_msg(tokenizer_encode(&f.t, text, 1, 0, ids, &n, &err) == 0, "%s", err.msg);
+        int listed = memchr(missing, b, sizeof missing) != NULL;
+        ck_assert_msg((n == 0) == listed, "byte 0x%02X encodes to %d tokens", b, n);
+        n_missing += n == 0;
+    }
+    ck_assert_int_eq(n_missing, 21);
+    test_model_free(&f);
+
+    make_fixtures();
+    write_text("good.tsv", "3\tOnce upon a time\n3\tThe cat\n");
+    write_text("mixed.tsv", "3\tOnce upon a time\n3\t\xff\xfe\x04\n3\tThe cat\n");
+    char good[PATH_MAX], mixed[PATH_MAX], out_good[PATH_MAX], out_mixed[PATH_MAX];
+    fixture_path("good.tsv", good);
+    fixture_path("mixed.tsv", mixed);
+    fixture_path("good.jsonl", out_good);
+    fixture_path("mixed.jsonl", out_mixed);
+    static const char *const chapters[] = {"ch03-batching", "ch04-paged", "ch05-prefix", "ch06-window"};
+    for (size_t c = 0; c < sizeof chapters / sizeof chapters[0]; c++) {
+        const char *run_good[] = {chapters[c], "--model", model, "--requests", good, "--kv-budget", "400MiB", "--quiet", "--out",
+                                  out_good, NULL};
+        const char *run_mixed[] = {chapters[c], "--model", model, "--requests", mixed, "--kv-budget", "400MiB", "--quiet",
+                                   "--out", out_mixed, NULL};
+        ProgramResult g, m;
+        ck_assert(test_run_program(run_good, &g) == 0 && test_run_program(run_mixed, &m) == 0);
+        ck_assert_msg(g.status == 0 && m.status == 0 && m.out[0] == '\0', "%s: exit %d, stderr:\n%s", chapters[c],
+                      m.status, m.err);
+        ck_assert_msg(count_lines_with(m.err, "refused") == 1 && count_lines_with(m.err, "error") == 0 &&
+                          strstr(m.err, ": request 1 (line 2) refused: its prompt encodes to no token"),
+                      "%s: expected one line refusing request 1, got:\n%s", chapters[c], m.err);
+        char *jg = test_slurp(out_good), *jm = test_slurp(out_mixed);
+        ck_assert_msg(test_count_lines(jm) == 3 && strstr(jm, "{\"id\":1,") &&
+                          strstr(strstr(jm, "{\"id\":1,"), "\"finish\":\"rejected\"") &&
+                          strstr(jm, "\"finish\":\"rejected\"") == strstr(strstr(jm, "{\"id\":1,"), "\"finish\""),
+                      "%s: --out does not mark request 1 alone as rejected:\n%s", chapters[c], jm);
+        char a[4096], b[4096];
+        for (int k = 0; k < 2; k++) {
+            tokens_of(jg, k, a, sizeof a);
+            tokens_of(jm, 2 * k, b, sizeof b);
+            ck_assert_msg(a[0] && strcmp(a, b) == 0, "%s: request %d gave %s beside the refused one, %s without",
+                          chapters[c], 2 * k, b, a);
+        }
+        free(jg), free(jm);
+        test_result_free(&g), test_result_free(&m);
+    }
+    for (int c = 0; c < 2; c++) {
+        const char *argv[] = {c ? "ch02-kvcache" : "ch01-naive", "--model", model, "--prompt", "\xff", NULL};
+        ProgramResult r;
+        ck_assert(test_run_program(argv, &r) == 0);
+        ck_assert_msg(r.status == 1 && r.out[0] == '\0' && test_count_lines(r.err) == 1 &&
+                          strstr(r.err, "error: the prompt encodes to no token"),
+                      "%s: exit %d, stdout %zu bytes, stderr:\n%s", argv[0], r.status, strlen(r.out), r.err);
+        test_result_free(&r);
+    }
+    remove_tree(dir);
+}
+END_TEST
+
+/* Issue 36 G: the default budget is stated on the start-up line, and
+ * allocating it makes none of it resident: one short request on SmolLM2
+ * (default budget 2.81 GiB, or half the memory available) stays far below
+ * it. Zeroing the budget up front made every serving chapter 3 GB. */
+START_TEST(the_default_budget_is_stated_and_not_resident)
+{
+    TestModel f;
+    if (!test_model_smollm2(&f, "the_default_budget_is_stated_and_not_resident"))
+        return;
+    test_model_free(&f);
+    const char *model = test_shared_file("SmolLM2-135M-Instruct.Q4_1.gguf");
+    make_fixtures();
+    write_text("one.tsv", "2\tOnce upon a time\n");
+    char one[PATH_MAX];
+    fixture_path("one.tsv", one);
+    const char *argv[] = {"ch04-paged", "--model", model, "--requests", one, "--quiet", NULL};
+    ProgramResult r;
+    ck_assert(test_run_program(argv, &r) == 0);
+    ck_assert_msg(r.status == 0 && strstr(r.err, "; KV budget ") && strstr(r.err, " (the default: "), "%s", r.err);
+    test_result_free(&r);
+    struct rusage use;
+    ck_assert(getrusage(RUSAGE_CHILDREN, &use) == 0);
+    ck_assert_msg(use.ru_maxrss < 1024L * 1024, "a run of one short request was %ld KiB resident", use.ru_maxrss);
+    remove_tree(dir);
+}
+END_TEST
+
+/* Issue 36 G: a model that declares a context whose step activations no
+ * machine of this size could hold is refused before the run, in one line
+ * (it failed at the first step, after the start-up lines); a real one is
+ * accepted. The buffers themselves are allocated untouched. */
+START_TEST(activations_for_the_declared_context_are_checked_first)
+{
+    Err err = {{0}};
+    ModelConfig wide = {8192, 28672, 1, 64, 8, 32000, 1 << 20};
+    ck_assert_int_eq(forward_check_context(&wide, 1, &err), -1);
+    ck_assert_msg(strstr(err.msg, "the model declares a context of 1048576 positions: the activations of a step "
+                                  "that long take ") && !strchr(err.msg, '\n'), "%s", err.msg);
+    ModelConfig stories = {64, 172, 5, 8, 4, 512, 512};
+    ck_assert_msg(forward_check_context(&stories, 1, &err) == 0, "%s", err.msg);
+}
+END_TEST
+
 Suite *suite_hostile(void)
 {
     Suite *s = suite_create("hostile");
@@ -1140,6 +1339,9 @@ Suite *suite_hostile(void)
     tcase_add_test(tc, hostile_numbers);
     tcase_add_test(tc, hostile_long_prompts);
     tcase_add_test(tc, request_file_limits_are_exact);
+    tcase_add_test(tc, prompts_of_no_token_on_the_real_vocabulary);
+    tcase_add_test(tc, the_default_budget_is_stated_and_not_resident);
+    tcase_add_test(tc, activations_for_the_declared_context_are_checked_first);
     suite_add_tcase(s, tc);
     /* Cases for code that not every tree has yet, in their own cases so
      * that CK_RUN_CASE can pick them. */

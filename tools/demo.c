@@ -40,6 +40,7 @@
 #include "ops.h"
 #include "outfile.h"
 #include "parse.h"
+#include "threads.h"
 #include "prefix.h"
 #include "report.h"
 #include "serve.h"
@@ -87,7 +88,7 @@ static void usage(void)
            "  --model FILE      checkpoint (default: stories260K from models/ or ../shared/models/, else synthetic)\n"
            "  --tokenizer FILE  its tokenizer (default: found next to the model)\n"
            "  --kv-budget SIZE  KV memory of chapters 3, 4 and 5 (default: 8 requests of the model's full length)\n"
-           "  --threads N       CPU threads, 1 to 1024 (default: the programs' default)\n"
+           "  --threads N       CPU threads, 1 to 256 (default: the programs' default)\n"
            "  --tight-budget SIZE  chapters 3 and 4 once more at SIZE, for the page's traces only (default: an\n"
            "                    eighth of the budget, where chapter 4 preempts; 0: not)\n"
            "  --out DIR         where kv-timeline.tsv, demo.json and the traces go (default .)\n"
@@ -132,8 +133,8 @@ static int parse_options(int argc, char **argv, DemoOptions *d, Err *err)
             break;
         case O_THREADS: {
             long n;
-            if (parse_long(optarg, 1, 1024, &n, NULL))
-                return err_set(err, "--threads: '%s' is not a number from 1 to 1024", optarg);
+            if (parse_long(optarg, 1, THREADS_MAX, &n, NULL))
+                return err_set(err, "--threads: '%s' is not a number from 1 to %d", optarg, THREADS_MAX);
             d->o.threads = (int)n;
             break;
         }
@@ -630,6 +631,11 @@ int main(int argc, char **argv)
     }
     if (d.o.threads == 0) /* the programs' default */
         ops_set_threads(forward_default_threads(&a.model.cfg));
+    if (threads_check(ops_threads(), &err)) {
+        assets_close(&a);
+        request_file_free(&rf);
+        return fail(&err);
+    }
     static const char *const names[N_CHAPTERS] = {"1 naive (recompute)", "2 KV cache (--kv-alloc max)",
                                                   "3 batching (--reserve max)", "4 paged (--block-size 16)",
                                                   "5 prefix cache (--prefix-cache hash)"};
@@ -660,6 +666,7 @@ int main(int argc, char **argv)
             tight = 0;
         }
     }
+    outfile_hold(); /* every file of the page is renamed into place at the end, or none is */
     if (status == 0) {
         fprintf(stderr, "demo: %s\n", assets_describe(&a, line, sizeof line));
         status = run_all(cr, &a, &d, &rf, &err);
@@ -671,6 +678,10 @@ int main(int argc, char **argv)
                                        d.out_dir, &err) ||
                         write_json(cr, d.out_dir, a.model_path, requests, budget, differ, &err)))
         status = -1;
+    if (status == 0 && outfile_release(&err))
+        status = -1;
+    if (status)
+        outfile_discard();
     if (status == 0) {
         char b[32];
         printf("kvlab demo: %d requests from %s, greedy, on %s (seq_len %d, %zu B of K/V per token);\n"

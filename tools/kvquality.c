@@ -39,6 +39,7 @@
 #include "mem.h"
 #include "ops.h"
 #include "parse.h"
+#include "threads.h"
 #include "sampler.h"
 
 static const char *PROGRAM = "kvquality";
@@ -252,7 +253,7 @@ static void usage(void)
            "  --seed N              the reference's sampling seed (default 1)\n"
            "  --sample-every K      measure the attention outputs every K-th step (default 16)\n"
            "  --greedy-steps N      also each type's own greedy text of N tokens against f32's (default 0: no)\n"
-           "  --threads N           CPU threads (results never depend on it; default 1)\n"
+           "  --threads N           CPU threads, 1 to 256 (results never depend on it; default 1)\n"
            "  --help                show this help\n",
            PROGRAM);
 }
@@ -301,7 +302,7 @@ static int parse_options(int argc, char **argv, Options *o, Err *err)
         case O_STEPS: status = parse_int("steps", optarg, 1, 1 << 20, &o->steps, err); break;
         case O_SAMPLE: status = parse_int("sample-every", optarg, 1, 1 << 20, &o->sample_every, err); break;
         case O_GREEDY: status = parse_int("greedy-steps", optarg, 0, 1 << 20, &o->greedy_steps, err); break;
-        case O_THREADS: status = parse_int("threads", optarg, 1, 1024, &o->cli.threads, err); break;
+        case O_THREADS: status = parse_int("threads", optarg, 1, THREADS_MAX, &o->cli.threads, err); break;
         case O_SEED:
             status = parse_u64(optarg, UINT64_MAX, &o->seed, NULL)
                          ? err_set(err, "--seed: '%s' is not a whole number >= 0", optarg) : 0;
@@ -400,8 +401,10 @@ int main(int argc, char **argv)
     int status = parsed;
     if (status == 0) {
         ops_set_threads(o.cli.threads);
-        status = assets_open(&a, &o.cli, &err);
+        status = threads_check(ops_threads(), &err);
     }
+    if (status == 0)
+        status = assets_open(&a, &o.cli, &err);
     if (status == 0)
         status = measure(&a, &o, &err);
     if (status == 0 && o.greedy_steps > 0)

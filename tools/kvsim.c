@@ -462,11 +462,14 @@ static int apply(Options *o, int id, const char *name, const char *arg, Err *err
     return err_set(err, "--%s: not handled", name);
 }
 
-/* One pass of getopt over argv. Returns 0, 1 (help printed) or -1. */
+/* One pass of getopt over argv. Returns 0, 1 (help or the list printed) or -1.
+ * `--scenario list` prints the list, and only when nothing else was given:
+ * an option or argument beside it would be silently ignored. */
 static int parse_argv(Options *o, int argc, char **argv, int scenario_only, Err *err)
 {
     opterr = 0;
     optind = 1;
+    int list = 0, others = 0;
     for (;;) {
         int index = -1, c = getopt_long(argc, argv, ":h", LONGOPTS, &index);
         if (c == -1)
@@ -479,12 +482,13 @@ static int parse_argv(Options *o, int argc, char **argv, int scenario_only, Err 
             return err_set(err, "option '%s' needs a value (see --help)", argv[optind - 1]);
         if (c == '?')
             return err_set(err, "unknown option '%s' (see --help)", argv[optind - 1]);
+        others += c != OPT_SCENARIO;
         if (scenario_only != (c == OPT_SCENARIO))
             continue;
         if (c == OPT_SCENARIO) {
             if (strcmp(optarg, "list") == 0) {
-                list_scenarios(stdout);
-                return 1;
+                list = 1;
+                continue;
             }
             if (!(o->scenario = find_scenario(optarg))) {
                 char names[512];
@@ -498,6 +502,12 @@ static int parse_argv(Options *o, int argc, char **argv, int scenario_only, Err 
     }
     if (optind < argc)
         return err_set(err, "unexpected argument '%s' (options start with --; see --help)", argv[optind]);
+    if (list && (others > 0 || o->scenario))
+        return err_set(err, "--scenario list takes no other option");
+    if (list) {
+        list_scenarios(stdout);
+        return 1;
+    }
     return 0;
 }
 

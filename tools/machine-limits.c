@@ -41,6 +41,7 @@
 #include "cli.h"
 #include "err.h"
 #include "mem.h"
+#include "threads.h"
 
 #define USAGE                                                                                               \
     "machine-limits [--threads N (1-256, default 1)] [--mib M (1-65536, default 1024)] [--passes P (3-100, " \
@@ -234,6 +235,10 @@ int main(int argc, char **argv)
     Err err = {{0}};
     if (parse_args(argc, argv, &threads, &mib, &passes, &read_only, &err)) {
         fprintf(stderr, "machine-limits: error: %s (usage: " USAGE ")\n", err.msg);
+        return 1;
+    }
+    if (threads_check((int)threads, &err)) {
+        fprintf(stderr, "machine-limits: error: %s\n", err.msg);
         return 1;
     }
     /* n floats: a whole number of READ_ACCS * LANES per thread */

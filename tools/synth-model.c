@@ -19,6 +19,7 @@
 
 #include "mem.h"
 #include "model.h"
+#include "outfile.h"
 #include "parse.h"
 #include "report.h"
 #include "synth.h"
@@ -182,6 +183,21 @@ static int fail(const Err *err)
     return 1;
 }
 
+/* Writes the checkpoint and (when asked) the tokenizer; both are renamed
+ * into place together at the end, or neither is. */
+static int write_both(const SynthOptions *o, const void *model_image, size_t model_bytes, const void *tok_image,
+                      size_t tok_bytes, Err *err)
+{
+    outfile_hold();
+    if (synth_write_file(o->out_path, model_image, model_bytes, err) ||
+        (o->tokenizer_path && synth_write_file(o->tokenizer_path, tok_image, tok_bytes, err)) ||
+        outfile_release(err)) {
+        outfile_discard();
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     SynthOptions o;
@@ -199,9 +215,8 @@ int main(int argc, char **argv)
     if (model_config_validate(&o.spec.cfg, &err) || report_check_writable("--out", o.out_path, &err) ||
         (o.tokenizer_path && report_check_writable("--tokenizer-out", o.tokenizer_path, &err)) ||
         (o.tokenizer_path && synth_tokenizer_image(o.spec.cfg.vocab_size, &tok_image, &tok_bytes, &err)) ||
-        synth_model_image(&o.spec, &model_image, &model_bytes, &err) ||
-        synth_write_file(o.out_path, model_image, model_bytes, &err) ||
-        (o.tokenizer_path && synth_write_file(o.tokenizer_path, tok_image, tok_bytes, &err))) {
+        synth_model_image(&o.spec, &model_image, &model_bytes, &err) || write_both(&o, model_image, model_bytes,
+                                                                                    tok_image, tok_bytes, &err)) {
         status = fail(&err);
     } else {
         const ModelConfig *c = &o.spec.cfg;

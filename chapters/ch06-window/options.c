@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "outfile.h"
 #include "window.h"
 
 /* Most positions any option may name (a window longer than the model's
@@ -100,6 +101,11 @@ int window_parse_options(int *argc, char **argv, WindowOptions *o, Err *err)
 int window_check(const WindowOptions *o, const ServingRun *run, Err *err)
 {
     const CliOptions *c = run->opts;
+    /* The files are written after the whole run: a destination that cannot
+     * take them (a folder, /dev/full, a missing folder) is refused now. */
+    if ((o->tokens_path && outfile_check("--kv-tokens", o->tokens_path, err)) ||
+        (o->argmax_path && outfile_check("--kv-argmax", o->argmax_path, err)))
+        return -1;
     if (o->force_path && c->temperature > 0.0f)
         return err_set(err, "--kv-force needs greedy sampling (--temperature 0): the forced id must win the choice");
     if (c->beam_width > 0) /* chapter 4's beam search steps on its own (ext/beam.c), never through window_step() */

@@ -2,6 +2,7 @@
 #include "mem.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
  * it was charged to, so that mem_free() can take it off the ledger without
  * the caller repeating the size. */
 typedef struct {
+    void *raw; /* what calloc() returned, for free() */
     size_t bytes;
     int category;
     int place;
@@ -18,6 +20,8 @@ typedef struct {
 
 #define HEADER_BYTES MEM_ALIGN
 #define HEADER_MAGIC 0x6b766c62u /* "kvlb" */
+
+static AllocHeader *header_of(const void *p);
 
 typedef struct {
     size_t current[MEM_PLACE_COUNT][MEM_CATEGORY_COUNT];
@@ -54,25 +58,33 @@ void *mem_alloc(MemCategory cat, size_t bytes)
 void *mem_alloc_at(MemCategory cat, MemPlace place, size_t bytes)
 {
     /* One buffer larger than the machine's memory can never be used: say
-     * "out of memory" now rather than after zeroing it through the swap
-     * (or being killed for it, where the system overcommits). */
+     * "out of memory" now rather than when it is first written (or being
+     * killed for it, where the system overcommits). */
     static size_t physical;
     if (physical == 0)
         physical = mem_physical_bytes();
-    if (bytes > SIZE_MAX - HEADER_BYTES || (physical && bytes > physical))
+    if (bytes > SIZE_MAX - 2 * MEM_ALIGN || (physical && bytes > physical))
         return NULL;
-    void *raw = NULL;
-    if (posix_memalign(&raw, MEM_ALIGN, HEADER_BYTES + bytes) != 0)
+    /* calloc(), not malloc() and memset(): a large buffer comes straight
+     * from the kernel (mmap), already zero, and calloc() leaves it
+     * untouched, so its pages become resident only when they are first
+     * written. A K/V pool sized for many full-length requests costs memory
+     * only for the positions used (a memset here made the default SmolLM2
+     * budget of 2.81 GiB resident at start). Room for one alignment step
+     * is added: the header and the buffer sit on cache lines. */
+    char *raw = calloc(1, 2 * MEM_ALIGN + bytes);
+    if (!raw)
         return NULL;
-    memset(raw, 0, HEADER_BYTES + bytes);
-    AllocHeader *h = raw;
+    char *p = raw + HEADER_BYTES + (MEM_ALIGN - (uintptr_t)(raw + HEADER_BYTES) % MEM_ALIGN) % MEM_ALIGN;
+    AllocHeader *h = header_of(p);
+    h->raw = raw;
     h->bytes = bytes;
     h->category = (int)cat;
     h->place = (int)place;
     h->magic = HEADER_MAGIC;
     mem_track(cat, place, bytes);
     ledger.live_buffers++;
-    return (char *)raw + HEADER_BYTES;
+    return p;
 }
 
 void *mem_alloc_array(MemCategory cat, size_t count, size_t elem_size)
@@ -97,7 +109,7 @@ void mem_free(void *p)
     h->magic = 0;
     mem_untrack((MemCategory)h->category, (MemPlace)h->place, h->bytes);
     ledger.live_buffers--;
-    free(h);
+    free(h->raw);
 }
 
 size_t mem_size(const void *p)
@@ -126,4 +138,17 @@ size_t mem_physical_bytes(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+}
+
+size_t mem_available_bytes(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib ? (size_t)(kib * 1024ull) : mem_physical_bytes();
 }

@@ -143,6 +143,13 @@ void mem_reset(void);
 size_t mem_physical_bytes(void);
 
 /**
+ * Memory the system could give this program now without swapping (Linux's
+ * MemAvailable), for sizing a default K/V budget to the machine.
+ * @return bytes, or mem_physical_bytes() where the system does not say
+ */
+size_t mem_available_bytes(void);
+
+/**
  * Human-readable name of a category ("weights", "activations", "kv",
  * "kv_metadata"), also used as a JSON key.
  * @param cat  category

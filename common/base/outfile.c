@@ -15,7 +15,7 @@
 
 /* Temporary files that exist right now, so that a SIGINT, SIGTERM or SIGHUP
  * can remove them before the program dies. unlink() is async-signal-safe. */
-#define PENDING_MAX 8
+#define PENDING_MAX 16
 static char pending_path[PENDING_MAX][PATH_MAX];
 static volatile sig_atomic_t pending_used[PENDING_MAX];
 
@@ -269,6 +269,40 @@ static int finish_writing(OutFile *o)
     return close(o->fd) != 0 ? errno : 0;
 }
 
+/* Renames a finished temporary file over its final path and makes the
+ * rename durable by syncing the folder. */
+static int publish(const char *what, const char *tmp_path, const char *path, Err *err)
+{
+    char shown[PATH_MAX + 40];
+    label(shown, sizeof shown, what, path);
+    if (rename(tmp_path, path) != 0) {
+        int e = errno;
+        unlink(tmp_path);
+        unregister_pending(tmp_path);
+        return err_set(err, "%s: cannot replace the file: %s", shown, strerror(e));
+    }
+    unregister_pending(tmp_path);
+    char dir[PATH_MAX];
+    const char *name;
+    if (split_path(path, dir, &name, shown, NULL) == 0) {
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+    }
+    return 0;
+}
+
+/* Files written whole but not yet renamed, while outfile_hold() is on. */
+typedef struct {
+    char what[32];
+    char path[PATH_MAX];
+    char tmp_path[PATH_MAX];
+} HeldFile;
+static HeldFile held[PENDING_MAX];
+static int n_held, holding;
+
 int outfile_commit(OutFile *o, Err *err)
 {
     char shown[PATH_MAX + 40];
@@ -278,24 +312,44 @@ int outfile_commit(OutFile *o, Err *err)
         outfile_abort(o);
         return err_set(err, "%s: cannot write: %s", shown, strerror(e));
     }
-    if (rename(o->tmp_path, o->path) != 0) {
-        e = errno;
-        outfile_abort(o);
-        return err_set(err, "%s: cannot replace the file: %s", shown, strerror(e));
+    if (holding && n_held < PENDING_MAX) { /* renamed with the others by outfile_release() */
+        HeldFile *h = &held[n_held++];
+        snprintf(h->what, sizeof h->what, "%s", o->what);
+        snprintf(h->path, sizeof h->path, "%s", o->path);
+        snprintf(h->tmp_path, sizeof h->tmp_path, "%s", o->tmp_path);
+        o->tmp_path[0] = '\0';
+        return 0;
     }
-    unregister_pending(o->tmp_path);
+    e = publish(o->what, o->tmp_path, o->path, err);
     o->tmp_path[0] = '\0';
-    /* The rename itself is made durable by syncing the folder. */
-    char dir[PATH_MAX];
-    const char *name;
-    if (split_path(o->path, dir, &name, shown, NULL) == 0) {
-        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
+    return e;
+}
+
+void outfile_hold(void)
+{
+    holding = 1;
+}
+
+int outfile_release(Err *err)
+{
+    int rc = 0;
+    for (int i = 0; i < n_held; i++) {
+        if (rc == 0)
+            rc = publish(held[i].what, held[i].tmp_path, held[i].path, err);
+        else
+            unlink(held[i].tmp_path), unregister_pending(held[i].tmp_path);
     }
-    return 0;
+    n_held = holding = 0;
+    return rc;
+}
+
+void outfile_discard(void)
+{
+    for (int i = 0; i < n_held; i++) {
+        unlink(held[i].tmp_path);
+        unregister_pending(held[i].tmp_path);
+    }
+    n_held = holding = 0;
 }
 
 void outfile_abort(OutFile *o)

@@ -99,6 +99,34 @@ int outfile_open_append(OutFile *o, const char *what, const char *path, Err *err
 int outfile_commit(OutFile *o, Err *err);
 
 /**
+ * Holds every file committed from now on: outfile_commit() finishes it
+ * (flush, fsync, close) and checks it was written whole, but leaves it
+ * under its temporary name until outfile_release() renames them all or
+ * outfile_discard() removes them all. A program that writes several files
+ * (`--out`, `--json`, `--trace`, chapter 6's `--kv-tokens`) calls it before
+ * the first: a run that fails at its last file then leaves none of its
+ * files behind, and every older file of those names as it was, so no file
+ * on disk can be mistaken for the failed run's. (Only a failing rename,
+ * in a folder checked writable before the run, could leave the files that
+ * were renamed before it.) At most 16 files are held; a later one is
+ * committed at once.
+ */
+void outfile_hold(void);
+
+/**
+ * Renames every held file over its final path, in the order they were
+ * committed, and stops holding.
+ * @param err  receives "WHAT PATH: cannot replace the file: REASON" on failure
+ * @return 0 on success, -1 when a rename failed (the files not yet renamed are removed)
+ */
+int outfile_release(Err *err);
+
+/**
+ * Removes every held file (the final paths are untouched) and stops holding.
+ */
+void outfile_discard(void);
+
+/**
  * Gives up: closes and removes the temporary file; the final path is
  * untouched. Safe on a file that was never opened or is already closed,
  * if it was zeroed first.

@@ -162,3 +162,13 @@ void forward(const Model *m, ForwardState *s, const KvSeam *kv, const BatchEntry
     if (rows > 0)
         matmul_weights(s->logits, s->logit_x, &w->wcls, rows);
 }
+
+int forward_check_context(const ModelConfig *cfg, int threads, Err *err)
+{
+    size_t bytes = forward_state_bytes(cfg, cfg->seq_len, 1, threads), physical = mem_physical_bytes();
+    if (physical && bytes > physical)
+        return err_set(err, "the model declares a context of %d positions: the activations of a step that long take "
+                       "%.2f GiB, more than this machine's %.2f GiB of memory", cfg->seq_len,
+                       (double)bytes / (1u << 30), (double)physical / (1u << 30));
+    return 0;
+}

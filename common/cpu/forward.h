@@ -111,6 +111,20 @@ void forward_state_free(ForwardState *s);
 size_t forward_state_bytes(const ModelConfig *cfg, int max_tokens, int max_logits, int threads);
 
 /**
+ * Checks, before a run, that the activations of one step as long as the
+ * model's declared context (the largest step a chapter sizes for) could
+ * fit this machine's memory at all: a model file that declares 2^20
+ * positions of a wide model is refused in one line, not at its first step.
+ * (The buffers are allocated zeroed but untouched, so only what a step
+ * writes becomes resident.)
+ * @param cfg      model shape
+ * @param threads  attention scratch rows
+ * @param err      receives "the model declares a context of N positions: ..."
+ * @return 0 when it could fit, -1 otherwise
+ */
+int forward_check_context(const ModelConfig *cfg, int threads, Err *err);
+
+/**
  * How many threads are worth using for a model when the user did not say
  * (no --threads): 1 for models narrower than 256 (stories260K), whose
  * matrices are so small that starting and joining threads costs more than

@@ -34,6 +34,11 @@
 #include "err.h"
 #include "tokenizer.h"
 
+/** The longest chat template kvlab reads, in bytes (4 MiB): real ones are a
+ *  few KiB (SmolLM2's is under 1 KiB); a larger one in a model file is
+ *  refused in one line rather than scanned. */
+#define CHAT_TEMPLATE_MAX_BYTES (4 << 20)
+
 /** What kvlab needs of a model's ChatML template. */
 typedef struct {
     char *system_message; /**< the template's default system message, NUL-terminated; NULL when it has none */
@@ -46,6 +51,7 @@ typedef struct {
  * @param c    receives the template
  * @param t    the tokenizer
  * @param err  receives one line when the model has no chat template, when
+ *             it is longer than CHAT_TEMPLATE_MAX_BYTES, when
  *             it is not ChatML, or when `<|im_start|>` / `<|im_end|>` are
  *             not control tokens of the vocabulary
  * @return 0 on success, -1 on failure (nothing to close then)

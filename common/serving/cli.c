@@ -11,6 +11,7 @@
 #include "cost_model.h"
 #include "kv_dtype.h"
 #include "parse.h"
+#include "threads.h"
 
 enum {
     OPT_MODEL = 1000, OPT_TOKENIZER, OPT_PROMPT, OPT_STEPS, OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_JSON,
@@ -48,7 +49,7 @@ static const OptionSpec SPECS[] = {
     {"kv-alloc", OPT_KV_ALLOC, CLI_KV_ALLOC, "max|grow", "reserve the model's seq_len up front, or start small and double (default max)"},
     {"requests", OPT_REQUESTS, CLI_SERVING, "FILE", "request file: one 'max_new_tokens<TAB>prompt' per line, at most 16 MiB, 65536 bytes a line, 1048576 requests (default data/requests-mixed.tsv)"},
     {"out", OPT_OUT, CLI_SERVING, "FILE", "write one JSON object per request (JSON Lines)"},
-    {"kv-budget", OPT_KV_BUDGET, CLI_SERVING, "SIZE", "memory for K/V, e.g. 512KiB, 4MiB, 2GiB (default: 8 full-length requests)"},
+    {"kv-budget", OPT_KV_BUDGET, CLI_SERVING, "SIZE", "memory for K/V, e.g. 512KiB, 4MiB, 2GiB (default: 8 full-length requests, at most half the memory available at start)"},
     {"trace", OPT_TRACE, CLI_SERVING, "FILE", "write one JSON line per step: admissions, finishes, preemptions, what each request holds (changes only) and the step's KV memory (make demo's page draws it)"},
     {"show-tables", OPT_SHOW_TABLES, CLI_SERVING, "STEP", "print on stderr what every request holds after step STEP's forward pass: its region (chapter 3) or block table (chapter 4)"},
     {"max-batch", OPT_MAX_BATCH, CLI_BATCHING, "N", "most requests in one batch (default 64)"},
@@ -74,7 +75,7 @@ static const OptionSpec SPECS[] = {
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
     {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE | CLI_KV_DTYPE, "f32|f16|bf16|int8|fp8-e4m3|fp8-e5m2", "element type of the K/V cache (default f32): every type on the CPU in chapters 2, 4, 5 and 6 (int8 with one scale per token and KV head, fp8 saturating), f32, f16 or bf16 on the device"},
     {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights: on the CPU, f32 dequantizes a quantized (GGUF) model at load (default: as the file stores them); on the device, f32 (default), or f16/bf16 with cublasGemmEx"},
-    {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads, 1 to 1024; 0 or none: OMP_NUM_THREADS for models 256 wide or more when it is set, else 1 (results never depend on it)"},
+    {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads, 1 to 256; 0 or none: OMP_NUM_THREADS for models 256 wide or more when it is set, else 1 (results never depend on it)"},
     {"json", OPT_JSON, CLI_MODEL, "FILE", "write the run report (memory, timing) as one JSON object"},
     {"quiet", OPT_QUIET, CLI_MODEL, NULL, "do not print the memory table on stderr"},
     {"help", OPT_HELP, 0, NULL, "show this help and exit"},
@@ -273,7 +274,7 @@ static int apply_option(int id, const char *name, const char *arg, CliOptions *o
         if (cli_parse_long(name, arg, 1, 1 << 20, &v, err)) return -1;
         o->steps = (int)v; return 0;
     case OPT_THREADS:
-        if (cli_parse_long(name, arg, 0, 1024, &v, err)) return -1;
+        if (cli_parse_long(name, arg, 0, THREADS_MAX, &v, err)) return -1;
         o->threads = (int)v; return 0;
     case OPT_MAX_BATCH:
         if (cli_parse_long(name, arg, 1, 4096, &v, err)) return -1;

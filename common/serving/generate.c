@@ -24,6 +24,11 @@ int generation_init(Generation *g, const Model *m, const Tokenizer *t, const cha
         mem_free(ids);
         return err_prefix(err, "cannot encode the prompt");
     }
+    if (n_ids == 0) {
+        mem_free(ids);
+        return err_set(err, "the prompt encodes to no token (the vocabulary has no token for any of its bytes, and "
+                       "the model adds no BOS), so there is nothing to generate from");
+    }
     if (n_ids > seq_len) {
         mem_free(ids);
         return err_set(err, "the prompt is %d tokens long; the model's seq_len is %d", n_ids, seq_len);

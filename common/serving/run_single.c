@@ -7,6 +7,7 @@
 #include "mem.h"
 #include "ops.h"
 #include "report.h"
+#include "threads.h"
 
 /* Context lengths at which the step-time table reports: the powers of two
  * from 16, which make linear and quadratic growth easy to tell apart, and
@@ -152,6 +153,10 @@ int single_run_open(SingleRun *r, const CliProgram *program, int argc, char **ar
     const Model *m = &r->assets.model;
     if (o->threads == 0)
         ops_set_threads(forward_default_threads(&m->cfg));
+    if (threads_check(ops_threads(), &r->err))
+        return -1;
+    if (!r->on_device && forward_check_context(&m->cfg, ops_threads(), &r->err))
+        return -1;
     SamplingParams sampling = cli_sampling_params(o);
     if (sampler_init_params(&r->sampler, m->cfg.vocab_size, &sampling, o->seed, &r->err))
         return -1;

@@ -138,11 +138,37 @@ void serving_reject(ServingRun *run, Request *r, const char *fmt, ...)
     trace_event(run->trace, "reject", r->index, r->note);
 }
 
+/* The memory available when the run started, read once: every part of the
+ * run must see the same default budget. */
+static size_t available_at_start(void)
+{
+    static size_t bytes;
+    if (bytes == 0)
+        bytes = mem_available_bytes();
+    return bytes;
+}
+
 size_t serving_kv_budget(const ServingRun *run)
 {
     if (run->opts->kv_budget > 0)
         return run->opts->kv_budget;
-    return 8u * (size_t)run->model->cfg.seq_len * run->kv_bytes_per_token;
+    size_t workload = 8u * (size_t)run->model->cfg.seq_len * run->kv_bytes_per_token;
+    size_t share = (size_t)((double)available_at_start() * SERVING_DEFAULT_MEMORY_SHARE);
+    return share > 0 && share < workload ? share : workload;
+}
+
+const char *serving_kv_budget_source(const ServingRun *run, char *buf, size_t n)
+{
+    if (run->opts->kv_budget > 0)
+        snprintf(buf, n, "--kv-budget");
+    else if (serving_kv_budget(run) < 8u * (size_t)run->model->cfg.seq_len * run->kv_bytes_per_token)
+        snprintf(buf, n, "the default: %.0f%% of the %.2f GiB of memory available at start, less than 8 requests of "
+                 "the model's full length", 100 * SERVING_DEFAULT_MEMORY_SHARE,
+                 (double)available_at_start() / (1024.0 * 1024 * 1024));
+    else
+        snprintf(buf, n, "the default: 8 requests of the model's full length, within %.0f%% of the memory available",
+                 100 * SERVING_DEFAULT_MEMORY_SHARE);
+    return buf;
 }
 
 KvDtype serving_kv_dtype(const ServingRun *run)
@@ -232,6 +258,11 @@ static int init_request(ServingRun *run, Request *r, const RequestSpec *spec, in
     } else if (n_ids > c->seq_len) {
         serving_reject(run, r, "its prompt is %d tokens; the model's seq_len is %d", n_ids, c->seq_len);
         n_ids = 0;
+    } else if (n_ids == 0) {
+        /* Byte-level BPE is meant to cover every byte, but SmolLM2's vocabulary
+         * lacks 21 byte values and adds no BOS: such a prompt is empty. */
+        serving_reject(run, r, "its prompt encodes to no token (the vocabulary has no token for any of its bytes, "
+                       "and the model adds no BOS)");
     }
     memcpy(r->tokens, ids, (size_t)n_ids * sizeof(int));
     mem_free(ids);

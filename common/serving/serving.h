@@ -379,9 +379,17 @@ void serving_preempt(ServingRun *run, Request *r);
  */
 void serving_reject(ServingRun *run, Request *r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/** The share of the memory available at start (MemAvailable) that the
+ *  default K/V budget may take, as vLLM's gpu_memory_utilization (0.9)
+ *  bounds a GPU's: lower here, since the host's memory also holds the
+ *  weights, the activations and everything else the machine runs. */
+#define SERVING_DEFAULT_MEMORY_SHARE 0.5
+
 /**
  * The KV budget of the run: --kv-budget, or by default room for 8 requests
- * of the model's full length.
+ * of the model's full length, but at most SERVING_DEFAULT_MEMORY_SHARE of
+ * the memory available when the run started (the K/V memory is allocated
+ * at once but becomes resident only as positions are written).
  * @param run  the run
  * @return bytes
  */
@@ -395,6 +403,16 @@ size_t serving_kv_budget(const ServingRun *run);
  * @return the type
  */
 KvDtype serving_kv_dtype(const ServingRun *run);
+
+/**
+ * Where serving_kv_budget() came from, for the start-up line:
+ * "--kv-budget", or which default and why.
+ * @param run  the run
+ * @param buf  receives the text
+ * @param n    its size
+ * @return buf
+ */
+const char *serving_kv_budget_source(const ServingRun *run, char *buf, size_t n);
 
 /**
  * The default accounting of a step: sums the reservations of all requests, records

@@ -5,7 +5,9 @@
 
 #include "forward.h"
 #include "ops.h"
+#include "outfile.h"
 #include "report.h"
+#include "threads.h"
 
 static int count_finish(const ServingRun *run, RequestFinish f)
 {
@@ -154,6 +156,9 @@ int serving_program_open(ServingProgram *p, const CliProgram *program, int argc,
         return -1;
     ops_set_threads(o->threads);
     p->log = o->quiet ? NULL : stderr;
+    /* Every file of the run is renamed into place together at its end
+     * (serving_program_report()), or none is. */
+    outfile_hold();
     /* Everything that can be refused is refused before the first line is
      * printed, so that bad input gives exactly one line on stderr. A
      * --device cuda without a device is refused first of all. */
@@ -165,6 +170,10 @@ int serving_program_open(ServingProgram *p, const CliProgram *program, int argc,
         return -1;
     if (o->threads == 0)
         ops_set_threads(forward_default_threads(&p->assets.model.cfg));
+    if (threads_check(ops_threads(), &p->err))
+        return -1;
+    if (!p->on_device && forward_check_context(&p->assets.model.cfg, ops_threads(), &p->err))
+        return -1;
     if (serving_run_init(&p->run, &p->assets.model, &p->assets.tokenizer, o, &p->requests, &p->err))
         return -1;
     if (p->on_device)
@@ -183,10 +192,20 @@ static int trace_events_per_step(const ServingRun *run)
 int serving_program_start(ServingProgram *p)
 {
     char line[PATH_MAX * 2 + 256];
-    fprintf(stderr, "%s: %s\n", p->program->name, assets_describe(&p->assets, line, sizeof line));
+    ServingRun *run = &p->run;
+    char a[32], source[160];
+    fprintf(stderr, "%s: %s; KV budget %s (%s)\n", p->program->name, assets_describe(&p->assets, line, sizeof line),
+            cli_format_bytes(a, sizeof a, (double)serving_kv_budget(run)),
+            serving_kv_budget_source(run, source, sizeof source));
+    /* Requests refused while they were read (too long, or no token at all):
+     * one line each, --quiet or not; the others run, and --out says
+     * "rejected" with the same reason. */
+    for (int i = 0; i < run->n_reqs; i++)
+        if (run->reqs[i].finish == REQ_FINISH_REJECTED && run->reqs[i].sample == 0)
+            fprintf(stderr, "%s: request %d (line %d) refused: %s\n", p->program->name, run->reqs[i].spec->id,
+                    run->reqs[i].spec->line, run->reqs[i].note);
     if (!p->opts.trace_path)
         return 0;
-    ServingRun *run = &p->run;
     if (trace_open(&p->trace, p->opts.trace_path, p->program->name, trace_events_per_step(run), &p->err))
         return -1;
     run->trace = &p->trace;
@@ -234,6 +253,8 @@ int serving_program_report(ServingProgram *p, void (*table)(FILE *f, void *chapt
      * is then the one line on stderr. */
     if (o->json_path && report_write_json(o->json_path, &report, &p->err))
         return -1;
+    if (outfile_release(&p->err))
+        return -1;
     if (!o->quiet)
         report_print(stderr, &report);
     return 0;
@@ -248,6 +269,7 @@ int serving_program_close(ServingProgram *p)
         status = 1;
     }
     trace_abort(&p->trace); /* a trace the report did not finish is not left half written */
+    outfile_discard(); /* the files of a run that failed (released ones are not held any more) */
     serving_run_free(&p->run);
     request_file_free(&p->requests);
     assets_close(&p->assets);

@@ -13,6 +13,8 @@
 #               arrivals in seconds and in steps
 #   numbers/    every number and size in the programs' --help texts, and a
 #               few command lines built from them
+#   chat/       chat templates: SmolLM2's and Qwen's layouts, escapes, none,
+#               not ChatML, and small worst cases of the system message scan
 #   gguf/, bpe/ GGUF models of every weight type and a byte-level BPE
 #               tokenizer (build/fuzz/make-seeds, tests/fuzz/make-seeds.c,
 #               with the project's GGUF writer); where the tree has no GGUF
@@ -96,6 +98,27 @@ printf -- '--steps\0002\000--seed\00018446744073709551615' > "$OUT/numbers/argv-
 printf -- '--kv-budget\0001.5GiB\000--block-size\00016\000--n\0004\000--temperature\0000.8' > "$OUT/numbers/argv-paged"
 printf -- '--threads\0000\000--top-p\000.9\000--watermark\00050' > "$OUT/numbers/argv-threads"
 printf -- '--top-k\00040\000--min-p\0000.05\000--repetition-penalty\0001.2\000--frequency-penalty\000-2\000--presence-penalty\0002' > "$OUT/numbers/argv-sampling"
+# ---------------------------------------------------------------- chat
+# Chat templates (fuzz_chat.c): SmolLM2's layout, Qwen's (a variable before
+# the default), escapes, no system message, not ChatML, and a scan's worst
+# cases in small.
+rm -rf "$OUT/chat" && mkdir -p "$OUT/chat"
+printf "%s" "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system
+You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>
+' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}" \
+    > "$OUT/chat/smollm2"
+printf "%s" "{% if messages[0]['role'] == 'system' %}{{ '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}{% else %}{{ '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n' }}{% endif %}" \
+    > "$OUT/chat/qwen"
+printf "%s" "{{ '<|im_start|>system\nIt\\'s a \\\"test\\\"\\t\\\\<|im_end|>\n' }}" > "$OUT/chat/escapes"
+printf "%s" "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n'}}{% endfor %}" \
+    > "$OUT/chat/no-system"
+printf "%s" "{{ '<|start_header_id|>' + role + '<|end_header_id|>' }}" > "$OUT/chat/not-chatml"
+printf "%s" "<|im_start|>system
+a<|im_start|>system\nb<|im_start|>system
+c'<|im_start|>system\nd<|im_end|>" > "$OUT/chat/broken-then-good"
+printf "%s" "<|im_end|><|im_start|>system\n<|im_start|>system
+<|im_start|>system\n" > "$OUT/chat/no-end"
+
 # ---------------------------------------------------------------- gguf, bpe
 if [ -f common/model/gguf_write.c ]; then
     make --no-print-directory build/fuzz/make-seeds >/dev/null

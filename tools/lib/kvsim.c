@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "batching.h"
 #include "mem.h"
@@ -552,7 +553,10 @@ typedef struct {
     double finished_reserved; /* byte-steps reserved by requests finished in an earlier step */
     double finished_used;     /* of which holding their tokens */
     double pool_held[3];      /* slot-steps: token states, reservation, internal fragmentation */
-    int first_live;           /* requests before this one are done and hold nothing */
+    int *live;                /* [n_requests] the arrived requests that may still hold memory, in index order */
+    int n_live;               /* entries of live */
+    int n_seen;               /* requests that have joined live (the first n_seen arrived) */
+    KvsimProgress progress;   /* a line every 5 seconds of a long run */
 } Watch;
 
 /* Positions request r will hold at the end: its stop, or its last allowed
@@ -592,24 +596,48 @@ static void watch_pool(Watch *watch, const ServingRun *run, const Request *r)
     watch->pool_held[2] += asked > will_hold ? asked - will_hold : 0;
 }
 
+void kvsim_progress(void *ctx, const ServingRun *run)
+{
+    KvsimProgress *p = ctx;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double now = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    if (p->last_s == 0.0)
+        p->last_s = now;
+    if (!p->f || now - p->last_s < 5.0)
+        return;
+    p->last_s = now;
+    fprintf(p->f, "kvsim: %s: step %ld, %d running, %d waiting, %d of %d requests done\n", p->label, run->step,
+            run->n_running, run->n_waiting, run->n_done, run->n_reqs);
+    fflush(p->f);
+}
+
 static void watch_step(void *ctx, const ServingRun *run)
 {
     Watch *watch = ctx;
-    /* Requests are served in arrival order, so those still holding memory
-     * lie after the first few that are done. */
-    while (watch->first_live < run->n_arrived && run->reqs[watch->first_live].phase == REQ_DONE &&
-           run->reqs[watch->first_live].kv.reserved == 0 &&
-           (watch->ch != SERVE_PAGED || run->reqs[watch->first_live].finished_step < run->step))
-        watch->first_live++;
-    for (int i = watch->first_live; i < run->n_arrived; i++) {
-        const Request *r = &run->reqs[i];
+    /* The requests that arrived since the last step join the live list
+     * (in index order, after the earlier ones, which have lower indices). */
+    while (watch->n_seen < run->n_arrived)
+        watch->live[watch->n_live++] = watch->n_seen++;
+    /* One pass over the live list, in index order (the sums come out the
+     * same as over every request), dropping those that are done and hold
+     * nothing any more: each request is visited only while it holds
+     * memory, so a run costs its events, not requests x steps. */
+    int kept = 0;
+    for (int k = 0; k < watch->n_live; k++) {
+        const Request *r = &run->reqs[watch->live[k]];
         watch_pool(watch, run, r);
+        if (r->phase == REQ_DONE && r->kv.reserved == 0 && (watch->ch != SERVE_PAGED || r->finished_step < run->step))
+            continue; /* holds nothing, now and from now on */
+        watch->live[kept++] = watch->live[k];
         if (r->phase != REQ_DONE || r->kv.reserved == 0 || r->finished_step >= run->step)
             continue;
         size_t used = (size_t)r->n_cached * run->kv_bytes_per_token;
         watch->finished_reserved += (double)r->kv.reserved;
         watch->finished_used += (double)(used < r->kv.reserved ? used : r->kv.reserved);
     }
+    watch->n_live = kept;
+    kvsim_progress(&watch->progress, run);
 }
 
 static void collect(const ServingRun *run, const Watch *watch, size_t pool_slots, KvsimResult *res)
@@ -669,8 +697,15 @@ static int run_one(ServeChapter ch, const Model *shape, const CliOptions *o, siz
     ServingRun run;
     if (serving_sim_init(&run, shape, o, kv_bytes_per_token, reqs, n, err))
         return -1;
-    Watch watch = {.ch = ch, .block_size = o->block_size};
+    Watch watch = {.ch = ch, .block_size = o->block_size,
+                   .progress = {ch == SERVE_PAGED ? "paged" : o->reserve, stderr, 0.0}};
+    watch.live = mem_alloc_array(MEM_ACTIVATIONS, (size_t)(n > 0 ? n : 1), sizeof(int)); /* [n] */
+    if (!watch.live) {
+        serving_run_free(&run);
+        return err_set(err, "out of memory for the requests' list");
+    }
     if (ch == SERVE_BATCHING && reserve_policy_parse(o->reserve, &watch.policy, err)) {
+        mem_free(watch.live);
         serving_run_free(&run);
         return -1;
     }
@@ -688,6 +723,7 @@ static int run_one(ServeChapter ch, const Model *shape, const CliOptions *o, siz
         rc = latency_summarize(run.latency.reqs, run.latency.n, run.clock.now_s, run.tokens_generated, &clock->slo,
                                &res->latency, err);
     }
+    mem_free(watch.live);
     serving_run_free(&run);
     return rc;
 }

@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cli.h"
 #include "err.h"
@@ -309,6 +310,22 @@ typedef struct {
  */
 int kvsim_check(ServeChapter ch, const Model *shape, const CliOptions *o, size_t kv_bytes_per_token,
                 const SimRequestSpec *reqs, int n, Err *err);
+
+/** A progress line on a long simulated run: the observer kvsim_progress()
+ *  writes one every 5 seconds, none on a run shorter than that. */
+typedef struct {
+    const char *label; /**< what runs ("paged", "hash"), for the line */
+    FILE *f;           /**< where the line goes (stderr), or NULL: none */
+    double last_s;     /**< when the last line was written (monotonic seconds; 0: not started) */
+} KvsimProgress;
+
+/**
+ * A serving observer (serving_add_observer()): every 5 seconds of the run,
+ * "kvsim: LABEL: step S, R running, W waiting, D of N requests done".
+ * @param ctx  a KvsimProgress
+ * @param run  the run
+ */
+void kvsim_progress(void *ctx, const ServingRun *run);
 
 /**
  * Runs one strategy: a simulated run of @p reqs through chapter @p ch with

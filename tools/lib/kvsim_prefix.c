@@ -14,6 +14,7 @@
 #include "json.h"
 #include "kvmath.h"
 #include "mem.h"
+#include "outfile.h"
 
 #define PROGRAM "kvsim"
 
@@ -152,7 +153,10 @@ int kvsim_prefix_run(const Model *shape, const CliOptions *o, size_t kv_bytes_pe
     kvsim_prefix_write_tokens(t, reqs, &run);
     PagedServer *server = NULL;
     PrefixCache *cache = NULL;
-    rc = paged_check(&run, err) || prefix_serve(&run, mode, &server, &cache, err) ? -1 : 0;
+    KvsimProgress progress = {prefix_cache_mode_name(mode), stderr, 0.0}; /* a line every 5 s of a long run */
+    if (serving_add_observer(&run, kvsim_progress, &progress, NULL, err) || paged_check(&run, err) ||
+        prefix_serve(&run, mode, &server, &cache, err))
+        rc = -1;
     if (rc == 0)
         collect(cache, server, &run, reqs, res);
     prefix_cache_close(cache);
@@ -403,8 +407,11 @@ static int scenario_budget(const PrefixScenario *sc, uint64_t *kv, Err *err)
     return kvmath_kv_bytes_left(&b, kv, err);
 }
 
+static const PrefixCacheMode MODES[3] = {PREFIX_CACHE_OFF, PREFIX_CACHE_HASH, PREFIX_CACHE_RADIX};
+
+/* Runs the trace under each cache mode into results[3]; nothing printed. */
 static int run_all(const PrefixOptions *o, const KvShape *s, uint64_t kv_budget, const KvsimPrefixRequest *reqs, int n,
-                   FILE *jf, Err *err)
+                   KvsimPrefixResult results[3], Err *err)
 {
     Model shape;
     memset(&shape, 0, sizeof shape);
@@ -414,38 +421,45 @@ static int run_all(const PrefixOptions *o, const KvShape *s, uint64_t kv_budget,
     cli_defaults(&co);
     co.kv_budget = (size_t)kv_budget;
     co.block_size = o->block_size;
+    for (int m = 0; m < 3; m++)
+        if (kvsim_prefix_run(&shape, &co, (size_t)kvmath_bytes_per_token(s, KV_DTYPE_FP16), &o->trace, reqs, n,
+                             MODES[m], &results[m], err))
+            return err_prefix(err, "--prefix-cache %s", prefix_cache_mode_name(MODES[m]));
+    return 0;
+}
+
+/* --json: written to a temporary file and renamed only when complete. */
+static int write_json(const PrefixOptions *o, const KvShape *s, uint64_t kv_budget, int n,
+                      const KvsimPrefixResult results[3], Err *err)
+{
+    OutFile out;
+    if (outfile_open(&out, "--json", o->json_path, err))
+        return -1;
     JsonWriter j;
-    if (jf) {
-        json_init(&j, jf, 1);
-        json_begin_object(&j, NULL);
-        json_string(&j, "scenario", o->scenario->name);
-        json_string(&j, "model", s->name);
-        json_int(&j, "kv_budget_bytes", (long long)kv_budget);
-        json_int(&j, "block_size", o->block_size);
-        json_int(&j, "requests", n);
-        json_begin_array(&j, "caches");
-    }
+    json_init(&j, out.f, 1);
+    json_begin_object(&j, NULL);
+    json_string(&j, "scenario", o->scenario->name);
+    json_string(&j, "model", s->name);
+    json_int(&j, "kv_budget_bytes", (long long)kv_budget);
+    json_int(&j, "block_size", o->block_size);
+    json_int(&j, "requests", n);
+    json_begin_array(&j, "caches");
+    for (int m = 0; m < 3; m++)
+        json_row(&j, prefix_cache_mode_name(MODES[m]), &results[m]);
+    json_end_array(&j);
+    json_end_object(&j);
+    fputc('\n', out.f);
+    return outfile_commit(&out, err);
+}
+
+static void print_table(const KvsimPrefixResult results[3])
+{
     printf("%-6s %10s %10s %7s %9s %8s %7s %8s %6s %7s %8s %8s %6s\n", "cache", "prefill", "prefill", "hit",
            "evicted", "cached", "shared", "preempt", "max", "steps", "wait", "latency", "early");
     printf("%-6s %10s %10s %7s %9s %8s %7s %8s %6s %7s %8s %8s %6s\n", "", "needed", "computed", "rate", "blocks",
            "free pk", "at peak", "", "conc.", "", "(steps)", "(steps)", "turns");
-    static const PrefixCacheMode modes[3] = {PREFIX_CACHE_OFF, PREFIX_CACHE_HASH, PREFIX_CACHE_RADIX};
-    for (int m = 0; m < 3; m++) {
-        KvsimPrefixResult r;
-        if (kvsim_prefix_run(&shape, &co, (size_t)kvmath_bytes_per_token(s, KV_DTYPE_FP16), &o->trace, reqs, n,
-                             modes[m], &r, err))
-            return err_prefix(err, "--prefix-cache %s", prefix_cache_mode_name(modes[m]));
-        print_row(prefix_cache_mode_name(modes[m]), &r);
-        fflush(stdout);
-        if (jf)
-            json_row(&j, prefix_cache_mode_name(modes[m]), &r);
-    }
-    if (jf) {
-        json_end_array(&j);
-        json_end_object(&j);
-        fputc('\n', jf);
-    }
-    return 0;
+    for (int m = 0; m < 3; m++)
+        print_row(prefix_cache_mode_name(MODES[m]), &results[m]);
 }
 
 int kvsim_prefix_main(int argc, char **argv)
@@ -455,7 +469,7 @@ int kvsim_prefix_main(int argc, char **argv)
     int rc = parse_options(&o, argc, argv, &err);
     if (rc == 1)
         return 0;
-    if (rc < 0)
+    if (rc < 0 || (o.json_path && outfile_check("--json", o.json_path, &err)))
         return fail(err.msg);
     KvShape s;
     kvmath_preset(o.scenario->preset, &s);
@@ -467,19 +481,19 @@ int kvsim_prefix_main(int argc, char **argv)
     if (!reqs)
         return fail("out of memory for the trace");
     int n = kvsim_prefix_make_trace(&o.trace, s.seq_len, reqs);
-    FILE *jf = NULL;
-    if (o.json_path && !(jf = fopen(o.json_path, "w"))) {
+    /* Everything is computed and the JSON safely written before the first
+     * line on stdout: a failure is then the one line on stderr. */
+    KvsimPrefixResult results[3];
+    rc = run_all(&o, &s, kv_budget, reqs, n, results, &err);
+    if (rc == 0 && o.json_path)
+        rc = write_json(&o, &s, kv_budget, n, results, &err);
+    if (rc) {
         mem_free(reqs);
-        err_set(&err, "--json %s: cannot create: %s", o.json_path, strerror(errno));
         return fail(err.msg);
     }
     print_setup(&o, &s, kv_budget, reqs, n);
-    rc = run_all(&o, &s, kv_budget, reqs, n, jf, &err);
+    print_table(results);
     mem_free(reqs);
-    if (jf && fclose(jf) != 0 && rc == 0)
-        rc = err_set(&err, "--json %s: write failed", o.json_path);
-    if (rc)
-        return fail(err.msg);
     printf("\nprefill needed: positions the admissions needed K/V for (prompts, and whole sequences again after a\n"
            "preemption); computed: those not found cached. evicted: cached blocks given back to the pool. cached free\n"
            "pk: most blocks no request held that still held cached K/V. shared at peak: blocks held by two or more\n"

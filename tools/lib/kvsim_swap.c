@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "json.h"
+#include "outfile.h"
 #include "ext/swap.h"
 #include "paged.h"
 
@@ -360,11 +361,11 @@ static void json_model(JsonWriter *j, const SwapOptions *o, const char *name, co
 
 static int write_json(const SwapOptions *o, Err *err)
 {
-    FILE *f = fopen(o->json_path, "w");
-    if (!f)
-        return err_set(err, "--json %s: cannot create: %s", o->json_path, strerror(errno));
+    OutFile out; /* a temporary file, renamed over the path only when complete */
+    if (outfile_open(&out, "--json", o->json_path, err))
+        return -1;
     JsonWriter j;
-    json_init(&j, f, 1);
+    json_init(&j, out.f, 1);
     json_begin_object(&j, NULL);
     json_string(&j, "scenario", SCENARIO);
     json_string(&j, "gpu", o->gpu.name);
@@ -384,8 +385,8 @@ static int write_json(const SwapOptions *o, Err *err)
     }
     json_end_array(&j);
     json_end_object(&j);
-    fputc('\n', f);
-    return fclose(f) == 0 ? 0 : err_set(err, "--json %s: write failed", o->json_path);
+    fputc('\n', out.f);
+    return outfile_commit(&out, err);
 }
 
 int kvsim_swap_main(int argc, char **argv)
@@ -395,13 +396,9 @@ int kvsim_swap_main(int argc, char **argv)
     int rc = parse(&o, argc, argv, &err);
     if (rc == 1)
         return 0;
-    if (rc == 0 && o.json_path) {
-        FILE *probe = fopen(o.json_path, "a"); /* refused before anything is printed */
-        if (!probe)
-            rc = err_set(&err, "--json %s: cannot create: %s", o.json_path, strerror(errno));
-        else
-            fclose(probe);
-    }
+    /* The JSON is written first: nothing is on stdout when it fails. */
+    if (rc == 0 && o.json_path)
+        rc = write_json(&o, &err);
     if (rc != 0) {
         fprintf(stderr, "kvsim: error: %s\n", err.msg);
         return 1;
@@ -414,9 +411,5 @@ int kvsim_swap_main(int argc, char **argv)
     }
     print_crossovers(&o);
     print_sensitivity(&o);
-    if (o.json_path && write_json(&o, &err)) {
-        fprintf(stderr, "kvsim: error: %s\n", err.msg);
-        return 1;
-    }
     return 0;
 }

@@ -291,9 +291,11 @@ static int admit_group(PagedServer *s, ServingRun *run, const BeamSearch *b, int
                 return -1;
             continue;
         }
-        if (block_table_grow(&s->kv.pool, table_of(s, r), r->n_tokens))
-            return err_set(err, "beam group %d: blocks counted free were not", g); /* only a broken lab allocator */
-        paged_track_table(s, table_of(s, r));
+        /* Chapter 4's own way to room for the prompt: blocks a cache above
+         * the pool keeps free (chapter 5) are reclaimed first, as for any
+         * other admission. */
+        if (paged_make_room_upto(s, r, r->n_tokens))
+            return err_set(err, "beam group %d: blocks counted available were not", g); /* only a broken lab allocator */
         paged_start_running(s, run, r);
         if (serving_feed(run, r, err))
             return -1;
@@ -305,9 +307,11 @@ static int admit_group(PagedServer *s, ServingRun *run, const BeamSearch *b, int
 /* First come, first served over groups: the first waiting group that does
  * not fit (blocks above the watermark, the step's token budget unless the
  * step is empty, logits rows) stops admission, as does the first that has
- * not arrived. The blocks free are the pool's free stack only: a cache
- * above the pool (chapter 5) could reclaim more, which this test does not
- * count. */
+ * not arrived. The blocks counted are those the normal scheduler counts
+ * (block_pool_available()): the free stack and the free blocks a cache
+ * above the pool keeps (chapter 5), which admission reclaims. Counting the
+ * free stack alone deadlocked beam search under the prefix cache: the
+ * finished beams' blocks stayed cached, and no group ever fit again. */
 static int admit_groups(PagedServer *s, ServingRun *run, const BeamSearch *b, Err *err)
 {
     const int bs = s->kv.pool.shape.block_size;
@@ -333,7 +337,7 @@ static int admit_groups(PagedServer *s, ServingRun *run, const BeamSearch *b, Er
             needed = block_count_for_tokens(run->reqs[g * b->width].n_tokens, bs);
             tokens = run->reqs[g * b->width].n_tokens;
         }
-        if (!paged_can_admit(s->kv.pool.n_free, needed, s->watermark_blocks) ||
+        if (!paged_can_admit(block_pool_available(&s->kv.pool), needed, s->watermark_blocks) ||
             (run->n_entries > 0 && run->n_entries + tokens > s->max_batched_tokens) ||
             run->n_logits + live > run->max_logits)
             break;
