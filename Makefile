@@ -258,6 +258,32 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
+# ---------------------------------------------------------------- kvlab-serve
+# build/kvlab-serve (tools/serve/): chapter 4's engine, with chapter 5's
+# prefix cache, behind an OpenAI-compatible HTTP server. It needs
+# libmicrohttpd and jansson (Debian's libmicrohttpd-dev and libjansson-dev,
+# which CI installs). Without them everything else builds and tests (the
+# server's tests say SKIP), and `make build/kvlab-serve` says in one line
+# what to install, as PCRE2=0 leaves out only what needs PCRE2.
+SERVE_PKGS := libmicrohttpd jansson
+SERVE_DEBS := libmicrohttpd-dev libjansson-dev
+SERVE_OK := $(shell pkg-config --exists $(SERVE_PKGS) 2>/dev/null && echo yes)
+SERVE_SRCS := $(sort $(wildcard tools/serve/*.c))
+SERVE_OBJS := $(SERVE_SRCS:%.c=$(BUILD)/obj/%.o)
+ifneq ($(SERVE_OK),)
+SERVE_CFLAGS := $(shell pkg-config --cflags $(SERVE_PKGS))
+SERVE_LIBS := $(shell pkg-config --libs $(SERVE_PKGS)) -pthread
+PROGRAMS += $(BUILD)/kvlab-serve
+$(SERVE_OBJS): CFLAGS_ALL += $(SERVE_CFLAGS)
+# The server is chapter 5's program with another main: chapter 5 and the
+# chapter it is built on (CH_LINK_5), and common/.
+$(BUILD)/kvlab-serve: $(SERVE_OBJS) $(CH_LINK_5) $(COMMON_OBJS)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(SERVE_LIBS) $(LDLIBS_ALL)
+else
+$(BUILD)/kvlab-serve:
+	@echo "kvlab-serve: needs $(SERVE_DEBS) (apt-get install $(SERVE_DEBS)); the rest of kvlab builds without them" >&2; exit 1
+endif
+
 .PHONY: all help test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout check-book docs bench demo test-browser models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
 all: $(PROGRAMS) $(TOOLS)
 
