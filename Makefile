@@ -391,9 +391,12 @@ deps:
 # answers say SKIP instead of failing (tests/suites.h).
 LAB_ANSWERS := $(if $(and $(wildcard solutions/ch*),$(filter solutions,$(LAB))),1,0)
 
+# After the Check suites, build/kvlab-serve driven with curl on loopback
+# (tests/serve/test-serve.sh: SKIP without the server), within 10 minutes.
 test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/test-kvlab
 	KVLAB_BUILD=$(BUILD) KVLAB_LAB_ANSWERS=$(LAB_ANSWERS) $(BUILD)/test-kvlab
+	BUILD=$(BUILD) timeout 600 tests/serve/test-serve.sh
 
 # The sanitizers get their own build folder, so the two builds never mix.
 test-sanitize: deps

@@ -45,6 +45,7 @@ static void usage(void)
            "  --timeout S          close a connection idle for S seconds (default 60)\n"
            "  --max-connections N  connections at once, one thread each (default 128)\n"
            "  --slots N            requests per engine run; a fresh run opens when they are used up (default 256)\n"
+           "  --step-delay MS      pause MS milliseconds after each engine step, so that a class can watch (default 0)\n"
            "\n"
            "Engine options (those of build/ch04-paged and build/ch05-prefix; the sampling options are the\n"
            "defaults of requests that do not say; --prefix-cache adds chapter 5's cache):\n\n");
@@ -55,7 +56,7 @@ static void usage(void)
 static int own_option(int argc, char **argv, int *i, ServeOptions *o, Err *err)
 {
     static const char *const NAMES[] = {"--host", "--port", "--max-waiting", "--max-body", "--timeout",
-                                        "--max-connections", "--slots", "--served-model-name", NULL};
+                                        "--max-connections", "--slots", "--served-model-name", "--step-delay", NULL};
     const char *arg = argv[*i], *value = NULL;
     int which = -1;
     for (int k = 0; NAMES[k] && which < 0; k++) {
@@ -86,6 +87,11 @@ static int own_option(int argc, char **argv, int *i, ServeOptions *o, Err *err)
     case 4: if (cli_parse_long("timeout", value, 1, 86400, &x, err)) return -1; o->http.timeout_s = (int)x; return 1;
     case 5: if (cli_parse_long("max-connections", value, 1, 65536, &x, err)) return -1; o->http.max_connections = (int)x; return 1;
     case 6: if (cli_parse_long("slots", value, 1, 1 << 16, &x, err)) return -1; o->engine.slots = (int)x; return 1;
+    case 8:
+        if (cli_parse_long("step-delay", value, 0, 10000, &x, err))
+            return -1;
+        o->engine.step_delay_s = (double)x / 1000.0;
+        return 1;
     default:
         if (!*value || strlen(value) >= sizeof o->model_name)
             return err_set(err, "--served-model-name: give a name of 1 to %zu bytes", sizeof o->model_name - 1);
@@ -182,7 +188,8 @@ int main(int argc, char **argv)
     int parsed = parse_options(argc, argv, &so, &opts, &rest, &err);
     int ok = parsed == 0 && assets_open(&assets, &opts, &err) == 0;
     if (ok) {
-        ops_set_threads(opts.threads ? opts.threads : forward_default_threads(&assets.model.cfg));
+        so.engine.threads = opts.threads ? opts.threads : forward_default_threads(&assets.model.cfg);
+        ops_set_threads(so.engine.threads);
         if (!so.model_name[0])
             default_model_name(&assets, so.model_name, sizeof so.model_name);
         so.engine.model_name = so.http.model_name = so.model_name;

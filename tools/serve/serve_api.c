@@ -437,7 +437,8 @@ char *serve_chunk_json(const ServeResponseHead *h, int index, const ServeChoiceV
     if (h->kind == SERVE_CHAT) {
         json_t *delta = json_object();
         if (first)
-            json_object_set_new(delta, "role", json_string("assistant"));
+            json_object_set_new(delta, "role", json_stringn("assistant", 9)); /* not json_string(): kvlab's JSON
+                                                                                writer (json.h) has that name */
         if (c->len > 0 || (first && !c->finish))
             json_object_set_new(delta, "content", json_text(c->text, c->len));
         choice = json_pack("{s:i, s:o, s:n, s:s?}", "index", index, "delta", delta, "logprobs", "finish_reason",

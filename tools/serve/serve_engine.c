@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "mem.h"
+#include "ops.h"
 #include "paged.h"
 #include "prefix.h"
 #include "serve_metrics.h"
@@ -570,6 +571,11 @@ static int engine_turn(ServeEngine *e, Err *err)
     }
     pthread_mutex_unlock(&e->lock);
     int rc = paged_step(e->server, &e->run, err);
+    if (e->cfg.step_delay_s > 0) {
+        double whole = floor(e->cfg.step_delay_s);
+        struct timespec pause = {(time_t)whole, (long)((e->cfg.step_delay_s - whole) * 1e9)};
+        nanosleep(&pause, NULL);
+    }
     pthread_mutex_lock(&e->lock);
     if (rc == 0)
         deliver(e);
@@ -582,6 +588,9 @@ static void *engine_main(void *arg)
 {
     ServeEngine *e = arg;
     Err err = {{0}};
+    /* OpenMP's thread count is a setting of each thread: the forward
+     * pass's scratch was sized for the main thread's (forward.c). */
+    ops_set_threads(e->cfg.threads);
     pthread_mutex_lock(&e->lock);
     while (!e->stopping)
         if (engine_turn(e, &err)) {

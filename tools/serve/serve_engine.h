@@ -46,6 +46,8 @@ typedef struct {
     int slots;              /**< requests of one run (a generation) */
     int max_waiting;        /**< choices waiting at most; one more is refused with 503 */
     const char *prefix;     /**< --prefix-cache: NULL (chapter 4 alone), "off", "hash" or "radix" */
+    int threads;            /**< OpenMP threads of the forward pass (set on the engine thread: its own setting) */
+    double step_delay_s;    /**< --step-delay: a pause after each step, so that a class (or a test) can watch */
 } ServeEngineConfig;
 
 typedef struct ServeEngine ServeEngine;
