@@ -679,8 +679,16 @@ FUZZ_BUILD := build/fuzz
 # tokenizer) is built only where that code is.
 FUZZ_NEEDS_fuzz_gguf := common/model/gguf.c
 FUZZ_NEEDS_fuzz_bpe := common/model/bpe.c
-FUZZ_ALL := $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_NEEDS_fuzz_serve_request := tools/serve/serve_api.c
+# kvlab-serve's request parser links jansson besides the parsers' sources;
+# without jansson (SERVE_OK empty) its target is left out, as its server is.
+FUZZ_SKIP := $(if $(SERVE_OK),,fuzz_serve_request)
+FUZZ_ALL := $(filter-out $(FUZZ_SKIP),$(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c))))
 FUZZ_TARGETS ?= $(foreach t,$(FUZZ_ALL),$(if $(FUZZ_NEEDS_$(t)),$(if $(wildcard $(FUZZ_NEEDS_$(t))),$(t)),$(t)))
+FUZZ_LIBS_fuzz_serve_request := $(if $(SERVE_OK),$(shell pkg-config --libs jansson))
+$(FUZZ_BUILD)/fuzz_serve_request: $(FUZZ_BUILD)/obj/tools/serve/serve_api.o
+$(FUZZ_BUILD)/obj/tests/fuzz/fuzz_serve_request.o $(FUZZ_BUILD)/obj/tools/serve/serve_api.o: \
+    FUZZ_CFLAGS += -Itools/serve $(SERVE_CFLAGS)
 FUZZ_LIB_SRCS := $(filter-out common/model/bpe_pretok_none.c,\
                    $(sort $(wildcard common/base/*.c common/accounting/*.c common/model/*.c) common/cpu/ops.c common/cpu/kv_dtype.c \
                    common/cpu/forward.c common/serving/requests.c common/serving/cli.c common/serving/arrivals.c \
@@ -695,7 +703,7 @@ $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(FUZZ_LIB_OBJS)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ -lm $(PCRE2_LIBS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ -lm $(PCRE2_LIBS) $(FUZZ_LIBS_$*)
 
 # The GGUF seeds' writer (tests/fuzz/make-corpus.sh runs it): a plain
 # program on the same objects, without libFuzzer's main.

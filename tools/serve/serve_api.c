@@ -349,12 +349,6 @@ static char *finish_json(json_t *o)
     return s;
 }
 
-char *serve_error_json(const ServeError *e)
-{
-    json_t *err = json_pack("{s:s, s:s, s:s?, s:i}", "message", e->message, "type", e->type, "param",
-                            e->param[0] ? e->param : NULL, "code", e->status);
-    return finish_json(json_pack("{s:o}", "error", err));
-}
 
 /* Text for a JSON string: the model's bytes, with any byte that is not
  * part of valid UTF-8 (a token may end inside a character) replaced by
@@ -368,9 +362,8 @@ static json_t *json_text(const char *text, size_t len)
     size_t n = 0;
     for (size_t i = 0; clean && i < len;) {
         json_t *one = NULL;
-        size_t take = 1;
         unsigned char b = (unsigned char)text[i];
-        if (b >= 0xF0) take = 4; else if (b >= 0xE0) take = 3; else if (b >= 0xC0) take = 2;
+        size_t take = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1; /* the character's bytes, by its lead byte */
         if (i + take <= len && (one = json_stringn(text + i, take))) {
             memcpy(clean + n, text + i, take);
             n += take;
@@ -385,6 +378,16 @@ static json_t *json_text(const char *text, size_t len)
     s = clean ? json_stringn(clean, n) : NULL;
     free(clean);
     return s;
+}
+
+/* The message may quote the body (a key, jansson's reason) and be cut
+ * inside a character: json_text() keeps it valid UTF-8. */
+char *serve_error_json(const ServeError *e)
+{
+    json_t *err = json_pack("{s:o, s:s, s:o, s:i}", "message", json_text(e->message, strlen(e->message)), "type",
+                            e->type, "param", e->param[0] ? json_text(e->param, strlen(e->param)) : json_null(),
+                            "code", e->status);
+    return finish_json(json_pack("{s:o}", "error", err));
 }
 
 static json_t *usage_object(const ServeResponseHead *h)
