@@ -283,6 +283,20 @@ else
 $(BUILD)/kvlab-serve:
 	@echo "kvlab-serve: needs $(SERVE_DEBS) (apt-get install $(SERVE_DEBS)); the rest of kvlab builds without them" >&2; exit 1
 endif
+# build/kvlab-loadgen (tools/loadgen/): the client side, with libcurl (Debian's
+# libcurl4-openssl-dev) and jansson; left out like the server without them.
+LOADGEN_PKGS := libcurl jansson
+LOADGEN_OK := $(shell pkg-config --exists $(LOADGEN_PKGS) 2>/dev/null && echo yes)
+LOADGEN_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tools/loadgen/*.c)))
+ifneq ($(LOADGEN_OK),)
+PROGRAMS += $(BUILD)/kvlab-loadgen
+$(LOADGEN_OBJS): CFLAGS_ALL += $(shell pkg-config --cflags $(LOADGEN_PKGS))
+$(BUILD)/kvlab-loadgen: $(LOADGEN_OBJS) $(COMMON_OBJS)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(shell pkg-config --libs $(LOADGEN_PKGS)) $(LDLIBS_ALL)
+else
+$(BUILD)/kvlab-loadgen:
+	@echo "kvlab-loadgen: needs libcurl4-openssl-dev and libjansson-dev (apt-get install them); the rest of kvlab builds without them" >&2; exit 1
+endif
 
 .PHONY: all help test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout check-book docs bench demo test-browser models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
 all: $(PROGRAMS) $(TOOLS)
