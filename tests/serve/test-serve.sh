@@ -85,7 +85,7 @@ for i in 0 1 2 3; do
     [ -s "$T/ref$i" ] || fail "no chapter 4 reference for request $i"
 done
 
-start main
+start main --slots 16 # a fresh run every 16 requests: the load rounds below open several
 # ------------------------------------------------ GET routes
 get /health
 [ "$CODE" = 200 ] || fail "/health: $CODE"
@@ -179,6 +179,23 @@ CODE=$(curl -s -o "$T/body" -w '%{http_code}' --data-binary @"$T/big" "http://12
 pass
 [ "$(metric vllm:num_requests_running)" = 0 ] && [ "$(metric kvlab:blocks_used)" = 0 ] || fail "blocks held after the requests"
 pass
+# ------------------------------------------------ load: 5 rounds of kvlab-loadgen, greedy identity, memory flat
+if [ -x "$BUILD/kvlab-loadgen" ]; then
+    "$BUILD/ch04-paged" --requests data/requests-demo.tsv --out "$T/demo.jsonl" --quiet >/dev/null 2>&1
+    for round in 1 2 3 4 5; do
+        "$BUILD/kvlab-loadgen" --url "http://127.0.0.1:$PORT" --requests data/requests-demo.tsv --request-rate 200 \
+            --seed "$round" --expect "$T/demo.jsonl" --json "$T/load$round.json" >"$T/load$round.txt" 2>&1 ||
+            fail "load round $round: $(tail -n 3 "$T/load$round.txt")"
+        rss[round]=$(awk '/^VmRSS:/ {print $2}' "/proc/$PID/status")
+    done
+    [ "$(metric kvlab:blocks_used)" = 0 ] && [ "$(metric vllm:num_requests_running)" = 0 ] || fail "blocks held after the load"
+    # Rounds 2 to 5 serve the same requests: the server's memory must not grow with them.
+    [ "${rss[5]}" -le $((rss[2] + 2048)) ] || fail "memory grew over the load rounds: ${rss[*]} kB"
+    echo "test-serve: 5 load rounds of 20 requests, every answer chapter 4's tokens; server RSS after each: ${rss[*]} kB"
+    pass
+else
+    echo "test-serve: SKIP the load rounds: no $BUILD/kvlab-loadgen (it needs libcurl4-openssl-dev)"
+fi
 kill -TERM "$PID"
 wait "$PID" || fail "the server exited $? after SIGTERM, not 0"
 pass
