@@ -7,7 +7,7 @@
  * **Two kinds of thread.** The engine thread owns the run, the pool and
  * the model: it alone calls chapter 4 and 5 (and the memory ledger of
  * common/accounting/mem.h, which is not thread-safe). The HTTP threads
- * own the connections. They meet in ::ServeJob, under one mutex: an HTTP
+ * own the connections. They meet in a ServeJob, under one mutex: an HTTP
  * thread submits a job and waits for it to be accepted (tokenized, and
  * its prompt found to fit) or refused; the engine places each of its
  * choices in the run, steps, and after every step appends each choice's
@@ -50,7 +50,9 @@ typedef struct {
     double step_delay_s;    /**< --step-delay: a pause after each step, so that a class (or a test) can watch */
 } ServeEngineConfig;
 
+/** The engine: the run, chapter 4's server on it, the jobs (serve_engine.c). */
 typedef struct ServeEngine ServeEngine;
+/** One HTTP request handed to the engine: its choices and their output so far (serve_engine.c). */
 typedef struct ServeJob ServeJob;
 
 /** A growing byte buffer (malloc'ed): what a stream writes next. */

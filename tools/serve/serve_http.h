@@ -34,6 +34,7 @@ typedef struct {
     const char *model_name; /**< the name served */
 } ServeHttpConfig;
 
+/** The HTTP server: its settings, the engine, libmicrohttpd's daemon (serve_http.c). */
 typedef struct ServeHttp ServeHttp;
 
 /**
