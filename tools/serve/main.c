@@ -44,7 +44,7 @@ static void usage(void)
            "  --max-body BYTES     largest request body; larger gets 413 (default 1MiB)\n"
            "  --timeout S          close a connection idle for S seconds (default 60)\n"
            "  --max-connections N  connections at once, one thread each (default 128)\n"
-           "  --slots N            requests per engine run; a fresh run opens when they are used up (default 256)\n"
+           "  --slots N            requests per engine run, 16 or more; a fresh run opens when they are used up (default 256)\n"
            "  --step-delay MS      pause MS milliseconds after each engine step, so that a class can watch (default 0)\n"
            "\n"
            "Engine options (those of build/ch04-paged and build/ch05-prefix; the sampling options are the\n"
@@ -61,8 +61,10 @@ static int own_option(int argc, char **argv, int *i, ServeOptions *o, Err *err)
     int which = -1;
     for (int k = 0; NAMES[k] && which < 0; k++) {
         size_t n = strlen(NAMES[k]);
-        if (strncmp(arg, NAMES[k], n) == 0 && (arg[n] == '\0' || arg[n] == '='))
-            which = k, value = arg[n] == '=' ? arg + n + 1 : NULL;
+        if (strncmp(arg, NAMES[k], n) == 0 && (arg[n] == '\0' || arg[n] == '=')) {
+            which = k;
+            value = arg[n] == '=' ? arg + n + 1 : NULL;
+        }
     }
     if (which < 0)
         return 0;
@@ -74,9 +76,19 @@ static int own_option(int argc, char **argv, int *i, ServeOptions *o, Err *err)
     long x = 0;
     size_t bytes = 0;
     switch (which) {
-    case 0: o->http.host = value; return 1;
-    case 1: if (cli_parse_long("port", value, 0, 65535, &x, err)) return -1; o->http.port = (int)x; return 1;
-    case 2: if (cli_parse_long("max-waiting", value, 1, 1 << 20, &x, err)) return -1; o->engine.max_waiting = (int)x; return 1;
+    case 0:
+        o->http.host = value;
+        return 1;
+    case 1:
+        if (cli_parse_long("port", value, 0, 65535, &x, err))
+            return -1;
+        o->http.port = (int)x;
+        return 1;
+    case 2:
+        if (cli_parse_long("max-waiting", value, 1, 1 << 20, &x, err))
+            return -1;
+        o->engine.max_waiting = (int)x;
+        return 1;
     case 3:
         if (cli_parse_size(value, &bytes, err))
             return err_prefix(err, "--max-body");
@@ -84,9 +96,21 @@ static int own_option(int argc, char **argv, int *i, ServeOptions *o, Err *err)
             return err_set(err, "--max-body: %zu bytes cannot hold a request (64 at least)", bytes);
         o->http.max_body = bytes;
         return 1;
-    case 4: if (cli_parse_long("timeout", value, 1, 86400, &x, err)) return -1; o->http.timeout_s = (int)x; return 1;
-    case 5: if (cli_parse_long("max-connections", value, 1, 65536, &x, err)) return -1; o->http.max_connections = (int)x; return 1;
-    case 6: if (cli_parse_long("slots", value, 1, 1 << 16, &x, err)) return -1; o->engine.slots = (int)x; return 1;
+    case 4:
+        if (cli_parse_long("timeout", value, 1, 86400, &x, err))
+            return -1;
+        o->http.timeout_s = (int)x;
+        return 1;
+    case 5:
+        if (cli_parse_long("max-connections", value, 1, 65536, &x, err))
+            return -1;
+        o->http.max_connections = (int)x;
+        return 1;
+    case 6: /* a request's n choices must fit in one run */
+        if (cli_parse_long("slots", value, SERVE_MAX_N, 1 << 16, &x, err))
+            return -1;
+        o->engine.slots = (int)x;
+        return 1;
     case 8:
         if (cli_parse_long("step-delay", value, 0, 10000, &x, err))
             return -1;

@@ -598,6 +598,9 @@ static void *engine_main(void *arg)
             fail_all(e, err.msg);
             break;
         }
+    /* Jobs accepted while serve_engine_stop() failed the others (the
+     * engine had them out of the lists, tokenizing) fail now. */
+    fail_all(e, err.msg[0] ? err.msg : "the server is shutting down");
     pthread_mutex_unlock(&e->lock);
     return NULL;
 }
@@ -610,19 +613,23 @@ int serve_engine_start(ServeEngine *e, Err *err)
     return 0;
 }
 
+static void fail_job(ServeJob *j, const char *why)
+{
+    serve_error(&j->error, 503, NULL, "%s", why);
+    j->state = JOB_FAILED;
+}
+
 /* Under the lock: every job not finished fails with 503 and @p why. */
 static void fail_all(ServeEngine *e, const char *why)
 {
     for (ServeJob *j = e->submitted; j; j = j->next)
-        serve_error(&j->error, 503, NULL, "%s", why), j->state = JOB_FAILED;
+        fail_job(j, why);
     for (ServeJob *j = e->queued; j; j = j->next)
-        serve_error(&j->error, 503, NULL, "%s", why), j->state = JOB_FAILED;
+        fail_job(j, why);
     for (int slot = 0; slot < e->next_slot; slot++) {
         ServeJob *j = e->slot_job[slot];
-        if (j && j->finished < j->p.n && j->state != JOB_FAILED) {
-            serve_error(&j->error, 503, NULL, "%s", why);
-            j->state = JOB_FAILED;
-        }
+        if (j && j->finished < j->p.n && j->state != JOB_FAILED)
+            fail_job(j, why);
     }
     e->stopping = 1;
     pthread_cond_broadcast(&e->out);
