@@ -410,7 +410,7 @@ LAB_ANSWERS := $(if $(and $(wildcard solutions/ch*),$(filter solutions,$(LAB))),
 test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/test-kvlab
 	KVLAB_BUILD=$(BUILD) KVLAB_LAB_ANSWERS=$(LAB_ANSWERS) $(BUILD)/test-kvlab
-	BUILD=$(BUILD) timeout 600 tests/serve/test-serve.sh
+	BUILD=$(BUILD) KVLAB_LAB_ANSWERS=$(LAB_ANSWERS) timeout 600 tests/serve/test-serve.sh
 
 # The sanitizers get their own build folder, so the two builds never mix.
 test-sanitize: deps
