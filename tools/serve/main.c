@@ -27,6 +27,7 @@ static const CliProgram ENGINE = {
 typedef struct {
     ServeHttpConfig http;
     ServeEngineConfig engine;
+    int step_delay_ms;
     char model_name[256];
 } ServeOptions;
 
@@ -51,70 +52,36 @@ static void usage(void)
            "defaults of requests that do not say; --prefix-cache adds chapter 5's cache):\n\n");
 }
 
-/* Takes one of kvlab-serve's own options at argv[*i] (with its value),
- * or returns 0 when it is not one. -1 with err on a bad value. */
-static int own_option(int argc, char **argv, int *i, ServeOptions *o, Err *err)
+/** A whole-number option of kvlab-serve's own: its range and where it goes. */
+typedef struct {
+    const char *name; /**< without the dashes */
+    long min, max;    /**< the range accepted */
+    int *dest;        /**< receives the value */
+} IntOption;
+
+/* The option named by @p name (up to '=' or its end) in @p names, or -1. */
+static int option_index(const char *name, size_t len, const char *const *names, int n)
 {
-    static const char *const NAMES[] = {"--host", "--port", "--max-waiting", "--max-body", "--timeout",
-                                        "--max-connections", "--slots", "--served-model-name", "--step-delay", NULL};
-    const char *arg = argv[*i], *value = NULL;
-    int which = -1;
-    for (int k = 0; NAMES[k] && which < 0; k++) {
-        size_t n = strlen(NAMES[k]);
-        if (strncmp(arg, NAMES[k], n) == 0 && (arg[n] == '\0' || arg[n] == '=')) {
-            which = k;
-            value = arg[n] == '=' ? arg + n + 1 : NULL;
-        }
-    }
-    if (which < 0)
-        return 0;
-    if (!value) {
-        if (*i + 1 >= argc)
-            return err_set(err, "%s needs a value", NAMES[which]);
-        value = argv[++*i];
-    }
-    long x = 0;
+    for (int k = 0; k < n; k++)
+        if (strlen(names[k]) == len && strncmp(name, names[k], len) == 0)
+            return k;
+    return -1;
+}
+
+/* A text option: --host, --max-body, --served-model-name. */
+static int text_option(int which, const char *value, ServeOptions *o, Err *err)
+{
     size_t bytes = 0;
     switch (which) {
     case 0:
         o->http.host = value;
         return 1;
     case 1:
-        if (cli_parse_long("port", value, 0, 65535, &x, err))
-            return -1;
-        o->http.port = (int)x;
-        return 1;
-    case 2:
-        if (cli_parse_long("max-waiting", value, 1, 1 << 20, &x, err))
-            return -1;
-        o->engine.max_waiting = (int)x;
-        return 1;
-    case 3:
         if (cli_parse_size(value, &bytes, err))
             return err_prefix(err, "--max-body");
         if (bytes < 64)
             return err_set(err, "--max-body: %zu bytes cannot hold a request (64 at least)", bytes);
         o->http.max_body = bytes;
-        return 1;
-    case 4:
-        if (cli_parse_long("timeout", value, 1, 86400, &x, err))
-            return -1;
-        o->http.timeout_s = (int)x;
-        return 1;
-    case 5:
-        if (cli_parse_long("max-connections", value, 1, 65536, &x, err))
-            return -1;
-        o->http.max_connections = (int)x;
-        return 1;
-    case 6: /* a request's n choices must fit in one run */
-        if (cli_parse_long("slots", value, SERVE_MAX_N, 1 << 16, &x, err))
-            return -1;
-        o->engine.slots = (int)x;
-        return 1;
-    case 8:
-        if (cli_parse_long("step-delay", value, 0, 10000, &x, err))
-            return -1;
-        o->engine.step_delay_s = (double)x / 1000.0;
         return 1;
     default:
         if (!*value || strlen(value) >= sizeof o->model_name)
@@ -122,6 +89,46 @@ static int own_option(int argc, char **argv, int *i, ServeOptions *o, Err *err)
         snprintf(o->model_name, sizeof o->model_name, "%s", value);
         return 1;
     }
+}
+
+/* Takes one of kvlab-serve's own options at argv[*i] (with its value),
+ * or returns 0 when it is not one. -1 with err on a bad value. */
+static int own_option(int argc, char **argv, int *i, ServeOptions *o, Err *err)
+{
+    const IntOption ints[] = {
+        {"port", 0, 65535, &o->http.port},
+        {"max-waiting", 1, 1 << 20, &o->engine.max_waiting},
+        {"timeout", 1, 86400, &o->http.timeout_s},
+        {"max-connections", 1, 65536, &o->http.max_connections},
+        {"slots", SERVE_MAX_N, 1 << 16, &o->engine.slots}, /* a request's n choices must fit in one run */
+        {"step-delay", 0, 10000, &o->step_delay_ms},
+    };
+    enum { N_INTS = sizeof ints / sizeof ints[0] };
+    const char *int_names[N_INTS];
+    for (int k = 0; k < N_INTS; k++)
+        int_names[k] = ints[k].name;
+    static const char *const TEXTS[] = {"host", "max-body", "served-model-name"};
+    const char *arg = argv[*i];
+    if (strncmp(arg, "--", 2) != 0)
+        return 0;
+    const char *name = arg + 2;
+    size_t len = strcspn(name, "=");
+    int as_int = option_index(name, len, int_names, N_INTS), as_text = option_index(name, len, TEXTS, 3);
+    if (as_int < 0 && as_text < 0)
+        return 0;
+    const char *value = name[len] == '=' ? name + len + 1 : NULL;
+    if (!value) {
+        if (*i + 1 >= argc)
+            return err_set(err, "%s needs a value", arg);
+        value = argv[++*i];
+    }
+    if (as_text >= 0)
+        return text_option(as_text, value, o, err);
+    long x = 0;
+    if (cli_parse_long(ints[as_int].name, value, ints[as_int].min, ints[as_int].max, &x, err))
+        return -1;
+    *ints[as_int].dest = (int)x;
+    return 1;
 }
 
 /* The engine's options that a server has no use for (requests come over
@@ -217,6 +224,7 @@ int main(int argc, char **argv)
         if (!so.model_name[0])
             default_model_name(&assets, so.model_name, sizeof so.model_name);
         so.engine.model_name = so.http.model_name = so.model_name;
+        so.engine.step_delay_s = so.step_delay_ms / 1000.0;
         ok = serve_engine_open(&engine, &opts, &assets, &so.engine, &err) == 0 &&
              serve_engine_start(engine, &err) == 0 && serve_http_start(&http, &so.http, engine, &err) == 0;
     }
