@@ -266,6 +266,46 @@ endif
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(sort $(wildcard tools/*.c)))
 PROGRAMS += $(CUDA_PROGRAMS)
 
+# ---------------------------------------------------------------- kvlab-serve
+# build/kvlab-serve (tools/serve/): chapter 4's engine, with chapter 5's
+# prefix cache, behind an OpenAI-compatible HTTP server. It needs
+# libmicrohttpd and jansson (Debian's libmicrohttpd-dev and libjansson-dev,
+# which CI installs). Without them everything else builds and tests (the
+# server's tests say SKIP), and `make build/kvlab-serve` says in one line
+# what to install, as PCRE2=0 leaves out only what needs PCRE2.
+SERVE_PKGS := libmicrohttpd jansson
+SERVE_DEBS := libmicrohttpd-dev libjansson-dev
+SERVE_OK := $(shell pkg-config --exists $(SERVE_PKGS) 2>/dev/null && echo yes)
+SERVE_SRCS := $(sort $(wildcard tools/serve/*.c))
+SERVE_OBJS := $(SERVE_SRCS:%.c=$(BUILD)/obj/%.o)
+ifneq ($(SERVE_OK),)
+SERVE_CFLAGS := $(shell pkg-config --cflags $(SERVE_PKGS))
+SERVE_LIBS := $(shell pkg-config --libs $(SERVE_PKGS)) -pthread
+PROGRAMS += $(BUILD)/kvlab-serve
+$(SERVE_OBJS): CFLAGS_ALL += $(SERVE_CFLAGS)
+# The server is chapter 5's program with another main: chapter 5 and the
+# chapter it is built on (CH_LINK_5), and common/.
+$(BUILD)/kvlab-serve: $(SERVE_OBJS) $(CH_LINK_5) $(COMMON_OBJS)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(SERVE_LIBS) $(LDLIBS_ALL)
+else
+$(BUILD)/kvlab-serve:
+	@echo "kvlab-serve: needs $(SERVE_DEBS) (apt-get install $(SERVE_DEBS)); the rest of kvlab builds without them" >&2; exit 1
+endif
+# build/kvlab-loadgen (tools/loadgen/): the client side, with libcurl (Debian's
+# libcurl4-openssl-dev) and jansson; left out like the server without them.
+LOADGEN_PKGS := libcurl jansson
+LOADGEN_OK := $(shell pkg-config --exists $(LOADGEN_PKGS) 2>/dev/null && echo yes)
+LOADGEN_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tools/loadgen/*.c)))
+ifneq ($(LOADGEN_OK),)
+PROGRAMS += $(BUILD)/kvlab-loadgen
+$(LOADGEN_OBJS): CFLAGS_ALL += $(shell pkg-config --cflags $(LOADGEN_PKGS))
+$(BUILD)/kvlab-loadgen: $(LOADGEN_OBJS) $(COMMON_OBJS)
+	$(call show,LD,$@)$(CC) $^ -o $@ $(shell pkg-config --libs $(LOADGEN_PKGS)) $(LDLIBS_ALL)
+else
+$(BUILD)/kvlab-loadgen:
+	@echo "kvlab-loadgen: needs libcurl4-openssl-dev and libjansson-dev (apt-get install them); the rest of kvlab builds without them" >&2; exit 1
+endif
+
 .PHONY: all help test test-sanitize test-integer lab lab-run grade check-stubs check-mutants handout check-handout check-layout check-book docs bench demo test-browser models cuda-check emu-check exercises check-exercises deps clean fuzz fuzz-build
 all: $(PROGRAMS) $(TOOLS)
 
@@ -376,9 +416,12 @@ deps:
 # answers say SKIP instead of failing (tests/suites.h).
 LAB_ANSWERS := $(if $(and $(wildcard solutions/ch*),$(filter solutions,$(LAB))),1,0)
 
+# After the Check suites, build/kvlab-serve driven with curl on loopback
+# (tests/serve/test-serve.sh: SKIP without the server), within 10 minutes.
 test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/test-kvlab
 	KVLAB_BUILD=$(BUILD) KVLAB_LAB_ANSWERS=$(LAB_ANSWERS) $(BUILD)/test-kvlab
+	BUILD=$(BUILD) KVLAB_LAB_ANSWERS=$(LAB_ANSWERS) timeout 600 tests/serve/test-serve.sh
 
 # The sanitizers get their own build folder, so the two builds never mix.
 test-sanitize: deps
@@ -720,8 +763,16 @@ FUZZ_BUILD := build/fuzz
 # tokenizer) is built only where that code is.
 FUZZ_NEEDS_fuzz_gguf := common/model/gguf.c
 FUZZ_NEEDS_fuzz_bpe := common/model/bpe.c
-FUZZ_ALL := $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_NEEDS_fuzz_serve_request := tools/serve/serve_api.c
+# kvlab-serve's request parser links jansson besides the parsers' sources;
+# without jansson (SERVE_OK empty) its target is left out, as its server is.
+FUZZ_SKIP := $(if $(SERVE_OK),,fuzz_serve_request)
+FUZZ_ALL := $(filter-out $(FUZZ_SKIP),$(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c))))
 FUZZ_TARGETS ?= $(foreach t,$(FUZZ_ALL),$(if $(FUZZ_NEEDS_$(t)),$(if $(wildcard $(FUZZ_NEEDS_$(t))),$(t)),$(t)))
+FUZZ_LIBS_fuzz_serve_request := $(if $(SERVE_OK),$(shell pkg-config --libs jansson))
+$(FUZZ_BUILD)/fuzz_serve_request: $(FUZZ_BUILD)/obj/tools/serve/serve_api.o
+$(FUZZ_BUILD)/obj/tests/fuzz/fuzz_serve_request.o $(FUZZ_BUILD)/obj/tools/serve/serve_api.o: \
+    FUZZ_CFLAGS += -Itools/serve $(SERVE_CFLAGS)
 FUZZ_LIB_SRCS := $(filter-out common/model/bpe_pretok_none.c,\
                    $(sort $(wildcard common/base/*.c common/accounting/*.c common/model/*.c) common/cpu/ops.c common/cpu/kv_dtype.c \
                    common/cpu/forward.c common/serving/requests.c common/serving/cli.c common/serving/arrivals.c \
@@ -736,7 +787,7 @@ $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(FUZZ_LIB_OBJS)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ -lm $(PCRE2_LIBS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ -lm $(PCRE2_LIBS) $(FUZZ_LIBS_$*)
 
 # The GGUF seeds' writer (tests/fuzz/make-corpus.sh runs it): a plain
 # program on the same objects, without libFuzzer's main.

@@ -33,6 +33,10 @@
 # against contiguous attention, three head widths), kv_dtypes (--kv-dtype:
 # chapter 4 at one budget under f32, f16 and int8, PagedAttention per type
 # at 4096 positions), smollm2 (the real
+# serve_live (build/kvlab-serve on loopback under build/kvlab-loadgen at
+# SERVE_RATES: what clients see over HTTP beside chapter 4 in-process at
+# the same rates, and the server's RSS), attention (PagedAttention
+# against contiguous attention, three head widths), smollm2 (the real
 # SmolLM2-135M-Instruct GGUF file: chapter 2 decode and prompt speed on 1
 # and 2 threads, chapter 4's batched throughput, the weights as stored and
 # dequantized to f32, and llama.cpp's llama-bench on the same file when
@@ -77,7 +81,7 @@ OUT=$BUILD/bench
 FINAL=$OUT # where the results go; a section writes into a staging folder (see main)
 TMP=$OUT/tmp
 RUNS_SMOLLM2=${RUNS_SMOLLM2:-5}
-SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window ch07_speculative latency kvsim_scale attention kv_dtypes smollm2"
+SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window ch07_speculative latency serve_live kvsim_scale attention kv_dtypes smollm2"
 
 mkdir -p "$OUT" "$TMP"
 
@@ -746,6 +750,96 @@ section_kv_dtypes() {
         echo "\`$BUILD/paged_attention_bench --kv-dtype HEAD_DIM 9 4096\`)."
         echo
     } >> "$md"
+}
+
+# ------------------------------------------------------------ the live server
+
+# build/kvlab-serve on loopback, driven by build/kvlab-loadgen: what the
+# clients see at each arrival rate of SERVE_RATES (requests per second,
+# Poisson; inf sends every request at once), beside chapter 4 serving the
+# same requests in-process at the same rate (--arrival-rate: its latency
+# block, no network, no HTTP), and the server's memory before and after.
+SERVE_RATES=${SERVE_RATES:-"10 40 160 inf"}
+SERVE_COPIES=${SERVE_COPIES:-5} # data/requests-demo.tsv this many times over: 100 requests
+
+latency_ms() { # FILE OBJECT KEY: latency.OBJECT.KEY of a run report, in milliseconds
+    awk -v o="\"$2\":" -v k="\"$3\":" '$1 == o { inside = 1; next }
+        inside && $1 == k { v = $2; sub(/,$/, "", v); printf "%.2f\n", v * 1000; exit }' "$1"
+}
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+section_serve_live() {
+    if [ ! -x "$BUILD/kvlab-serve" ] || [ ! -x "$BUILD/kvlab-loadgen" ]; then
+        say "bench: serve_live: SKIP: no $BUILD/kvlab-serve or $BUILD/kvlab-loadgen (libmicrohttpd-dev, libjansson-dev, libcurl4-openssl-dev)"
+        return 0
+    fi
+    local dir=$TMP/serve port="" pid rss_start rss_end
+    mkdir -p "$dir"
+    for _ in $(seq "$SERVE_COPIES"); do cat data/requests-demo.tsv; done >"$dir/requests.tsv"
+    local n
+    n=$(grep -c "$(printf '^[0-9][0-9]*\t')" "$dir/requests.tsv")
+    "$BUILD/kvlab-serve" --port 0 --threads "$THREADS" --max-waiting 100000 2>"$dir/server.err" &
+    pid=$!
+    for _ in $(seq 300); do
+        port=$(sed -n 's|.* on http://[^ ]*:\([0-9][0-9]*\) .*|\1|p' "$dir/server.err" 2>/dev/null || true)
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    [ -n "$port" ] || { say "bench: serve_live: the server did not start: $(cat "$dir/server.err")"; kill "$pid"; return 1; }
+    rss_start=$(rss_kb "$pid")
+    for rate in $SERVE_RATES; do
+        say "bench: serve_live: $n requests at $rate/s, over HTTP and in-process"
+        "$BUILD/kvlab-loadgen" --url "http://127.0.0.1:$port" --requests "$dir/requests.tsv" --request-rate "$rate" \
+            --seed 1 --json "$dir/live-$rate.json" >"$dir/live-$rate.txt" || say "bench: serve_live: failures at $rate/s"
+        arrivals=""
+        [ "$rate" = inf ] || arrivals="--arrival-rate $rate --arrival-seed 1"
+        # shellcheck disable=SC2086 # arrivals: several words, or none
+        "$BUILD/ch04-paged" --requests "$dir/requests.tsv" --threads "$THREADS" $arrivals \
+            --json "$dir/inproc-$rate.json" --quiet >/dev/null
+    done
+    rss_end=$(rss_kb "$pid")
+    kill -INT "$pid"
+    wait "$pid"
+    {
+        echo "## The live server: kvlab-serve under kvlab-loadgen"
+        echo
+        produced_by "$BUILD/kvlab-serve --port 0 --threads $THREADS --max-waiting 100000 & $BUILD/kvlab-loadgen --url http://127.0.0.1:PORT --requests REQUESTS --request-rate R --seed 1 --json FILE" \
+            "rate R in $SERVE_RATES; REQUESTS: data/requests-demo.tsv $SERVE_COPIES times over ($n requests); in-process: $BUILD/ch04-paged --requests REQUESTS --arrival-rate R --arrival-seed 1 --json FILE"
+        echo
+        echo "Times in ms, p50 / p99. Live: measured by the client over loopback HTTP (TTFT from sending the request"
+        echo "to its first streamed text). In-process: chapter 4's own latency block on the same requests at the same"
+        echo "rate (no network, no tokenizing per request). The server's RSS: $rss_start kB before the first rate,"
+        echo "$rss_end kB after the last."
+        echo
+        echo "| rate (req/s) | failed | req/s | output tok/s | TTFT live | TTFT in-process | TPOT live | TPOT in-process | ITL live | E2E live |"
+        echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        for rate in $SERVE_RATES; do
+            l=$dir/live-$rate.json
+            i=$dir/inproc-$rate.json
+            printf '| %s | %s | %.2f | %.0f | %.2f / %.2f | %s / %s | %.2f / %.2f | %s / %s | %.2f / %.2f | %.2f / %.2f |\n' \
+                "$rate" "$(json_number "$l" failed)" "$(json_number "$l" request_throughput)" \
+                "$(json_number "$l" output_throughput)" "$(json_number "$l" median_ttft_ms)" "$(json_number "$l" p99_ttft_ms)" \
+                "$(latency_ms "$i" ttft_s p50)" "$(latency_ms "$i" ttft_s p99)" \
+                "$(json_number "$l" median_tpot_ms)" "$(json_number "$l" p99_tpot_ms)" \
+                "$(latency_ms "$i" tpot_s p50)" "$(latency_ms "$i" tpot_s p99)" \
+                "$(json_number "$l" median_itl_ms)" "$(json_number "$l" p99_itl_ms)" \
+                "$(json_number "$l" median_e2el_ms)" "$(json_number "$l" p99_e2el_ms)"
+        done
+        echo
+    } >"$OUT/serve-live.md"
+    {
+        printf '{\n  "requests": %s,\n  "server_rss_kb": {"start": %s, "end": %s},\n  "rates": [' "$n" "$rss_start" "$rss_end"
+        sep=""
+        for rate in $SERVE_RATES; do
+            l=$dir/live-$rate.json
+            printf '%s\n    {"rate": "%s", "failed": %s, "request_throughput": %s, "ttft_p50_ms": %s, "ttft_p99_ms": %s, "tpot_p50_ms": %s, "itl_p50_ms": %s, "e2el_p50_ms": %s, "inprocess_ttft_p50_ms": %s}' \
+                "$sep" "$rate" "$(json_number "$l" failed)" "$(json_number "$l" request_throughput)" \
+                "$(json_number "$l" median_ttft_ms)" "$(json_number "$l" p99_ttft_ms)" "$(json_number "$l" median_tpot_ms)" \
+                "$(json_number "$l" median_itl_ms)" "$(json_number "$l" median_e2el_ms)" "$(latency_ms "$dir/inproc-$rate.json" ttft_s p50)"
+            sep=","
+        done
+        printf '\n  ]\n}\n'
+    } >"$OUT/serve-live.json"
 }
 
 # ------------------------------------------------------------ the speed sections
