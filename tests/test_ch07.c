@@ -213,6 +213,29 @@ START_TEST(greedy_identity_stories260k)
 }
 END_TEST
 
+/* Every --kv-dtype: chapter 7 stores and reads its rows through chapter
+ * 4's typed pool (ext/dtype.c), so its greedy tokens are chapter 4's in
+ * the same type, rounding and all. */
+START_TEST(greedy_identity_every_kv_dtype)
+{
+    TestModel f;
+    if (!test_model_stories(&f, "greedy_identity_every_kv_dtype"))
+        return;
+    const char *types[] = {"f16", "bf16", "int8", "fp8-e4m3", "fp8-e5m2"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        CliOptions o = options(16, (size_t)160 * model_kv_bytes_per_token(&f.m.cfg, sizeof(float)));
+        o.kv_dtype = types[i];
+        Reference ref;
+        reference_of(&ref, &f.m, &f.t, o, REQUESTS);
+        char what[96];
+        snprintf(what, sizeof what, "stories260K, --kv-dtype %s, --spec ngram, k 4", types[i]);
+        expect_same_tokens(&ref, &f.m, &f.t, o, spec_of(SPEC_NGRAM, 4), REQUESTS, what, NULL);
+        reference_free(&ref);
+    }
+    test_model_free(&f);
+}
+END_TEST
+
 START_TEST(greedy_identity_synthetic_gqa)
 {
     TestModel f;
@@ -663,6 +686,7 @@ Suite *suite_ch07(void)
     tcase_add_test(tc, rejection_sampling_keeps_the_distribution);
     tcase_add_test(tc, greedy_identity_synthetic_gqa);
     tcase_add_test(tc, greedy_identity_stories260k);
+    tcase_add_test(tc, greedy_identity_every_kv_dtype);
     tcase_add_test(tc, self_draft_accepts_everything);
     tcase_add_test(tc, sampled_runs_and_forks_keep_the_books);
     tcase_add_test(tc, greedy_identity_smollm2);

@@ -16,7 +16,7 @@ static const CliProgram PROGRAM = {
                "step (default 4), verified in one forward pass, greedy or by rejection sampling (--temperature); "
                "the rejected positions are given back to the pool; --spec-check checks the block tables and "
                "reference counts after every step. Without --spec: chapter 4's run.",
-    .features = CLI_MODEL | CLI_CHAT | CLI_SAMPLING | CLI_SERVING | CLI_PAGED,
+    .features = CLI_MODEL | CLI_CHAT | CLI_SAMPLING | CLI_SERVING | CLI_PAGED | CLI_KV_DTYPE,
 };
 
 int main(int argc, char **argv)

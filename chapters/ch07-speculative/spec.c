@@ -241,7 +241,7 @@ int spec_step(SpecDecoder *d, ServingRun *run, Err *err)
         return -1;
     propose(d, run);  /* k guesses per decoding request, within the free blocks */
     feed_all(d, run); /* each: last token + proposals, one chunk, a logits row per position */
-    KvSeam seam = paged_seam(&s->kv);
+    KvSeam seam = paged_server_seam(s); /* chapter 4's rows, in their --kv-dtype */
     if (serving_step_forward(run, &seam, err))
         return -1;
     d->forward_steps++;

@@ -73,7 +73,7 @@ static const OptionSpec SPECS[] = {
     {"slo-tpot", OPT_SLO_TPOT, CLI_SERVING, "S", "latency objective: time per output token at most S seconds"},
     {"prefix-cache", OPT_PREFIX_CACHE, CLI_PREFIX, "off|hash|radix", "share the K/V of full blocks between requests with the same leading tokens: hash = vLLM's chain of block hashes, radix = SGLang's radix tree, off = chapter 4 (default hash)"},
     {"device", OPT_DEVICE, CLI_DEVICE, "cpu|cuda", "where to run (default cpu)"},
-    {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE | CLI_KV_DTYPE, "f32|f16|bf16|int8|fp8-e4m3|fp8-e5m2", "element type of the K/V cache (default f32): every type on the CPU in chapters 2, 4, 5 and 6 (int8 with one scale per token and KV head, fp8 saturating), f32, f16 or bf16 on the device"},
+    {"kv-dtype", OPT_KV_DTYPE, CLI_DEVICE | CLI_KV_DTYPE, "f32|f16|bf16|int8|fp8-e4m3|fp8-e5m2", "element type of the K/V cache (default f32): every type on the CPU in chapters 2, 4, 5, 6 and 7 (int8 with one scale per token and KV head, fp8 saturating), f32, f16 or bf16 on the device"},
     {"weight-dtype", OPT_WEIGHT_DTYPE, CLI_DEVICE, "f32|f16|bf16", "element type of the weights: on the CPU, f32 dequantizes a quantized (GGUF) model at load (default: as the file stores them); on the device, f32 (default), or f16/bf16 with cublasGemmEx"},
     {"threads", OPT_THREADS, CLI_MODEL, "N", "CPU threads, 1 to 256; 0 or none: OMP_NUM_THREADS for models 256 wide or more when it is set, else 1 (results never depend on it)"},
     {"json", OPT_JSON, CLI_MODEL, "FILE", "write the run report (memory, timing) as one JSON object"},

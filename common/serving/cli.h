@@ -27,7 +27,7 @@ typedef enum {
     CLI_DEVICE = 1 << 7,    /**< --device --kv-dtype --weight-dtype */
     CLI_PREFIX = 1 << 8,    /**< --prefix-cache (chapter 5) */
     CLI_CHAT = 1 << 9,      /**< --chat (the chapters: the prompt, or each prompt of the request file) */
-    CLI_KV_DTYPE = 1 << 10, /**< the CPU path stores K/V in any --kv-dtype (chapters 2, 4, 5, 6); without it, the CPU stores f32 and only the device takes another */
+    CLI_KV_DTYPE = 1 << 10, /**< the CPU path stores K/V in any --kv-dtype (chapters 2, 4, 5, 6, 7); without it, the CPU stores f32 and only the device takes another */
 } CliFeature;
 
 /** Every option of every program, with its default. */
