@@ -5,7 +5,8 @@
 #   make test-sanitize  the same tests under AddressSanitizer and UBSan
 #   make test-integer the same tests built by clang with -fsanitize=integer
 #   make help         this list (in a handout, the commands a student has)
-#   make lab CH=n     build chapter n with YOUR exercise files and grade them; also writes
+#   make lab CH=n     build chapter n with YOUR exercise files and grade them (CH=sampling:
+#                     lab 0, the sampler); also writes
 #                     build/lab/chNN/results.json for an autograder
 #                     (TEST=name runs one test; LAB=DIR grades DIR/chNN/ instead of exercises/)
 #   make grade        grade every lab against the solutions (must be full marks)
@@ -96,7 +97,9 @@ ALL_INCLUDES = $(COMMON_INCLUDES) $(addprefix -I,$(CHAPTER_DIRS)) -Itools/lib -I
 # solutions/ch03/x.c or build/stubs/ch03.admit/ch03/x.c), or nothing.
 chapter_of = $(lastword $(filter $(CHAPTER_IDS),$(subst -, ,$(subst /, ,$(dir $(1))))))
 chapter_dirs_of = $(foreach c,$(1) $(call chapter_uses,$(1)),$(filter chapters/$(c)-%,$(CHAPTER_DIRS)))
-includes_of = $(if $(filter common/%,$(1)),$(COMMON_INCLUDES) $(DEVICE_INCLUDES),$(if $(call chapter_of,$(1)),\
+# Lab 0's files (the sampler, LAB/ch00/) are common/ code.
+sampler_lab_of = $(filter ch00,$(subst /, ,$(dir $(1))))
+includes_of = $(if $(or $(filter common/%,$(1)),$(call sampler_lab_of,$(1))),$(COMMON_INCLUDES) $(DEVICE_INCLUDES),$(if $(call chapter_of,$(1)),\
               $(COMMON_INCLUDES) $(addprefix -I,$(call chapter_dirs_of,$(call chapter_of,$(1)))) $(DEVICE_INCLUDES),\
               $(ALL_INCLUDES)))
 
@@ -218,6 +221,11 @@ endif
 lab_default = $(if $(wildcard solutions/ch0$(1)/*.c),solutions,exercises)
 lab_dir = $(if $(LAB_ONLY),$(if $(filter $(1),$(LAB_ONLY)),$(LAB),$(call lab_default,$(1))),$(if $(LAB_GIVEN),$(LAB),$(call lab_default,$(1))))
 lab_srcs = $(sort $(wildcard $(call lab_dir,$(1))/ch0$(1)/*.c))
+# Lab 0 is the sampler (solutions/ch00/, `make lab CH=sampling`): every
+# program samples, so its lab files join common/: they see only common/,
+# and link wherever common/ does.
+SAMPLER_LAB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(call lab_srcs,0))
+COMMON_OBJS += $(SAMPLER_LAB_OBJS)
 # A chapter's core is its folder; its extensions (later features, each
 # turned on by an option) are in its ext/ folder, and link with it.
 chapter_srcs = $(filter-out %/main.c,$(sort $(wildcard chapters/ch0$(1)-*/*.c chapters/ch0$(1)-*/ext/*.c)))
@@ -274,7 +282,7 @@ $(MODE_STAMP):
 # or any LAB folder other than solutions/): there the compiler's warnings
 # are shown and the build goes on, so that an unused variable never costs a
 # student the lab (make check-exercises holds exercises/ itself to -Werror).
-lab_file = $(and $(call chapter_of,$(1)),$(filter-out chapters/% solutions/%,$(1)))
+lab_file = $(and $(or $(call chapter_of,$(1)),$(call sampler_lab_of,$(1))),$(filter-out chapters/% solutions/%,$(1)))
 werror_for = $(if $(call lab_file,$(1)),,$(CC_WERROR))
 
 $(BUILD)/obj/%.o: %.c $(MODE_STAMP)
@@ -406,7 +414,8 @@ LAB_SUPPORT_OBJS = $(BUILD)/obj/tests/lab/grader.o $(BUILD)/obj/tests/helpers.o
 # `make lab` grades exercises/ unless LAB is given.
 LAB_UNDER_TEST := $(if $(filter command line environment,$(origin LAB)),$(LAB),exercises)
 lab_two_digits = $(if $(filter 1 2 3 4 5 6 7 8 9,$(1)),0$(1),$(1))
-LAB_CH := $(call lab_two_digits,$(strip $(CH)))
+# CH=sampling (or 0) is lab 0, the sampler.
+LAB_CH := $(if $(filter sampling 0 00,$(strip $(CH))),00,$(call lab_two_digits,$(strip $(CH))))
 
 # In the handout (no solutions/) the targets that grade or regenerate from
 # the answers say so in one line instead of failing strangely.
@@ -655,7 +664,7 @@ FUZZ_TARGETS ?= $(foreach t,$(FUZZ_ALL),$(if $(FUZZ_NEEDS_$(t)),$(if $(wildcard 
 FUZZ_LIB_SRCS := $(filter-out common/model/bpe_pretok_none.c,\
                    $(sort $(wildcard common/base/*.c common/accounting/*.c common/model/*.c) common/cpu/ops.c common/cpu/kv_dtype.c \
                    common/cpu/forward.c common/serving/requests.c common/serving/cli.c common/serving/arrivals.c \
-                   common/serving/cost_model.c common/serving/latency.c))
+                   common/serving/cost_model.c common/serving/latency.c $(call lab_srcs,0)))
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -march=native -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror \

@@ -20,10 +20,12 @@
  *     token that crosses the threshold is kept);
  *  7. one token is drawn from what is left, renormalised.
  *
- * Each filter and each penalty is one function (sampler_filters.c) with
- * the contract in its comment below. Every setting has a neutral value
- * that leaves the step out, and with the neutral values the sampler draws
- * exactly what it drew before the filters and penalties existed.
+ * Each filter and each penalty is one function with the contract in its
+ * comment below: the sampler lab's (lab 0, `make lab CH=sampling`), one
+ * file each in solutions/ch00/, which every program links with common/.
+ * Every setting has a neutral value that leaves the step out, and with the
+ * neutral values the sampler draws exactly what it drew before the filters
+ * and penalties existed.
  *
  * The random numbers come from a seeded xorshift generator, so a seed gives
  * the same text on every run and every machine.
@@ -183,7 +185,7 @@ int sampler_argmax(const float *x, int n);
  */
 float sampler_random_f32(unsigned long long *state);
 
-/* ------------------------------------------------------------ one function per step (sampler_filters.c) */
+/* ------------------------------------------------------------ one function per step (lab 0: solutions/ch00/) */
 
 /**
  * Repetition penalty (vLLM, after the CTRL paper): for every token that
