@@ -1,4 +1,5 @@
-/* Chapter 5 lab: the hash chain of a prefix cache and its LRU queue
+        const PagedKv *kv = &sv->server->kv;
+        ck_assert_msg(rc != 0 || paged_check_invariants(&kv->pool, &kv->tables, 0, stdout) == 0,/* Chapter 5 lab: the hash chain of a prefix cache and its LRU queue
  * (exercises/ch05/, regions ch05.keys, ch05.find, ch05.match, ch05.take,
  * ch05.release, ch05.evict), first on small cases you can check by hand,
  * then end to end: chapter 4's server with the cache above its pool must
@@ -440,7 +441,18 @@ static void serve(Served *sv, int block_size, int blocks)
     sv->o.watermark = 0;
     sv->o.kv_budget = (size_t)blocks * (size_t)block_size * model_kv_bytes_per_token(&CFG, sizeof(float));
     ck_assert(serving_run_init(&sv->run, &sv->m, &sv->t, &sv->o, &sv->rf, &err) == 0);
-    int rc = prefix_serve(&sv->run, PREFIX_CACHE_HASH, &sv->server, &sv->cache, &err);
+    /* prefix_serve(), step by step, the pool's books checked after every
+     * step: a broken invariant is printed (paged_check_invariants()). */
+    int rc = prefix_check(&sv->run, &err) || paged_open(&sv->run, &sv->server, NULL, &err) ||
+             prefix_cache_open(sv->server, &sv->run, PREFIX_CACHE_HASH, &sv->cache, &err);
+    while (rc == 0 && serving_unfinished(&sv->run)) {
+        rc = paged_step(sv->server, &sv->run, &err);
+        ck_assert_msg(rc != 0 || paged_check_invariants(&sv->server->kv.pool, &sv->server->kv.tables, 0, stdout) == 0,
+                      "expected the pool's books to hold after step %ld (every block free, held or parked), got "
+                      "the broken invariant printed above; hint: hash_chain_take() unparks a block, "
+                      "hash_chain_release() parks it when its last holder lets go, hash_chain_evict() frees a "
+                      "parked one: their tests above name the one at fault", sv->run.step);
+    }
     ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: this test runs the whole "
                   "chapter: hash_chain_take(), hash_chain_release() and hash_chain_evict() keep the pool's books "
                   "(every block held, parked or free); their tests above name the one at fault", err.msg);
