@@ -203,25 +203,19 @@ void sampler_penalize_repetition(float *logits, int vocab, const unsigned char *
                                  float penalty);
 
 /**
- * Frequency penalty (OpenAI API): subtracts @p penalty x (times the token
- * was generated) from each logit; prompt tokens do not count.
+ * Frequency and presence penalties, as the OpenAI API defines them
+ * (logit -= count x frequency + (count > 0) x presence), applied as vLLM
+ * applies them: for every token generated at least once, @p frequency is
+ * subtracted once per time it was generated, then @p presence once,
+ * however often. Prompt tokens do not count; tokens never generated keep
+ * their logits.
  * @param logits         [vocab] scores, changed in place
  * @param vocab          number of tokens
  * @param output_counts  [vocab] times each token was generated
- * @param penalty        in [-2, 2]; 0 changes nothing
+ * @param frequency      in [-2, 2]; 0 changes nothing
+ * @param presence       in [-2, 2]; 0 changes nothing
  */
-void sampler_penalize_frequency(float *logits, int vocab, const int *output_counts, float penalty);
-
-/**
- * Presence penalty (OpenAI API): subtracts @p penalty once from the logit
- * of every token generated at least once, however often; prompt tokens do
- * not count.
- * @param logits         [vocab] scores, changed in place
- * @param vocab          number of tokens
- * @param output_counts  [vocab] times each token was generated
- * @param penalty        in [-2, 2]; 0 changes nothing
- */
-void sampler_penalize_presence(float *logits, int vocab, const int *output_counts, float penalty);
+void sampler_penalize_counts(float *logits, int vocab, const int *output_counts, float frequency, float presence);
 
 /**
  * min-p: drops every token whose probability is below @p min_p times the

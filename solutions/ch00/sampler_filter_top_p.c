@@ -7,13 +7,11 @@
 int sampler_filter_top_p(const ProbIndex *sorted, int n, float top_p)
 {
     // LAB BEGIN(ch00.top_p): how many leading candidates to keep: each while those before it hold less than top_p
-    float before = 0.0f; /* probability of the candidates ahead of sorted[i] */
-    for (int i = 0; i < n; i++) {
-        if (before >= top_p)
-            return i;
-        before += sorted[i].prob;
-    }
-    return n;
+    int kept = 0;
+    float before = 0.0f; /* probability of the candidates ahead of sorted[kept] */
+    while (kept < n && before < top_p)
+        before += sorted[kept++].prob;
+    return kept;
     // LAB STUB:
     // (void)sorted; (void)top_p;
     // LAB_TODO("count the candidates until those before hold top_p of the probability");

@@ -1,9 +1,9 @@
 /* Lab 0, the sampler: the three penalties and the three filters that
  * decide which tokens can be drawn (exercises/ch00/, regions
- * ch00.repetition, ch00.frequency, ch00.presence, ch00.min_p, ch00.top_k,
+ * ch00.repetition, ch00.counts, ch00.min_p, ch00.top_k,
  * ch00.top_p; `make lab CH=sampling`), each as vLLM and the OpenAI API
  * define it (book/sampling.md), first on logit vectors you can check by
- * hand, then through the whole sampler: sampler_sample_seq() calls your six
+ * hand, then through the whole sampler: sampler_sample_seq() calls your five
  * functions in vLLM's order, and its draws must follow the distribution
  * they leave.
  *
@@ -97,14 +97,16 @@ START_TEST(frequency_subtracts_once_per_occurrence)
 {
     float x[PV];
     memcpy(x, P_LOGITS, sizeof x);
-    sampler_penalize_frequency(x, PV, P_COUNTS, 0.5f);
-    EXPECT_LOGITS(x, ((const float[PV]){2.0f, -2.5f, 0.5f, 0.0f, 2.0f, -2.5f, 4.0f}), PV, "frequency penalty 0.5",
-                  "sampler_penalize_frequency() subtracts penalty x output_counts[v] from each logit; the prompt "
+    sampler_penalize_counts(x, PV, P_COUNTS, 0.5f, 0.0f);
+    EXPECT_LOGITS(x, ((const float[PV]){2.0f, -2.5f, 0.5f, 0.0f, 2.0f, -2.5f, 4.0f}), PV,
+                  "frequency penalty 0.5 (presence 0)",
+                  "sampler_penalize_counts() subtracts frequency x output_counts[v] from each logit; the prompt "
                   "(token 0) does not count");
     memcpy(x, P_LOGITS, sizeof x);
-    sampler_penalize_frequency(x, PV, P_COUNTS, -1.0f);
-    EXPECT_LOGITS(x, ((const float[PV]){2.0f, 2.0f, 0.5f, 0.0f, 5.0f, -1.0f, 4.0f}), PV, "frequency penalty -1",
-                  "sampler_penalize_frequency(): a negative penalty rewards repeats, by the same formula");
+    sampler_penalize_counts(x, PV, P_COUNTS, -1.0f, 0.0f);
+    EXPECT_LOGITS(x, ((const float[PV]){2.0f, 2.0f, 0.5f, 0.0f, 5.0f, -1.0f, 4.0f}), PV,
+                  "frequency penalty -1 (presence 0)",
+                  "sampler_penalize_counts(): a negative frequency penalty rewards repeats, by the same formula");
 }
 END_TEST
 
@@ -112,14 +114,18 @@ START_TEST(presence_subtracts_once_per_token)
 {
     float x[PV];
     memcpy(x, P_LOGITS, sizeof x);
-    sampler_penalize_presence(x, PV, P_COUNTS, 0.25f);
-    EXPECT_LOGITS(x, ((const float[PV]){2.0f, -1.25f, 0.5f, 0.0f, 2.75f, -2.25f, 4.0f}), PV, "presence penalty 0.25",
-                  "sampler_penalize_presence() subtracts the penalty once from every token generated at least once, "
-                  "however often; the prompt (token 0) does not count");
+    sampler_penalize_counts(x, PV, P_COUNTS, 0.0f, 0.25f);
+    EXPECT_LOGITS(x, ((const float[PV]){2.0f, -1.25f, 0.5f, 0.0f, 2.75f, -2.25f, 4.0f}), PV,
+                  "presence penalty 0.25 (frequency 0)",
+                  "sampler_penalize_counts() subtracts the presence penalty once from every token generated at least "
+                  "once, however often; the prompt (token 0) does not count");
+    /* Both: token 1 -1 - 3 x 0.5 + 0.5 = -2, token 4 3 - 2 x 0.5 + 0.5 = 2.5, token 5 -2 - 0.5 + 0.5 = -2. */
     memcpy(x, P_LOGITS, sizeof x);
-    sampler_penalize_presence(x, PV, P_COUNTS, -0.5f);
-    EXPECT_LOGITS(x, ((const float[PV]){2.0f, -0.5f, 0.5f, 0.0f, 3.5f, -1.5f, 4.0f}), PV, "presence penalty -0.5",
-                  "sampler_penalize_presence(): a negative penalty rewards the tokens already generated");
+    sampler_penalize_counts(x, PV, P_COUNTS, 0.5f, -0.5f);
+    EXPECT_LOGITS(x, ((const float[PV]){2.0f, -2.0f, 0.5f, 0.0f, 2.5f, -2.0f, 4.0f}), PV,
+                  "frequency penalty 0.5 and presence penalty -0.5",
+                  "sampler_penalize_counts(): logit -= count x frequency, then -= presence, for each generated token; "
+                  "a negative presence penalty rewards the tokens already generated");
 }
 END_TEST
 
@@ -354,8 +360,8 @@ START_TEST(sampler_follows_the_filtered_distribution)
     /* After the penalties: 7: 3 / 1.5 = 2; 3: 2 / 1.5 - 0.5 - 0.5 = 0.3333; 5: 1.5 / 1.5 - 0.25 - 0.5 = 0.25. */
     const double penalized[V] = {1.0, 2.5, 0.5, 2.0 / 1.5 - 1.0, -1.0, 0.25, 0.0, 2.0};
     double want[V];
-    const char *hint = "sampler_sample_seq() calls your sampler_penalize_repetition(), sampler_penalize_frequency(), "
-                       "sampler_penalize_presence(), sampler_filter_min_p(), sampler_filter_top_k() and "
+    const char *hint = "sampler_sample_seq() calls your sampler_penalize_repetition(), sampler_penalize_counts(), "
+                       "sampler_filter_min_p(), sampler_filter_top_k() and "
                        "sampler_filter_top_p(), in that order; the small cases above say which is wrong";
     /* Penalties only. */
     reference(penalized, (const unsigned char[V]){1, 1, 1, 1, 1, 1, 1, 1}, V, 0.5, want);
@@ -381,14 +387,14 @@ Suite *lab_suite(void)
     lab_add_test(s, repetition_divides_positive_and_multiplies_negative, LAB_UNIT_S, 1,
                  "sampler_penalize_repetition()");
     lab_add_test(s, repetition_counts_the_prompt_and_the_output, LAB_UNIT_S, 1, "sampler_penalize_repetition()");
-    lab_add_test(s, frequency_subtracts_once_per_occurrence, LAB_UNIT_S, 1, "sampler_penalize_frequency()");
-    lab_add_test(s, presence_subtracts_once_per_token, LAB_UNIT_S, 1, "sampler_penalize_presence()");
+    lab_add_test(s, frequency_subtracts_once_per_occurrence, LAB_UNIT_S, 1, "sampler_penalize_counts()");
+    lab_add_test(s, presence_subtracts_once_per_token, LAB_UNIT_S, 1, "sampler_penalize_counts()");
     lab_add_test(s, min_p_drops_below_a_fraction_of_the_top, LAB_UNIT_S, 1, "sampler_filter_min_p()");
     lab_add_test(s, min_p_finds_the_top_anywhere, LAB_UNIT_S, 1, "sampler_filter_min_p()");
     lab_add_test(s, top_k_keeps_exactly_k_with_ties_to_the_lower_id, LAB_UNIT_S, 1, "sampler_filter_top_k()");
     lab_add_test(s, top_k_matches_a_sort_on_a_large_vocabulary, LAB_UNIT_S, 1, "sampler_filter_top_k()");
     lab_add_test(s, top_p_keeps_the_token_that_crosses_the_threshold, LAB_UNIT_S, 1, "sampler_filter_top_p()");
     lab_add_test(s, sampler_follows_the_filtered_distribution, LAB_RUN_S, 2,
-                 "the six functions, through sampler_sample_seq()");
+                 "the five functions, through sampler_sample_seq()");
     return s;
 }

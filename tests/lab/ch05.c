@@ -1,5 +1,4 @@
-        const PagedKv *kv = &sv->server->kv;
-        ck_assert_msg(rc != 0 || paged_check_invariants(&kv->pool, &kv->tables, 0, stdout) == 0,/* Chapter 5 lab: the hash chain of a prefix cache and its LRU queue
+/* Chapter 5 lab: the hash chain of a prefix cache and its LRU queue
  * (exercises/ch05/, regions ch05.keys, ch05.find, ch05.match, ch05.take,
  * ch05.release, ch05.evict), first on small cases you can check by hand,
  * then end to end: chapter 4's server with the cache above its pool must
@@ -447,7 +446,8 @@ static void serve(Served *sv, int block_size, int blocks)
              prefix_cache_open(sv->server, &sv->run, PREFIX_CACHE_HASH, &sv->cache, &err);
     while (rc == 0 && serving_unfinished(&sv->run)) {
         rc = paged_step(sv->server, &sv->run, &err);
-        ck_assert_msg(rc != 0 || paged_check_invariants(&sv->server->kv.pool, &sv->server->kv.tables, 0, stdout) == 0,
+        const PagedKv *kv = &sv->server->kv;
+        ck_assert_msg(rc != 0 || paged_check_invariants(&kv->pool, &kv->tables, 0, stdout) == 0,
                       "expected the pool's books to hold after step %ld (every block free, held or parked), got "
                       "the broken invariant printed above; hint: hash_chain_take() unparks a block, "
                       "hash_chain_release() parks it when its last holder lets go, hash_chain_evict() frees a "
