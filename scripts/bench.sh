@@ -21,6 +21,10 @@
 # workload, hit rate against block size), ch06_window (scripts/bench-ch06.sh:
 # sliding window, sinks and H2O against the full cache on stories260K, and
 # on SmolLM2 when it is there: 2,000 tokens, the plot in ch06-window.svg),
+# latency (scripts/bench-latency.sh: TTFT, TPOT and goodput of chapters 3,
+# 4, 5 and 4 with chunked prefill against the Poisson arrival rate, under
+# the cost model's clock, on stories260K and on SmolLM2 when it is there;
+# each chapter's knee; the plots latency.svg and latency-smollm2.svg),
 # attention (PagedAttention
 # against contiguous attention, three head widths), smollm2 (the real
 # SmolLM2-135M-Instruct GGUF file: chapter 2 decode and prompt speed on 1
@@ -67,7 +71,7 @@ OUT=$BUILD/bench
 FINAL=$OUT # where the results go; a section writes into a staging folder (see main)
 TMP=$OUT/tmp
 RUNS_SMOLLM2=${RUNS_SMOLLM2:-5}
-SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window attention smollm2"
+SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window latency attention smollm2"
 
 mkdir -p "$OUT" "$TMP"
 
@@ -543,6 +547,27 @@ section_ch05_prefix() {
     } > "$OUT/ch05-prefix.json"
 }
 
+# ------------------------------------------------------------ latency against load
+
+# TTFT, TPOT and goodput against the arrival rate (scripts/bench-latency.sh:
+# the cost model's clock, so its figures do not depend on the machine).
+section_latency() {
+    mkdir -p "$TMP/latency"
+    smollm2=none
+    if find_smollm2; then smollm2=$SMOLLM2; else
+        say "bench: latency: SmolLM2-135M-Instruct.Q4_1.gguf not found, stories260K only (make models, or SMOLLM2=FILE)"
+    fi
+    OUT=$TMP/latency BUILD=$BUILD THREADS=$THREADS SMOLLM2=$smollm2 scripts/bench-latency.sh > /dev/null
+    {
+        cat "$TMP/latency/latency.md"
+        produced_by "THREADS=$THREADS scripts/bench-latency.sh" "via \`scripts/bench.sh latency\`"
+    } > "$OUT/latency.md"
+    cp "$TMP/latency/latency.json" "$OUT/latency.json"
+    for svg in latency.svg latency-smollm2.svg; do
+        if [ -e "$TMP/latency/$svg" ]; then cp "$TMP/latency/$svg" "$OUT/$svg"; fi
+    done
+}
+
 # ------------------------------------------------------------ attention alone
 
 # PagedAttention against contiguous attention on the CPU, for the head
@@ -630,6 +655,9 @@ publish() { # NAME STAGING
         else
             rm -f "$FINAL/$base.$ext"
         fi
+    done
+    for extra in "$2/$base"-*.svg; do # a section's further plots (latency-smollm2.svg)
+        if [ -e "$extra" ]; then mv -f "$extra" "$FINAL/"; fi
     done
     rm -rf "$2"
 }

@@ -15,7 +15,8 @@
 #
 # The markers are shell comments, so a reader can paste the block as it is.
 # The block runs from the repository root, with bash -e -o pipefail, under a
-# time limit (BOOK_TIMEOUT seconds, default 120). Once a page has one checked
+# time limit (BOOK_TIMEOUT seconds, default 300: the slowest block, a kvsim
+# calibration, takes about a minute alone and nearly three on a loaded machine). Once a page has one checked
 # block, every ```sh block of that page must be checked: a page never quotes
 # a command that nothing runs. Pages without checked blocks are left alone.
 #
@@ -75,7 +76,7 @@ if [ $# = 0 ] && [ ! -d solutions ]; then
     exit 0
 fi
 
-timeout_s=${BOOK_TIMEOUT:-120}
+timeout_s=${BOOK_TIMEOUT:-300}
 if [ $# -gt 0 ]; then pages=("$@"); else pages=(book/*.md); fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/check-book.XXXXXX")

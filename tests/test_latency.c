@@ -798,6 +798,74 @@ START_TEST(single_stream_latency)
 }
 END_TEST
 
+/* The number after "key": in @p json (the first one), or NAN. */
+static double json_number(const char *json, const char *key)
+{
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\": ", key);
+    const char *at = strstr(json, quoted);
+    return at ? atof(at + strlen(quoted)) : NAN;
+}
+
+/* Chapter 4 (or 6) under the model clock with @p machine; the run's --json
+ * text, for the caller to free. */
+static char *model_clock_json(const char *program, const char *reqs, const char *machine, const char *const *extra)
+{
+    char json[PATH_MAX + 8];
+    snprintf(json, sizeof json, "%s.json", reqs);
+    const char *argv[24] = {"--requests", reqs, "--clock", "model", "--machine", machine, "--json", json};
+    int n = 8;
+    for (int i = 0; extra[i]; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    ProgramResult r;
+    run_program(program, argv, &r);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    test_result_free(&r);
+    char *text = test_slurp(json);
+    unlink(json);
+    return text;
+}
+
+START_TEST(chapters_charge_swaps_and_windows)
+{
+    if (!have_answers("chapters_charge_swaps_and_windows"))
+        return;
+    char reqs[PATH_MAX];
+    test_write_temp(REQUESTS, strlen(REQUESTS), reqs);
+    /* Swapping: only the link's rate changes between the runs, so the run
+     * lasts longer by exactly the swapped bytes x (1/slow - 1/fast). */
+    const char *swap[] = {"--kv-budget", "30KiB", "--block-size", "8", "--preempt", "swap", NULL};
+    char *fast = model_clock_json("ch04-paged", reqs, "kvlab-cpu,link=1000", swap);
+    char *slow = model_clock_json("ch04-paged", reqs, "kvlab-cpu,link=0.001", swap);
+    double bytes = json_number(fast, "swap_bytes_out") + json_number(fast, "swap_bytes_in");
+    ck_assert_msg(bytes > 0, "the run swapped nothing:\n%s", fast);
+    double extra = json_number(slow, "duration_s") - json_number(fast, "duration_s");
+    double want = bytes / 1e6 - bytes / 1e12;
+    /* --json prints 9 significant digits */
+    ck_assert_msg(fabs(extra - want) <= 1e-8 * json_number(slow, "duration_s"), "swapping %g bytes added %.12g s, not %.12g s", bytes, extra,
+                  want);
+    free(fast), free(slow);
+    /* Recomputation moves nothing over the link: its rate changes nothing. */
+    const char *recompute[] = {"--kv-budget", "30KiB", "--block-size", "8", NULL};
+    fast = model_clock_json("ch04-paged", reqs, "kvlab-cpu,link=1000", recompute);
+    slow = model_clock_json("ch04-paged", reqs, "kvlab-cpu,link=0.001", recompute);
+    ck_assert_double_eq(json_number(slow, "duration_s"), json_number(fast, "duration_s"));
+    free(fast), free(slow);
+    /* A window as long as the sequences reads every position: chapter 4's
+     * times. A short one reads fewer: every request's decode is cheaper. */
+    char *paged = model_clock_json("ch04-paged", reqs, "kvlab-cpu", (const char *[]){NULL});
+    char *whole = model_clock_json("ch06-window", reqs, "kvlab-cpu", (const char *[]){"--kv-window", "64", NULL});
+    char *narrow = model_clock_json("ch06-window", reqs, "kvlab-cpu",
+                                    (const char *[]){"--kv-window", "4", "--kv-sinks", "1", NULL});
+    char *lat_paged = json_object(paged, "latency"), *lat_whole = json_object(whole, "latency");
+    ck_assert_str_eq(lat_paged, lat_whole);
+    ck_assert_msg(json_number(narrow, "duration_s") < json_number(whole, "duration_s"), "%s\n%s", narrow, whole);
+    free(lat_paged), free(lat_whole), free(paged), free(whole), free(narrow);
+    unlink(reqs);
+}
+END_TEST
+
 static void expect_one_line_error(const char *const *extra, const char *word)
 {
     ProgramResult r;
@@ -910,6 +978,7 @@ Suite *suite_latency(void)
 {
     Suite *s = suite_create("latency");
     TCase *unit = tcase_create("recorder");
+    tcase_set_timeout(unit, 60); /* the arrival statistics draw 1.3 million gaps: seconds under ASan on a loaded machine */
     tcase_add_test(unit, percentiles_are_nearest_rank);
     tcase_add_test(unit, stats_sort_and_average);
     tcase_add_test(unit, timeline_by_hand);
@@ -937,6 +1006,7 @@ Suite *suite_latency(void)
     tcase_add_test(programs, wall_clock_against_the_model);
     tcase_add_test(programs, single_stream_latency);
     tcase_add_test(programs, options_refuse_bad_values);
+    tcase_add_test(programs, chapters_charge_swaps_and_windows);
     tcase_add_test(programs, kvsim_times_its_runs);
     tcase_add_test(programs, kvsim_program_latency);
     suite_add_tcase(s, programs);

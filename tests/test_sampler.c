@@ -790,6 +790,7 @@ Suite *suite_sampler(void)
 {
     Suite *s = suite_create("sampler");
     TCase *tc = tcase_create("sampling");
+    tcase_set_timeout(tc, 60); /* 600,000 seeded draws: over the default 4 s under ASan on a loaded machine */
     tcase_add_test(tc, argmax_takes_the_first_of_ties);
     tcase_add_test(tc, greedy_is_argmax_and_leaves_logits_alone);
     tcase_add_test(tc, same_seed_same_sequence);

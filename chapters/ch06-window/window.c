@@ -151,13 +151,29 @@ static void window_store(void *ctx, int layer, const BatchEntry *e, const float 
  * is a sink or in the window (with h2o any held position: the heavy
  * hitters; in a long prompt's step that is every position of the prompt,
  * as H2O runs the prompt with the full cache and evicts afterwards). */
-static int visible(const WindowCache *w, const unsigned char *held, int pos, int qpos)
+static int in_view(const WindowCache *w, int pos, int qpos)
 {
-    if (!held[pos])
-        return 0;
     if (!w->opt.window || w->opt.evict == WINDOW_EVICT_H2O)
         return 1;
     return pos < w->opt.sinks || pos > qpos - w->opt.window;
+}
+
+static int visible(const WindowCache *w, const unsigned char *held, int pos, int qpos)
+{
+    return held[pos] && in_view(w, pos, qpos);
+}
+
+long window_attended(const WindowCache *w, const ServingRun *run)
+{
+    long attended = 0;
+    for (int i = 0; i < run->n_entries; i++) {
+        const BatchEntry *e = &run->entries[i];
+        const unsigned char *held = w->held + (size_t)e->seq * w->seq_len; /* [seq_len] */
+        int first_fed = run->reqs[e->seq].n_cached; /* the step writes from here on before any query reads */
+        for (int pos = 0; pos <= e->pos; pos++)
+            attended += (held[pos] || pos >= first_fed) && in_view(w, pos, e->pos);
+    }
+    return attended;
 }
 
 /* The scratch pool of one thread: the rows a query may see, gathered in
@@ -344,6 +360,8 @@ int window_step(WindowCache *w, ServingRun *run, Err *err)
         return 0;
     if (paged_plan(s, run, err)) /* chapter 4: room for every next token, admissions */
         return -1;
+    if (w->opt.window) /* the cost model charges what the window lets attention read, not every position */
+        serving_set_attended(run, window_attended(w, run));
     KvSeam seam = window_seam(w);
     if (serving_step_forward(run, &seam, err))
         return -1;

@@ -194,6 +194,18 @@ void window_attention(WindowCache *w, int seq, int layer, int head, const float 
                       float *scores, int note);
 
 /**
+ * The positions this step's attention reads, over every fed token: for
+ * the query at p, those held or written this step (from the request's
+ * cached count on) that are a sink or in the window. The cost model
+ * charges these (serving_set_attended()), not p + 1 per token. Called
+ * after the step is planned, before its forward pass.
+ * @param w    the books
+ * @param run  the run, with the step's entries
+ * @return the sum over the step's entries of the positions each reads
+ */
+long window_attended(const WindowCache *w, const ServingRun *run);
+
+/**
  * After a step: drops, for every running sequence that will feed position
  * n next, the positions the query at n may not see (outside the sinks and
  * n-N+1..n), keeping with h2o the H of them with the most attention (ties:

@@ -345,6 +345,7 @@ int swap_out_request(PagedServer *s, ServingRun *run, Request *r, Err *err)
         return -1;
     sw->swaps_out++;
     sw->swap_blocks_out += copies;
+    serving_note_transfer(run, (double)copies * (double)sw->bytes_per_block); /* the cost model: bytes over the host link */
     sw->swapped_tokens += r->n_cached;
     sw->swapped_flops += paged_recompute_flops(&s->kv.cfg, r->n_cached);
     return 1;
@@ -360,6 +361,7 @@ int swap_in_request(PagedServer *s, ServingRun *run, Request *r, Err *err)
     paged_track_table(s, t);
     sw->swaps_in++;
     sw->swap_blocks_in += copies;
+    serving_note_transfer(run, (double)copies * (double)sw->bytes_per_block);
     return 0;
 }
 
