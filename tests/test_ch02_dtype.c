@@ -303,4 +303,4 @@ Suite *suite_ch02_dtype(void)
     return s;
 }
 
-REGISTER_SUITE(ch02_dtype)
+REGISTER_LAB_SUITE(ch02_dtype) /* the typed cache keeps its positions with the lab's kv_cache_prepare() */
