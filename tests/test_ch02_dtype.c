@@ -103,10 +103,6 @@ START_TEST(typed_cache_gives_the_rounded_reference_logits)
 {
     int i = _i;
     TestModel f;
-    if (!test_lab_answers()) { /* the typed cache's prepare is the lab's kv_cache_prepare() */
-        test_skip("typed_cache_gives_the_rounded_reference_logits", "the lab code is the exercises");
-        return;
-    }
     test_model_synthetic(&f, SHAPES[i], (unsigned long long)i + 1);
     for (size_t t = 0; t < N_TYPES; t++) {
         expect_rounded_reference(&f, TYPES[t], KV_ALLOC_MAX, "hello world");
@@ -184,10 +180,6 @@ static char *run_ch02(const char *model, const char *tok, const char *dtype, con
  * x KV heads x (head_dim x element bytes + scale bytes) per position. */
 START_TEST(table_and_ledger_count_the_stored_bytes)
 {
-    if (!test_lab_answers()) { /* every type's prepare is the lab's kv_cache_prepare() */
-        test_skip("table_and_ledger_count_the_stored_bytes", "the lab code is the exercises");
-        return;
-    }
     const ModelConfig *c = &SHAPES[0]; /* 2 layers, 2 KV heads of 8, seq_len 64 */
     char model[PATH_MAX], tok[PATH_MAX];
     test_write_synthetic(c, 1, 0, 1, model, tok);
@@ -203,7 +195,9 @@ START_TEST(table_and_ledger_count_the_stored_bytes)
         {"fp8-e4m3", 2 * 2 * 2 * 8, "8 head_dim x 1 B x positions"},
         {"fp8-e5m2", 2 * 2 * 2 * 8, "8 head_dim x 1 B x positions"},
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    /* f32 is the core, whose store and attend are the lab's: the handout
+     * (the exercises) checks the typed rows only. */
+    for (size_t i = test_lab_answers() ? 0 : 1; i < sizeof want / sizeof want[0]; i++) {
         ProgramResult r;
         char *json = run_ch02(model, tok, want[i].name, "max", &r);
         long long per_token = want[i].per_token;
