@@ -35,8 +35,10 @@
 # needs; `make lab CH=n` on the untouched exercises scores 0 for every
 # chapter and writes build/lab/chNN/results.json (score 0, a visibility per
 # test); a lab file that does not compile makes results.json say 0 and
-# why; with every solutions/chNN/*.c copied into exercises/chNN/ every lab
-# scores full marks.
+# why; with every solutions/chNN/*.c copied into exercises/chNN/ (and the
+# fixed bug hunts, and the CUDA lab's kernel: run on the CPU emulator of
+# EMU_DIR, which a student gets beside the handout) every lab scores full
+# marks.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -53,21 +55,29 @@ function norm(s) {
 
 # One normalized line per stub line (between LAB STUB and LAB END, with the
 # comment marker taken off): what the exercises hand out anyway.
+# A bug hunt hands out its planted lines (between BUG PLANTED and BUG END)
+# the same way, and the whole component outside the fix: a line of the fix
+# that the component has elsewhere (a call it makes anyway) tells nothing.
 stub_lines() {
-    for f in solutions/ch[0-9][0-9]/*.c; do
-        awk "$NORMALIZE"'
-            /^[ \t]*\/\/ LAB STUB:/ { stub = 1; next }
-            /^[ \t]*\/\/ LAB END/ { stub = 0; next }
-            stub { line = $0; sub(/^[ \t]*\/\/ ?/, "", line); print norm(line) }
+    for f in solutions/ch[0-9][0-9]/*.c solutions/cuda/*.cu solutions/bughunt/*/*.c; do
+        [ -f "$f" ] || continue
+        awk -v bughunt="$(case $f in solutions/bughunt/*) echo 1 ;; *) echo 0 ;; esac)" "$NORMALIZE"'
+            /^[ \t]*\/\/ BUG BEGIN\(/ { fix = 1; next }
+            /^[ \t]*\/\/ (LAB STUB:|BUG PLANTED:)/ { stub = 1; fix = 0; next }
+            /^[ \t]*\/\/ (LAB|BUG) END/ { stub = 0; next }
+            stub { line = $0; sub(/^[ \t]*\/\/ ?/, "", line); print norm(line); next }
+            bughunt && !fix { print norm($0) }
         ' "$f"
     done
 }
 
+# A bug hunt's fix (between BUG BEGIN and BUG PLANTED) is an answer too.
 answer_lines() {
-    for f in solutions/ch[0-9][0-9]/*.c; do
+    for f in solutions/ch[0-9][0-9]/*.c solutions/cuda/*.cu solutions/bughunt/*/*.c; do
+        [ -f "$f" ] || continue
         awk "$NORMALIZE"'
-            /^[ \t]*\/\/ LAB BEGIN\(/ { region = $0; sub(/^.*BEGIN\(/, "", region); sub(/\).*$/, "", region); inside = 1; next }
-            /^[ \t]*\/\/ LAB STUB:/ { inside = 0; next }
+            /^[ \t]*\/\/ (LAB|BUG) BEGIN\(/ { region = $0; sub(/^.*BEGIN\(/, "", region); sub(/\).*$/, "", region); inside = 1; next }
+            /^[ \t]*\/\/ (LAB STUB:|BUG PLANTED:)/ { inside = 0; next }
             inside { t = norm($0); if (length(t) >= 16) printf "%s\t%s\t%s:%d\n", t, region, FILENAME, FNR }
         ' "$f"
     done
@@ -163,18 +173,31 @@ grep -q 'needs labs 1 to 5' "$scratch/demo.log" || { cat "$scratch/demo.log" >&2
 echo "check-handout: make help lists a student's commands; make demo says which labs it needs"
 
 score_of() { sed -n 's/^Score: //p' "$1"; }
-labs=$(ls tests/lab/ch[0-9][0-9].c | sed 's|.*/ch\(.*\)\.c|\1|')
+# The chapters' labs (by number), the bug hunts and the CUDA lab. The CUDA
+# lab runs on the CPU emulator of this checkout's EMU_DIR (a student gets
+# it beside the handout, or has a GPU); without one it is left out, and
+# said so.
+labs=$(ls tests/lab/ch[0-9][0-9].c tests/lab/bughunt.c tests/lab/cuda.c 2>/dev/null |
+    sed -e 's|.*/ch\([0-9]*\)\.c|\1|' -e 's|.*/\([a-z]*\)\.c|\1|')
+emu_dir=$(cd "${EMU_DIR:-../shared/tools/cuda-emu}" 2>/dev/null && pwd || true)
+if [ -z "$emu_dir" ] || [ ! -x "$emu_dir/build.sh" ] || [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]; then
+    echo "check-handout: SKIP the CUDA lab: no CPU emulator (EMU_DIR) or no CUDA headers here"
+    labs=$(echo "$labs" | grep -vx cuda)
+fi
+lab_name() { case $1 in [0-9]*) echo "${1#0}" ;; *) echo "$1" ;; esac; }
+lab_dir() { case $1 in [0-9]*) echo "ch$1" ;; *) echo "$1" ;; esac; }
 # Every lab untouched: 0 points, and a results.json that says so.
 for nn in $labs; do
-    (cd "$h" && $MAKE CUDA=0 lab CH="${nn#0}" >"$scratch/ch$nn.untouched" 2>&1) ||
-        { cat "$scratch/ch$nn.untouched" >&2; fail "make lab CH=${nn#0} does not run"; }
-    s=$(score_of "$scratch/ch$nn.untouched")
-    [ -n "$s" ] && [ "${s%/*}" -eq 0 ] || { cat "$scratch/ch$nn.untouched" >&2; fail "ch$nn: the untouched exercises score ${s:-nothing}, not 0"; }
-    results=$h/build/lab/ch$nn/results.json
+    id=$(lab_dir "$nn")
+    (cd "$h" && $MAKE CUDA=0 EMU_DIR="$emu_dir" lab CH="$(lab_name "$nn")" >"$scratch/$id.untouched" 2>&1) ||
+        { cat "$scratch/$id.untouched" >&2; fail "make lab CH=$(lab_name "$nn") does not run"; }
+    s=$(score_of "$scratch/$id.untouched")
+    [ -n "$s" ] && [ "${s%/*}" -eq 0 ] || { cat "$scratch/$id.untouched" >&2; fail "$id: the untouched exercises score ${s:-nothing}, not 0"; }
+    results=$h/build/lab/$id/results.json
     [ -s "$results" ] && grep -q '"max_score"' "$results" && grep -q '"visibility": "visible"' "$results" ||
-        fail "ch$nn: no results.json with max_score and visibility in build/lab/ch$nn/"
-    grep -q '^  "score": 0,' "$results" || fail "ch$nn: results.json does not give the score 0"
-    echo "check-handout: ch$nn untouched: $s, results.json says 0"
+        fail "$id: no results.json with max_score and visibility in build/lab/$id/"
+    grep -q '^  "score": 0,' "$results" || fail "$id: results.json does not give the score 0"
+    echo "check-handout: $id untouched: $s, results.json says 0"
 done
 # A lab that does not compile: make lab fails, and results.json says 0 and why.
 first=$(ls "$h"/exercises/ch01/*.c | head -1)
@@ -187,14 +210,20 @@ cp "$scratch/kept.c" "$first"
 echo "check-handout: a lab that does not compile writes results.json with score 0 and the compiler's message"
 # Every lab with the answers: full marks.
 for nn in $labs; do
-    cp "solutions/ch$nn"/*.c "$h/exercises/ch$nn/"
+    id=$(lab_dir "$nn")
+    case $id in
+    bughunt) for d in solutions/bughunt/*/; do cp "$d"*.c "$h/exercises/bughunt/$(basename "$d")/"; done ;;
+    cuda) cp solutions/cuda/*.cu "$h/exercises/cuda/" ;;
+    *) cp "solutions/$id"/*.c "$h/exercises/$id/" ;;
+    esac
 done
 for nn in $labs; do
-    (cd "$h" && $MAKE CUDA=0 lab CH="${nn#0}" >"$scratch/ch$nn.solved" 2>&1) ||
-        { cat "$scratch/ch$nn.solved" >&2; fail "make lab CH=${nn#0} does not run with the answers"; }
-    f=$(score_of "$scratch/ch$nn.solved")
+    id=$(lab_dir "$nn")
+    (cd "$h" && $MAKE CUDA=0 EMU_DIR="$emu_dir" lab CH="$(lab_name "$nn")" >"$scratch/$id.solved" 2>&1) ||
+        { cat "$scratch/$id.solved" >&2; fail "make lab CH=$(lab_name "$nn") does not run with the answers"; }
+    f=$(score_of "$scratch/$id.solved")
     [ -n "$f" ] && [ "${f%/*}" -eq "${f#*/}" ] ||
-        { cat "$scratch/ch$nn.solved" >&2; fail "ch$nn: with solutions/ch$nn/*.c copied in, the score is ${f:-nothing}, not full marks"; }
-    echo "check-handout: ch$nn with the answers copied in: $f"
+        { cat "$scratch/$id.solved" >&2; fail "$id: with the answers of solutions/$id/ copied in, the score is ${f:-nothing}, not full marks"; }
+    echo "check-handout: $id with the answers copied in: $f"
 done
 echo "check-handout: the handout is complete, alone in its folder, and holds no answer"

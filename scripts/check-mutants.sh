@@ -1,7 +1,8 @@
 #!/bin/sh
 # The mutation check (make check-mutants): every mutant of tests/mutants/
 # (format in tests/mutants/README.md), applied one at a time to a copy of
-# solutions/, must make its chapter's lab score below full marks, and the
+# solutions/, must make its lab (a chapter's, the bug hunts', the CUDA
+# lab's: chNN.txt, bughunt.txt, cuda.txt) score below full marks, and the
 # first failing test (the lab's tests run small cases first, whole runs
 # last) must name the function that holds the bug in its output.
 #
@@ -69,30 +70,37 @@ apply() {
     }' "$1"
 }
 
-# Builds the lab binary of chapter $1 (two digits) from $src.
+# Builds the lab binary of lab $1 (chNN, bughunt or cuda) from $src.
 build_lab() {
-    $MAKE --no-print-directory BUILD="$lab_build" LAB="$src" LAB_ONLY="${1#0}" "$lab_build/lab-ch$1" \
+    case $1 in ch*) lab_only=${1#ch}; lab_only=${lab_only#0} ;; *) lab_only=$1 ;; esac
+    $MAKE --no-print-directory BUILD="$lab_build" LAB="$src" LAB_ONLY="$lab_only" "$lab_build/lab-$1" \
         >"$tmp/build.log" 2>&1
 }
 
 total=0 caught=0 failed=0
 printf '%-38s %-28s %s\n' "mutant" "function" "caught by (failing tests, in the lab's order; * = names the function)"
-for list in tests/mutants/ch[0-9][0-9].txt; do
+for list in tests/mutants/ch[0-9][0-9].txt tests/mutants/bughunt.txt tests/mutants/cuda.txt; do
+    [ -f "$list" ] || continue
     ch=$(basename "$list" .txt)
-    nn=${ch#ch}
     [ -d "solutions/$ch" ] || die "$list: solutions/$ch/ is missing"
+    if [ "$ch" = cuda ] && [ -z "${CUDA_LAB_MODE:-}" ]; then
+        echo "check-mutants: SKIP $list: ${CUDA_LAB_NONE:-no GPU and no CPU emulator for the CUDA lab}"
+        continue
+    fi
     mkdir -p "$tmp/$ch" "$src/$ch" "$pristine/$ch"
     split_mutants "$list" "$tmp/$ch" || die "$list: malformed (see above)"
     # The pristine copy, with the solutions' times, so that nothing rebuilds
-    # that need not; the lab must give full marks before any mutant.
-    rm -f "$src/$ch"/*.c
-    cp -p "solutions/$ch"/*.c "$src/$ch/"
+    # that need not; the lab must give full marks before any mutant. A lab
+    # file may be in a folder of its own (solutions/bughunt/NAME/FILE.c).
+    rm -rf "${src:?}/$ch"
+    cp -pR "solutions/$ch" "$src/$ch"
     rm -f "$lab_build/lab-$ch"
-    build_lab "$nn" || { cat "$tmp/build.log" >&2; die "$ch: the solutions do not build in $lab_build"; }
+    build_lab "$ch" || { cat "$tmp/build.log" >&2; die "$ch: the solutions do not build in $lab_build"; }
     KVLAB_BUILD="$lab_build" "$lab_build/lab-$ch" --expect full >"$tmp/pristine.txt" 2>&1 ||
         { cat "$tmp/pristine.txt" >&2; die "$ch: the solutions do not get full marks"; }
     objdir=$lab_build/obj/$src/$ch
-    cp -p "$objdir"/*.o "$pristine/$ch/"
+    rm -rf "${pristine:?}/$ch"
+    cp -pR "$objdir" "$pristine/$ch"
     n_mutants=$(ls "$tmp/$ch"/*.meta | wc -l)
     i=0
     while [ "$i" -lt "$n_mutants" ]; do
@@ -111,14 +119,14 @@ for list in tests/mutants/ch[0-9][0-9].txt; do
         *) die "$list:$line: $name: its original text is in solutions/$ch/$file more than once" ;;
         esac
         cp "$tmp/mutated.c" "$src/$ch/$file"
-        if ! build_lab "$nn"; then
+        if ! build_lab "$ch"; then
             cat "$tmp/build.log" >&2
             die "$list:$line: $name: the mutated $file does not build"
         fi
         KVLAB_BUILD="$lab_build" "$lab_build/lab-$ch" >"$work/$name.txt" 2>&1 || true
         # Put the pristine file and its object back (the object is newer).
         cp -p "solutions/$ch/$file" "$src/$ch/$file"
-        cp -p "$pristine/$ch/${file%.c}.o" "$objdir/"
+        cp -p "$pristine/$ch/${file%.*}.o" "$objdir/${file%.*}.o"
         score=$(sed -n 's/^Score: //p' "$work/$name.txt")
         # Each failing test's block: its FAIL line and the indented lines under it.
         tests=$(awk -v func_name="$func" '

@@ -18,6 +18,7 @@
 # and written for students: in the book's pages, what lies between the
 # lines "<!-- maintainers -->" and "<!-- /maintainers -->" is left out, and
 # in every page and source file "solutions/chNN/" reads "exercises/chNN/"
+# (and so do solutions/cuda/ and solutions/bughunt/)
 # (the function a student writes is in that file of theirs). Then it
 # checks that no answer is left anywhere in it, as a line or as a function
 # rewritten (scripts/check-handout.sh --leaks), and that no page or source
@@ -56,7 +57,7 @@ cp scripts/handout/README.md "$dest/README.md"
 find "$dest" -type f \( -name '*.md' -o -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print |
     while IFS= read -r f; do
         awk '/^<!-- maintainers -->$/ { skip = 1; next } /^<!-- \/maintainers -->$/ { skip = 0; next } !skip' "$f" |
-            sed 's|solutions/\(ch[0-9][0-9]\)/|exercises/\1/|g' >"$f.tmp"
+            sed -e 's|solutions/\(ch[0-9][0-9]\)/|exercises/\1/|g' -e 's#solutions/\(cuda\|bughunt\)/#exercises/\1/#g' >"$f.tmp"
         touch -r "$f" "$f.tmp"
         mv "$f.tmp" "$f"
     done

@@ -126,6 +126,31 @@ solution <<'EOF'
 EOF
 expect_error "duplicate region" 5 "already defined"
 
+# A bug hunt: the fix dropped, the planted bug uncommented, no marker left;
+# --only another region keeps the fix.
+rm -rf "$work/sol" "$work/ex"
+mkdir -p "$work/sol/ch01" "$work/sol/bughunt/h"
+printf 'int g(void) { return 1; }\n' >"$work/sol/ch01/y.c"
+cat >"$work/sol/bughunt/h/z.c" <<'EOF2'
+int f(int a)
+{
+    // BUG BEGIN(bughunt.h): off by one
+    return a + 1;
+    // BUG PLANTED:
+    // return a;
+    // BUG END
+}
+EOF2
+"$gen" --solutions "$work/sol" --exercises "$work/ex" >/dev/null || fail "bug hunt: refused"
+printf 'int f(int a)\n{\n    return a;\n}\n' >"$work/want"
+tail -n +5 "$work/ex/bughunt/h/z.c" | diff -u "$work/want" - >&2 || fail "bug hunt: the bug is not planted alone"
+! grep -q 'BUG\|solutions' "$work/ex/bughunt/h/z.c" || fail "bug hunt: a marker or the solutions' name is left in the exercise"
+"$gen" --solutions "$work/sol" --exercises "$work/ex2" --only ch01.none >/dev/null 2>&1 && fail "--only: an unknown region accepted"
+"$gen" --list --solutions "$work/sol" | grep -qx bughunt.h || fail "bug hunt: --list does not name bughunt.h"
+printf '    // BUG BEGIN(bughunt.h): x\n    return 1;\n    // BUG END\n' >"$work/sol/bughunt/h/z.c"
+"$gen" --solutions "$work/sol" --exercises "$work/ex3" 2>"$work/err" >/dev/null && fail "bug hunt: BEGIN without PLANTED accepted"
+grep -q 'z.c:3: BUG END without' "$work/err" || fail "bug hunt: expected 'z.c:3: BUG END without...', got: $(cat "$work/err")"
+
 if [ "$failures" -ne 0 ]; then
     echo "make-exercises-test: $failures failure(s)" >&2
     exit 1
