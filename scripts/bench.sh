@@ -21,6 +21,9 @@
 # workload, hit rate against block size), ch06_window (scripts/bench-ch06.sh:
 # sliding window, sinks and H2O against the full cache on stories260K, and
 # on SmolLM2 when it is there: 2,000 tokens, the plot in ch06-window.svg),
+# ch07_speculative (scripts/bench-ch07.sh: speculative decoding against
+# chapter 4, alternating runs, on SmolLM2 when it is there, else stories260K:
+# acceptance, tokens per step, passes per token, tok/s and its ratio),
 # latency (scripts/bench-latency.sh: TTFT, TPOT and goodput of chapters 3,
 # 4, 5 and 4 with chunked prefill against the Poisson arrival rate, under
 # the cost model's clock, on stories260K and on SmolLM2 when it is there;
@@ -71,7 +74,7 @@ OUT=$BUILD/bench
 FINAL=$OUT # where the results go; a section writes into a staging folder (see main)
 TMP=$OUT/tmp
 RUNS_SMOLLM2=${RUNS_SMOLLM2:-5}
-SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window latency attention smollm2"
+SECTIONS="limits single_stream batched ch01_vs_ch02 ch03_vs_ch04 ch03_policies ch04_paged ch05_prefix ch06_window ch07_speculative latency attention smollm2"
 
 mkdir -p "$OUT" "$TMP"
 
@@ -502,6 +505,23 @@ section_ch06_window() {
     fi
     printf '{\n"stories260K": %s,\n"smollm2": %s\n}\n' "$(cat "$TMP/ch06/ch06.json")" "$smollm2_json" > "$OUT/ch06-window.json"
     if [ -e "$plot" ]; then cp "$plot" "$OUT/ch06-window.svg"; fi # the plot: SmolLM2's when it ran (gnuplot)
+}
+
+# Chapter 7's speculative decoding against chapter 4 (SmolLM2 when it is
+# there: CH07_REPEATS rounds, default 3, of 2 workloads x (1 + 2 proposers x
+# 3 k) runs, about 15 to 40 minutes of one core; stories260K otherwise).
+section_ch07_speculative() {
+    model=models/stories260K.bin
+    if find_smollm2; then model=$SMOLLM2; fi
+    say "bench: ch07_speculative on $(basename "$model")"
+    mkdir -p "$TMP/ch07"
+    vars="MODEL=$model REPEATS=${CH07_REPEATS:-3}"
+    OUT=$TMP/ch07 BUILD=$BUILD THREADS=$THREADS MODEL=$model REPEATS=${CH07_REPEATS:-3} scripts/bench-ch07.sh > /dev/null
+    {
+        sed -e 's/^# Chapter 7 measurements/## Chapter 7/' "$TMP/ch07/ch07.md"
+        produced_by "$vars THREADS=$THREADS scripts/bench-ch07.sh" "via \`scripts/bench.sh ch07_speculative\`"
+    } > "$OUT/ch07-speculative.md"
+    cp "$TMP/ch07/ch07.json" "$OUT/ch07-speculative.json"
 }
 
 # Chapter 4's targets, the block-size trade-off, running out of blocks and

@@ -27,7 +27,7 @@ if ! ls -d solutions/ch[0-9][0-9] > /dev/null 2>&1; then
         echo "written. These files still call LAB_TODO:"
         printf '%s' "$unfinished"
         echo "Finish them (make lab CH=n grades each). Meanwhile each chapter's program runs on what you wrote:"
-        echo "build/ch01-naive, build/ch02-kvcache, ... (--help for their options); book/ch07-side-by-side.md"
+        echo "build/ch01-naive, build/ch02-kvcache, ... (--help for their options); book/side-by-side.md"
         echo "shows the demo's output."
         exit 0
     fi

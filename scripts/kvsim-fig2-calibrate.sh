@@ -1,6 +1,6 @@
 #!/bin/bash
 # Estimates the spread of the output lengths from the PagedAttention paper's
-# own Fig. 2, the way --scenario paper-fig2 takes it (book chapter 7, "The
+# own Fig. 2, the way --scenario paper-fig2 takes it (book page "Side by side", "The
 # method").
 #
 # The paper gives the mean lengths but not their spread. Orca (Max) is the

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The PagedAttention paper's Fig. 2 and Fig. 13 by kvsim, over several seeds:
 # mean (min - max) of every share and of the batched requests, as a Markdown
-# table. Book chapter 7 ("Side by side") quotes it.
+# table. The book page "Side by side" quotes it.
 #
 #   scripts/kvsim-fig2.sh                 # seeds 1..10 of --scenario paper-fig2
 #   SEEDS=3 scripts/kvsim-fig2.sh --step-ms 40 --output lognormal:337.99:0.8

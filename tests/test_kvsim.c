@@ -792,7 +792,7 @@ START_TEST(program_source_scenario)
 END_TEST
 
 /* The paper's setting prints the paper's figures next to the strategies
- * that replay them (what kvsim measures is in book/ch05-side-by-side.md;
+ * that replay them (what kvsim measures is in book/side-by-side.md;
  * the test checks the plumbing, not the values). */
 START_TEST(program_paper_scenario)
 {

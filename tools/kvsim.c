@@ -16,7 +16,7 @@
  * running at once, KV utilization, where the reserved KV memory went (the
  * PagedAttention paper's four-way split), preemptions, and requests served
  * per simulated step. See tools/lib/kvsim.h for the workload model and
- * book/ch07-side-by-side.md for the scenarios. */
+ * book/side-by-side.md for the scenarios. */
 #define _GNU_SOURCE /* getopt_long */
 #include <errno.h>
 #include <getopt.h>

@@ -10,29 +10,6 @@
  * context is refused later, once the model is known). */
 #define WINDOW_MAX_POSITIONS 1000000
 
-/* "--name=value" or "--name value": the value, or NULL when @p arg is not
- * this option. *used is how many argv entries the option takes. */
-static const char *option_value(const char *name, int i, int argc, char **argv, int *used, Err *err)
-{
-    size_t n = strlen(name);
-    const char *arg = argv[i];
-    if (strncmp(arg, name, n) != 0)
-        return NULL;
-    if (arg[n] == '=') {
-        *used = 1;
-        return arg + n + 1;
-    }
-    if (arg[n] != '\0')
-        return NULL;
-    if (i + 1 >= argc) {
-        err_set(err, "%s needs a value", name);
-        *used = -1;
-        return NULL;
-    }
-    *used = 2;
-    return argv[i + 1];
-}
-
 static int parse_count(const char *name, const char *text, long min, int *out, Err *err)
 {
     long v;
@@ -50,7 +27,7 @@ static int take_option(int i, int argc, char **argv, WindowOptions *o, int given
                                   "--kv-tokens", "--kv-argmax"};
     for (int k = 0; k < 7; k++) {
         int used = 0;
-        const char *v = option_value(names[k], i, argc, argv, &used, err);
+        const char *v = cli_option_value(names[k], i, argc, argv, &used, err);
         if (used < 0)
             return -1;
         if (!v)
@@ -94,31 +71,30 @@ static int check_policy(const WindowOptions *o, const int given[4], Err *err)
     return 0;
 }
 
+/* What window_parse_options() reads into. */
+typedef struct {
+    WindowOptions *o; /* the options */
+    int given[4];     /* which of the policy's options were given */
+} WindowParse;
+
+/* One argument for cli_take_options(): --ignore-eos, or one of take_option()'s. */
+static int take_argument(int i, int argc, char **argv, void *ctx, Err *err)
+{
+    WindowParse *wp = ctx;
+    if (strcmp(argv[i], "--ignore-eos") == 0) {
+        wp->o->ignore_eos = 1;
+        return 1;
+    }
+    return take_option(i, argc, argv, wp->o, wp->given, err);
+}
+
 int window_parse_options(int *argc, char **argv, WindowOptions *o, Err *err)
 {
     memset(o, 0, sizeof *o);
-    int given[4] = {0, 0, 0, 0}, kept = 1, i = 1;
-    while (i < *argc && strcmp(argv[i], "--") != 0) {
-        if (strcmp(argv[i], "--ignore-eos") == 0) {
-            o->ignore_eos = 1;
-            i++;
-            continue;
-        }
-        int used = take_option(i, *argc, argv, o, given, err);
-        if (used < 0)
-            return -1;
-        if (used == 0)
-            argv[kept++] = argv[i++];
-        else
-            i += used;
-    }
-    while (i < *argc) /* "--" and whatever follows it: never ours */
-        argv[kept++] = argv[i++];
-    /* argv ends with NULL for getopt_long; entries past kept are ours, already read. */
-    for (int i = kept; i < *argc; i++)
-        argv[i] = NULL;
-    *argc = kept;
-    return check_policy(o, given, err);
+    WindowParse wp = {.o = o};
+    if (cli_take_options(argc, argv, take_argument, &wp, err))
+        return -1;
+    return check_policy(o, wp.given, err);
 }
 
 int window_check(const WindowOptions *o, const ServingRun *run, Err *err)

@@ -135,6 +135,48 @@ static void print_help(const CliProgram *p)
         printf("\nstdout carries only the text (prompt, generated text, newline); tables and progress go to stderr.\n");
 }
 
+const char *cli_option_value(const char *name, int i, int argc, char **argv, int *used, Err *err)
+{
+    size_t n = strlen(name);
+    const char *arg = argv[i];
+    if (strncmp(arg, name, n) != 0)
+        return NULL;
+    if (arg[n] == '=') {
+        *used = 1;
+        return arg + n + 1;
+    }
+    if (arg[n] != '\0')
+        return NULL;
+    if (i + 1 >= argc) {
+        err_set(err, "%s needs a value", name);
+        *used = -1;
+        return NULL;
+    }
+    *used = 2;
+    return argv[i + 1];
+}
+
+int cli_take_options(int *argc, char **argv, int (*take)(int i, int argc, char **argv, void *ctx, Err *err), void *ctx,
+                     Err *err)
+{
+    int kept = 1, i = 1;
+    while (i < *argc && strcmp(argv[i], "--") != 0) {
+        int used = take(i, *argc, argv, ctx, err);
+        if (used < 0)
+            return -1;
+        if (used == 0)
+            argv[kept++] = argv[i++];
+        else
+            i += used;
+    }
+    while (i < *argc) /* "--" and whatever follows it: never the chapter's */
+        argv[kept++] = argv[i++];
+    for (int j = kept; j < *argc; j++) /* entries past kept were taken, already read */
+        argv[j] = NULL;
+    *argc = kept;
+    return 0;
+}
+
 int cli_parse_long(const char *name, const char *text, long min, long max, long *out, Err *err)
 {
     return parse_long(text, min, max, out, err) ? err_prefix(err, "--%s", name) : 0;

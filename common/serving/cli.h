@@ -133,6 +133,38 @@ SamplingParams cli_sampling_params(const CliOptions *opts);
 int cli_parse_long(const char *name, const char *text, long min, long max, long *out, Err *err);
 
 /**
+ * A chapter's own option at argv[@p i], before the common parser sees the
+ * rest: "--name=value" or "--name value" (chapters 6 and 7 take theirs out
+ * of argv this way, so that common/ never learns of them).
+ * @param name  the option with its dashes, e.g. "--kv-window"
+ * @param i     the argument to look at
+ * @param argc  argument count
+ * @param argv  the arguments
+ * @param used  receives the argv entries the option takes (1 or 2), or -1
+ *              when the value is missing (then @p err says so)
+ * @param err   receives "NAME needs a value"
+ * @return the value, or NULL when argv[i] is not this option (or has no value)
+ */
+const char *cli_option_value(const char *name, int i, int argc, char **argv, int *used, Err *err);
+
+/**
+ * Takes a chapter's own options out of argv before the common parser sees
+ * the rest: @p take is called at every argument before "--" and says how
+ * many entries of argv it took (0: not one of the chapter's options); the
+ * entries it took are removed, the rest kept in order ("--" and whatever
+ * follows it too), and argv[*argc] becomes NULL for getopt_long.
+ * @param argc  in: argument count; out: what is left
+ * @param argv  the arguments (compacted in place)
+ * @param take  reads argv[i]: returns the entries it took, or -1 on a bad
+ *              option (then it has set @p err)
+ * @param ctx   passed to @p take
+ * @param err   passed to @p take
+ * @return 0 on success, -1 when @p take refused an option
+ */
+int cli_take_options(int *argc, char **argv, int (*take)(int i, int argc, char **argv, void *ctx, Err *err), void *ctx,
+                     Err *err);
+
+/**
  * Parses a size such as 4096, 512KiB, 4MiB, 2GiB, 1.5GB or 80GB (KiB/MiB/GiB
  * are powers of 1024, KB/MB/GB powers of 1000; a bare K/M/G means 1024)
  * strictly and exactly (parse_size()): no sign, no exponent, nothing past

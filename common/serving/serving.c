@@ -586,6 +586,27 @@ int serving_open_steps(ServingRun *run, int max_step_tokens, int max_logits, Err
     return 0;
 }
 
+int serving_widen_steps(ServingRun *run, int max_step_tokens, int max_logits, Err *err)
+{
+    if (run->device)
+        return err_set(err, "the step's buffers cannot grow on the device");
+    if (max_step_tokens < run->max_step_tokens)
+        max_step_tokens = run->max_step_tokens;
+    if (max_logits < run->max_logits)
+        max_logits = run->max_logits;
+    BatchEntry *entries = mem_alloc_array(MEM_ACTIVATIONS, (size_t)max_step_tokens, sizeof(BatchEntry));
+    if (!entries)
+        return err_set(err, "out of memory for a step of %d tokens", max_step_tokens);
+    mem_free(run->entries);
+    run->entries = entries;
+    run->max_step_tokens = max_step_tokens;
+    run->max_logits = max_logits;
+    if (run->simulated)
+        return 0;
+    forward_state_free(&run->fs);
+    return forward_state_init(&run->fs, &run->model->cfg, max_step_tokens, max_logits, err);
+}
+
 int serving_unfinished(const ServingRun *run)
 {
     return run->n_done < run->n_reqs;

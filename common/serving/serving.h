@@ -440,6 +440,21 @@ int serving_run_init(ServingRun *run, const Model *m, const Tokenizer *t, const 
 int serving_open_steps(ServingRun *run, int max_step_tokens, int max_logits, Err *err);
 
 /**
+ * Makes the step larger after serving_open_steps(): room for
+ * @p max_step_tokens entries and @p max_logits logits rows (the batch and
+ * the forward pass's activations, reallocated; what they held is gone).
+ * Chapter 7 calls it once, before the first step, because each request it
+ * speculates for feeds its last token and k proposals, each with a logits
+ * row. CPU only (a device run's activations are on the device).
+ * @param run              the run, opened, before its first step
+ * @param max_step_tokens  most entries of a step (not fewer than now)
+ * @param max_logits       most logits rows of a step (not fewer than now)
+ * @param err              receives the reason on failure
+ * @return 0 on success, -1 when out of memory or on a device run
+ */
+int serving_widen_steps(ServingRun *run, int max_step_tokens, int max_logits, Err *err);
+
+/**
  * The loop's condition: some request is not done yet.
  * @param run  the run
  * @return 1 while requests are unfinished, else 0
