@@ -23,6 +23,7 @@
 
 #include "batching.h"
 #include "paged.h"
+#include "scheduler.h"
 #include "serving.h"
 #include "serving_device.h"
 #include "suites.h"

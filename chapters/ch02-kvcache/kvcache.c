@@ -18,20 +18,6 @@ int kv_cache_initial_capacity(KvAllocPolicy policy, int n_prompt, int seq_len)
     return capacity < seq_len ? capacity : seq_len;
 }
 
-size_t kv_cache_bytes(const ModelConfig *cfg, int capacity)
-{
-    return 2 * (size_t)cfg->n_layers * (size_t)capacity * (size_t)model_kv_dim(cfg) * sizeof(float);
-}
-
-void kv_cache_attach(KvCache *kv, float *storage, int capacity)
-{
-    size_t half = (size_t)kv->cfg.n_layers * (size_t)capacity * (size_t)kv->kv_dim;
-    kv->storage = storage;
-    kv->keys = storage;        /* [n_layers][capacity][kv_dim] */
-    kv->values = storage + half; /* [n_layers][capacity][kv_dim] */
-    kv->capacity = capacity;
-}
-
 int kv_cache_init(KvCache *kv, const ModelConfig *cfg, KvAllocPolicy policy, int n_prompt, Err *err)
 {
     memset(kv, 0, sizeof *kv);
@@ -56,26 +42,6 @@ void kv_cache_free(KvCache *kv)
 {
     mem_free(kv->storage);
     memset(kv, 0, sizeof *kv);
-}
-
-int kv_cache_grow_target(const KvCache *kv, int n_tokens, int *target, Err *err)
-{
-    int seq_len = kv->cfg.seq_len;
-    if (n_tokens > seq_len || kv->policy == KV_ALLOC_MAX)
-        return err_set(err, "the sequence needs %d positions; the KV cache holds %d (seq_len %d)", n_tokens,
-                       kv->capacity, seq_len);
-    *target = kv->capacity;
-    while (*target < n_tokens)
-        *target = 2 * *target < seq_len ? 2 * *target : seq_len;
-    return 0;
-}
-
-int kv_cache_make_room(KvCache *kv, int n_tokens, Err *err)
-{
-    int target = 0;
-    if (kv_cache_grow_target(kv, n_tokens, &target, err))
-        return -1;
-    return kv_cache_grow(kv, target, err);
 }
 
 void kv_cache_usage(void *ctx, size_t *reserved, size_t *used)

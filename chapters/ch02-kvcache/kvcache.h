@@ -43,7 +43,8 @@
  * | append a token's K/V at row (layer, pos) (lab) | solutions/ch02/kv_cache_store.c | kv_cache_store() |
  * | attention over the cached positions (lab) | solutions/ch02/kv_cache_attend.c | kv_cache_attend() |
  * | move a full cache into one twice as large (lab) | solutions/ch02/kv_cache_grow.c | kv_cache_grow() |
- * | the buffer, its size, when it doubles | chapters/ch02-kvcache/kvcache.c | kv_cache_init(), kv_cache_make_room() |
+ * | the buffer and its size | chapters/ch02-kvcache/kvcache.c | kv_cache_init(), kv_cache_free() |
+ * | when it doubles: room before a step | chapters/ch02-kvcache/room.c | kv_cache_make_room() |
  * | the same cache on the device | chapters/ch02-kvcache/device.c | kv_cache_device_open() |
  *
  * Extension (`--kv-dtype`, not the lab): the same cache storing its rows
@@ -103,7 +104,11 @@ int kv_cache_initial_capacity(KvAllocPolicy policy, int n_prompt, int seq_len);
  * @param capacity  positions
  * @return 2 x n_layers x capacity x kv_dim x sizeof(float)
  */
-size_t kv_cache_bytes(const ModelConfig *cfg, int capacity);
+static inline size_t kv_cache_bytes(const ModelConfig *cfg, int capacity)
+{
+    /* Inline, like kv_cache_attach(): the lab's kv_cache_grow() uses both, and kvcache.c calls the lab (no call cycle). */
+    return 2 * (size_t)cfg->n_layers * (size_t)capacity * (size_t)model_kv_dim(cfg) * sizeof(float);
+}
 
 /**
  * Reserves the initial cache (charged to kv in the ledger).
@@ -130,7 +135,14 @@ void kv_cache_free(KvCache *kv);
  * @param storage   [2][n_layers][capacity][kv_dim] floats
  * @param capacity  positions the allocation holds
  */
-void kv_cache_attach(KvCache *kv, float *storage, int capacity);
+static inline void kv_cache_attach(KvCache *kv, float *storage, int capacity)
+{
+    size_t half = (size_t)kv->cfg.n_layers * (size_t)capacity * (size_t)kv->kv_dim;
+    kv->storage = storage;
+    kv->keys = storage;          /* [n_layers][capacity][kv_dim] */
+    kv->values = storage + half; /* [n_layers][capacity][kv_dim] */
+    kv->capacity = capacity;
+}
 
 /**
  * The capacity the grow policy moves to so that @p n_tokens positions fit:

@@ -141,12 +141,12 @@
  *
  * Three later features are extensions in chapters/ch03-batching/ext/, each
  * turned on by its option. An extension calls the core; the core calls it
- * only behind a guard (BatchingState.buddy, run->device, the trace's
- * options), where its header says.
+ * only through one guarded, named call (`--arena buddy`, run->device, the
+ * trace's options), where its header says.
  *
  * | extension: what it adds | option | the core calls it, guarded |
  * |---|---|---|
- * | ext/buddy.c, ext/buddy_arena.c: power-of-two blocks and their buddies instead of first fit; the rounding counts as internal fragmentation | `--arena buddy` | regions.c (the arena's pieces), server.c (open, close, the largest block, refusals) |
+ * | ext/buddy.c, ext/buddy_arena.c: power-of-two blocks and their buddies instead of first fit; the rounding counts as internal fragmentation | `--arena buddy` | arena_ops() (regions.c): buddy_arena_ops(), the allocator's operations (::ArenaOps) in place of first fit's |
  * | ext/trace.c: each step's changes to the regions; the regions after one step | `--trace`, `--show-tables` | batching_open(): batching_trace_open() |
  * | ext/device.c: the same arena on the device; moves repeated there | `--device cuda` | batching_open(): batching_device_open(); batching_step(): batching_device_sync() |
  */
@@ -235,6 +235,38 @@ typedef struct {
     void (*on_move)(void *ctx, const KvRegion *from, const KvRegion *to, int n_pos);
     void *on_move_ctx;        /**< passed to on_move */
 } BatchingState;
+
+/**
+ * An allocator of regions: everything the core asks of one. First fit
+ * (regions.c, over kv_arena.h) is the chapter's own; `--arena buddy` puts
+ * the buddy extension's in its place (ext/buddy_arena.c). arena_ops()
+ * picks one, and it is the only call of the core that names the
+ * extension. Offsets are bytes for both.
+ */
+typedef struct {
+    int (*open)(BatchingState *b, size_t budget, Err *err); /**< books of its own beside the arena's (NULL: none) */
+    void (*close)(BatchingState *b);                        /**< frees them (NULL: none) */
+    int (*slots)(int tokens);                               /**< positions of arena a region of @p tokens takes */
+    size_t (*largest_placeable)(size_t budget, size_t bytes_per_token); /**< the largest region a budget holds */
+    /** Refuses a budget whose largest region is less than the smallest request's (NULL: the core's check is all). */
+    int (*refuse)(const ServingRun *run, ReservePolicy policy, size_t smallest, int id, Err *err);
+    /** Rejects a request whose largest region is more than @p room, in its own words (NULL: the core's). */
+    void (*reject)(const BatchingState *b, ServingRun *run, Request *r, size_t bytes, size_t room);
+    int (*take)(BatchingState *b, int tokens, KvRegion *reg);          /**< places a region; -1 when none fits */
+    int (*give_back)(BatchingState *b, const KvRegion *reg, Err *err); /**< frees one, merging what it may */
+    size_t (*free_bytes)(const BatchingState *b);                      /**< free bytes now */
+    int (*free_pieces)(const BatchingState *b);                        /**< holes, or free blocks */
+    size_t (*largest_free)(const BatchingState *b);                    /**< bytes of the largest free piece */
+    size_t (*free_bytes_below)(const BatchingState *b, size_t bytes);  /**< free bytes in pieces under @p bytes */
+} ArenaOps;
+
+/**
+ * The allocator `--arena` names: first fit's, or with `--arena buddy` the
+ * buddy extension's (buddy_arena_ops()).
+ * @param kind  the allocator
+ * @return its operations (static: never freed)
+ */
+const ArenaOps *arena_ops(ArenaKind kind);
 
 /** Most log lines about refusals and requeues; later ones are only counted. */
 #define BATCHING_LOG_LIMIT 200

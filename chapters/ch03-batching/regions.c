@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "ext/buddy_arena.h"
+#include "ext/buddy_arena.h" /* arena_ops(): buddy_arena_ops() */
 
 /* ------------------------------------------------------------ --arena */
 
@@ -29,58 +29,104 @@ const char *arena_kind_name(ArenaKind kind)
 
 /* ------------------------------------------------------------ the arena */
 
-/* First fit, or the buddy extension (--arena buddy, ext/buddy_arena.c):
- * the only place the two allocators differ, one guarded call each.
- * Offsets are bytes for both; the buddy allocator counts in positions. */
+/* First fit (kv_arena.h): the chapter's own allocator. Regions are exact
+ * sizes, placed in the first hole that holds them. */
 
-int arena_region_slots(ArenaKind kind, int tokens)
+static int first_fit_slots(int tokens)
 {
-    return kind == ARENA_BUDDY ? buddy_block_slots(tokens) : tokens;
+    return tokens;
 }
 
-size_t batching_free_bytes(const BatchingState *b)
+static size_t first_fit_largest_placeable(size_t budget, size_t bytes_per_token)
 {
-    return b->buddy ? buddy_arena_free_bytes(b) : b->arena.free_bytes;
+    (void)bytes_per_token;
+    return budget; /* the whole budget is one hole at first */
 }
 
-int batching_free_pieces(const BatchingState *b)
-{
-    return b->buddy ? buddy_arena_free_pieces(b) : b->arena.n_holes;
-}
-
-static size_t largest_free_bytes(const BatchingState *b)
-{
-    return b->buddy ? buddy_arena_largest_free(b) : kv_arena_largest_hole(&b->arena);
-}
-
-/* Free bytes in pieces too small for a region of `bytes`. */
-static size_t free_below(const BatchingState *b, size_t bytes)
-{
-    return b->buddy ? buddy_arena_free_below(b, bytes) : kv_arena_free_in_holes_below(&b->arena, bytes);
-}
-
-int batching_take_region(BatchingState *b, int tokens, KvRegion *reg)
+static int first_fit_take(BatchingState *b, int tokens, KvRegion *reg)
 {
     size_t offset;
-    if (b->buddy)
-        return buddy_arena_take(b, tokens, reg);
     if (kv_arena_alloc(&b->arena, (size_t)tokens * b->bytes_per_token, &offset) != 0)
         return -1;
     *reg = (KvRegion){.offset = offset, .tokens = tokens, .slots = tokens};
     return 0;
 }
 
+static int first_fit_give_back(BatchingState *b, const KvRegion *reg, Err *err)
+{
+    return kv_arena_release(&b->arena, reg->offset, (size_t)reg->tokens * b->bytes_per_token, err);
+}
+
+static size_t first_fit_free_bytes(const BatchingState *b)
+{
+    return b->arena.free_bytes;
+}
+
+static int first_fit_free_pieces(const BatchingState *b)
+{
+    return b->arena.n_holes;
+}
+
+static size_t first_fit_largest_free(const BatchingState *b)
+{
+    return kv_arena_largest_hole(&b->arena);
+}
+
+static size_t first_fit_free_bytes_below(const BatchingState *b, size_t bytes)
+{
+    return kv_arena_free_in_holes_below(&b->arena, bytes);
+}
+
+static const ArenaOps FIRST_FIT = {
+    .slots = first_fit_slots,
+    .largest_placeable = first_fit_largest_placeable,
+    .take = first_fit_take,
+    .give_back = first_fit_give_back,
+    .free_bytes = first_fit_free_bytes,
+    .free_pieces = first_fit_free_pieces,
+    .largest_free = first_fit_largest_free,
+    .free_bytes_below = first_fit_free_bytes_below,
+};
+
+const ArenaOps *arena_ops(ArenaKind kind)
+{
+    if (kind == ARENA_BUDDY) /* --arena buddy (ext/buddy_arena.c) */
+        return buddy_arena_ops();
+    return &FIRST_FIT;
+}
+
+/* The core asks whichever allocator `--arena` chose. */
+
+int arena_region_slots(ArenaKind kind, int tokens)
+{
+    return arena_ops(kind)->slots(tokens);
+}
+
+size_t batching_free_bytes(const BatchingState *b)
+{
+    return arena_ops(b->arena_kind)->free_bytes(b);
+}
+
+int batching_free_pieces(const BatchingState *b)
+{
+    return arena_ops(b->arena_kind)->free_pieces(b);
+}
+
+int batching_take_region(BatchingState *b, int tokens, KvRegion *reg)
+{
+    return arena_ops(b->arena_kind)->take(b, tokens, reg);
+}
+
 int batching_give_back_region(BatchingState *b, const KvRegion *reg, Err *err)
 {
-    if (b->buddy)
-        return buddy_arena_give_back(b, reg, err);
-    return kv_arena_release(&b->arena, reg->offset, (size_t)reg->tokens * b->bytes_per_token, err);
+    return arena_ops(b->arena_kind)->give_back(b, reg, err);
 }
 
 void batching_refused(BatchingState *b, const ServingRun *run, const Request *r, size_t bytes, const char *action)
 {
+    const ArenaOps *arena = arena_ops(b->arena_kind);
     char want[32], free_total[32], hole[32];
-    size_t free_bytes = batching_free_bytes(b), largest = largest_free_bytes(b);
+    size_t free_bytes = arena->free_bytes(b), largest = arena->largest_free(b);
     cli_format_bytes(want, sizeof want, (double)bytes);
     cli_format_bytes(free_total, sizeof free_total, (double)free_bytes);
     cli_format_bytes(hole, sizeof hole, (double)largest);
@@ -88,7 +134,7 @@ void batching_refused(BatchingState *b, const ServingRun *run, const Request *r,
     if (free_bytes >= bytes) {
         b->stats.refusals_fragmentation++;
         if (!b->step_external_seen) {
-            b->step_external = free_below(b, bytes);
+            b->step_external = arena->free_bytes_below(b, bytes);
             b->step_external_seen = 1;
             b->stats.external_steps++;
         }

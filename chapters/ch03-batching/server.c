@@ -10,7 +10,6 @@
 #include "batching.h"
 #include "ext/batching_device.h"
 #include "ext/batching_trace.h"
-#include "ext/buddy_arena.h"
 #include "mem.h"
 
 /* ------------------------------------------------------------ checks */
@@ -27,7 +26,7 @@ static size_t largest_bytes(ReservePolicy policy, ArenaKind arena, const Serving
  * its largest top-level block with the buddy allocator. */
 static size_t largest_placeable(ArenaKind arena, size_t budget, size_t bytes_per_token)
 {
-    return arena == ARENA_BUDDY ? buddy_arena_largest_placeable(budget, bytes_per_token) : budget;
+    return arena_ops(arena)->largest_placeable(budget, bytes_per_token);
 }
 
 int batching_check(const ServingRun *run, Err *err)
@@ -51,7 +50,8 @@ int batching_check(const ServingRun *run, Err *err)
         }
     }
     char a[32], b[32], c[32];
-    if (arena == ARENA_BUDDY && smallest_id >= 0 && buddy_arena_refuse(run, policy, smallest, smallest_id, err))
+    const ArenaOps *ops = arena_ops(arena); /* its own refusal first (the buddy extension's) */
+    if (ops->refuse && smallest_id >= 0 && ops->refuse(run, policy, smallest, smallest_id, err))
         return -1;
     if (smallest_id >= 0 && smallest > budget)
         return err_set(err,
@@ -76,7 +76,8 @@ void batching_close(BatchingState *b)
     if (!b)
         return;
     kv_arena_free(&b->arena);
-    buddy_arena_close(b);
+    if (arena_ops(b->arena_kind)->close) /* the books an allocator keeps of its own */
+        arena_ops(b->arena_kind)->close(b);
     mem_free(b->storage);
     mem_free(b->regions);
     mem_free(b->batch);
@@ -93,8 +94,8 @@ static void reject_oversized(BatchingState *b, ServingRun *run)
         size_t room = largest_placeable(b->arena_kind, b->arena.capacity, b->bytes_per_token);
         if (r->phase == REQ_DONE || bytes <= room)
             continue;
-        if (b->buddy)
-            buddy_arena_reject(b, run, r, bytes, room);
+        if (arena_ops(b->arena_kind)->reject) /* in the allocator's own words */
+            arena_ops(b->arena_kind)->reject(b, run, r, bytes, room);
         else
             serving_reject(run, r, "its largest reservation under --reserve %s is %zu positions (%s) but the whole KV "
                            "budget is %s", reserve_policy_name(b->policy), bytes / b->bytes_per_token,
@@ -201,7 +202,8 @@ int batching_open(ServingRun *run, BatchingState **state, FILE *log, Err *err)
     /* Live regions: a full batch, plus the new region of a move in progress. */
     if (kv_arena_init(&b->arena, budget, b->max_batch + 1, err))
         return -1;
-    if (b->arena_kind == ARENA_BUDDY && buddy_arena_open(b, budget, err)) /* --arena buddy (ext/buddy_arena.c) */
+    const ArenaOps *arena = arena_ops(b->arena_kind); /* first fit, or --arena buddy (ext/buddy_arena.c) */
+    if (arena->open && arena->open(b, budget, err)) /* books of its own beside the arena */
         return -1;
     b->regions = mem_alloc_array(MEM_KV_METADATA, (size_t)run->n_reqs, sizeof(KvRegion));
     b->batch = mem_alloc_array(MEM_KV_METADATA, (size_t)b->max_batch, sizeof(int));

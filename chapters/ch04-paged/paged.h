@@ -34,8 +34,10 @@
  *
  * ## Where each idea is
  *
- * This header, block_pool.h and scheduler.h (the pieces an extension
- * schedules with) are the chapter's core, and nothing else.
+ * This header (the server a program runs), paged_kv.h (the store and
+ * PagedAttention), block_pool.h (the pool and the tables) and scheduler.h
+ * (the phases of a step, which an extension schedules with) are the
+ * chapter's core, and nothing else.
  *
  * | idea | file | function |
  * |---|---|---|
@@ -60,97 +62,27 @@
  *
  * Each later feature is an extension in chapters/ch04-paged/ext/, turned on
  * by its option. An extension calls the core; the core calls it only
- * through the guarded calls listed here, each declared in the extension's
- * own header. Without its option an extension's pointer in ::PagedServer
- * is NULL, nothing of it runs, and the chapter is exactly its core.
+ * through the one guarded open call listed here (with a check before the
+ * model loads for two), declared in the extension's own header. The open
+ * call fills in the entries of ::PagedHooks the extension needs, and the
+ * core reads those (PagedServer.hooks) without naming the extension.
+ * Without its option nothing of an extension runs, every hook is NULL, and
+ * the chapter is exactly its core.
  *
- * | extension: what it adds | option | the core calls it, guarded |
- * |---|---|---|
- * | ext/budget.c: decodes first, then prompt chunks within a token budget (serving_feed_upto()); the running limit; preemption's costs | `--max-num-batched-tokens`, `--max-num-seqs`, `--preempt`, `--swap-space` | budget_check(), budget_open(), budget_print_setup(), budget_schedule() (paged_plan()), budget_report_table(), budget_report_json(), budget_close() |
- * | ext/swap.c: blocks swapped to the host and back, shared blocks once; paged_recompute_flops() | `--preempt swap` (ext/budget.c opens it) | swap_forget_block() (scheduler.c, as a table lets go), swap_preemption_note() (the report) |
- * | ext/beam.c: beam search, a scheduler and a step of its own (beam_step()) | `--beam W` | beam_check(), beam_open(), beam_step() (paged_step()), beam_report_json(), beam_close() |
- * | ext/trace.c: each step's changes to the tables and blocks; the tables after one step | `--trace`, `--show-tables` | paged_trace_open() |
- * | ext/device.c: the same blocks on the device | `--device cuda` | paged_device_open() |
- * | ext/paged_cache.h: the hooks of a cache of K/V above the pool | chapter 5's program | through PagedServer.cache, in scheduler.c |
+ * | extension: what it adds | option | the core calls it, guarded | the hooks it fills in |
+ * |---|---|---|---|
+ * | ext/budget.c: decodes first, then prompt chunks within a token budget (serving_feed_upto()); the running limit; preemption's costs | `--max-num-batched-tokens`, `--max-num-seqs`, `--preempt`, `--swap-space` | budget_check() (paged_check()), budget_open() (paged_open()) | plan, print_setup, report_table, report_json, close |
+ * | ext/swap.c: blocks swapped to the host and back, shared blocks once; paged_recompute_flops() | `--preempt swap` (ext/budget.c opens it) | none: ext/budget.c opens it (swap_open()) | block_freed, preemption_note |
+ * | ext/beam.c: beam search, a scheduler and a step of its own (beam_step()) | `--beam W` | beam_check() (paged_check()), beam_open() (paged_open()) | step, sharing_json, close |
+ * | ext/trace.c: each step's changes to the tables and blocks; the tables after one step | `--trace`, `--show-tables` | paged_trace_open() | none: the run's observers (serving_add_observer()) |
+ * | ext/device.c: the same blocks on the device | `--device cuda` | paged_device_open() | none: the pool's on_copy and the run's device seam |
+ * | ext/paged_cache.h: the hooks of a cache of K/V above the pool | chapter 5's program | none: chapter 5 sets PagedServer.cache | ::PagedCache (lookup, admitted, release, reclaim) |
  */
 #ifndef KVLAB_CH04_PAGED_H
 #define KVLAB_CH04_PAGED_H
 
-#include "block_pool.h"
-#include "forward.h"
+#include "paged_kv.h"
 #include "serving.h"
-
-/** The paged K/V store: the pool, and a block table per request. */
-typedef struct {
-    ModelConfig cfg;    /**< the model's shape (heads, head_dim) */
-    BlockPool pool;     /**< every block of the KV budget */
-    BlockTables tables; /**< one per request; BatchEntry.seq indexes it */
-} PagedKv;
-
-/**
- * Keeps one token's K and V of one layer at its slot: block
- * table[pos / block_size], row pos % block_size. The scheduler has already
- * made that block exist and be private.
- * @param ctx    a PagedKv
- * @param layer  layer index
- * @param e      the token (e->seq: the request)
- * @param k      [kv_dim] key
- * @param v      [kv_dim] value
- */
-void paged_store(void *ctx, int layer, const BatchEntry *e, const float *k, const float *v);
-
-/**
- * out[i] += a[j] * rows[j][i] for j = 0, 1, ..., n_rows - 1 in turn: the
- * same additions in the same order, so the same bits, as
- * attention_accumulate() called once per row, but each running sum stays in
- * a register over all the rows of a block instead of going through memory
- * once per row (at small head_dim that round trip, not the arithmetic, is
- * what the weighted sum of values costs).
- * @param out       [head_dim] running sums, updated
- * @param a         [n_rows] attention weights
- * @param rows      [n_rows][stride] value rows; the head's slice starts at offset 0
- * @param n_rows    rows to add (0 or more)
- * @param stride    floats between consecutive rows
- * @param head_dim  width
- */
-void paged_accumulate_rows(float *out, const float *a, const float *rows, int n_rows, int stride, int head_dim);
-
-/**
- * PagedAttention of one query head over positions 0..n_pos-1 of a sequence,
- * reading keys and values straight out of the blocks its table names:
- * scores in position order, softmax, weighted sum of values in position
- * order, exactly as attention_reference() does over a contiguous cache.
- * @param pool      a pool with storage
- * @param t         the sequence's block table (covers n_pos positions)
- * @param layer     layer index
- * @param kv_head   the KV head this query head reads (head / kv_mul)
- * @param head_dim  width of a head
- * @param q         [head_dim] query
- * @param n_pos     positions attended (the query's position + 1)
- * @param out       [head_dim] receives the output
- * @param scores    [n_pos] scratch
- */
-void paged_attention(const BlockPool *pool, const BlockTable *t, int layer, int kv_head, int head_dim,
-                     const float *q, int n_pos, float *out, float *scores);
-
-/**
- * The seam's attend: paged_attention() for query head @p head of entry @p e.
- * @param ctx     a PagedKv
- * @param layer   layer index
- * @param e       the querying token
- * @param head    query head
- * @param q       [head_dim] query
- * @param out     [head_dim] receives the output
- * @param scores  [seq_len] scratch
- */
-void paged_attend(void *ctx, int layer, const BatchEntry *e, int head, const float *q, float *out, float *scores);
-
-/**
- * The K/V seam over a paged store.
- * @param kv  the store
- * @return store = paged_store, attend = paged_attend
- */
-KvSeam paged_seam(PagedKv *kv);
 
 /**
  * The admission rule (vLLM's): a request may take @p needed blocks only if
@@ -176,6 +108,29 @@ typedef struct {
     const char *note;    /**< appended to the report's sharing line, e.g. " (beams fork and share)" (NULL: nothing) */
 } PagedSharing;
 
+/** The chapter-4 server (below). */
+typedef struct PagedServer PagedServer;
+
+/**
+ * Where an extension changes the core's run: each entry NULL (or 0) unless
+ * an extension that is on filled it in with its one open call (the table
+ * above); the core then calls it instead of, or after, its own. The core
+ * reads these and names no extension.
+ */
+typedef struct {
+    int (*step)(PagedServer *s, ServingRun *run, Err *err); /**< a whole step instead of paged_step()'s (ext/beam.c) */
+    int (*plan)(PagedServer *s, ServingRun *run, Err *err); /**< the schedule instead of paged_schedule() (ext/budget.c) */
+    void (*block_freed)(PagedServer *s, int block);          /**< a block no table holds any more (ext/swap.c) */
+    /** Setup lines after the core's (ext/budget.c). */
+    void (*print_setup)(FILE *log, const PagedServer *s, const ServingRun *run, const char *name);
+    void (*report_table)(FILE *f, const PagedServer *s, const ServingRun *run); /**< lines after the core's (ext/budget.c) */
+    void (*sharing_json)(JsonWriter *j, const PagedServer *s); /**< keys after the sharing keys (ext/beam.c) */
+    void (*report_json)(JsonWriter *j, const PagedServer *s, const ServingRun *run); /**< keys at the end (ext/budget.c) */
+    const char *preemption_note;      /**< what preemption does, for the report; NULL: recomputes (ext/swap.c) */
+    void (*close[4])(PagedServer *s); /**< frees an extension's state, in the order added (paged_close()) */
+    int n_close;                      /**< entries of close */
+} PagedHooks;
+
 /** The token budget's books (ext/budget.h). */
 typedef struct PagedBudget PagedBudget;
 /** The swap space (ext/swap.h). */
@@ -186,7 +141,7 @@ typedef struct BeamSearch BeamSearch;
 typedef struct PagedCache PagedCache;
 
 /** The chapter-4 server: the paged store, the queue and the numbers it reports. */
-typedef struct {
+struct PagedServer {
     PagedKv kv;               /**< the pool and the block tables (K and V of one token: paged_bytes_per_token()) */
     int watermark_blocks;     /**< free blocks kept back at admission: --watermark % of the pool, rounded down */
     int max_batched_tokens;   /**< token budget of one step: max(seq_len, 2048), or what ext/budget.c sets */
@@ -209,8 +164,9 @@ typedef struct {
     PagedBudget *budget;      /**< ext/budget.h: the token budget, the running limit, preemption's costs */
     SwapSpace *swap;          /**< ext/swap.h: --preempt swap */
     BeamSearch *beam;         /**< ext/beam.h: --beam */
+    PagedHooks hooks;         /**< what the extensions that are on change in the core's run */
     const PagedCache *cache;  /**< ext/paged_cache.h: a cache of K/V above the pool (chapter 5) */
-} PagedServer;
+};
 
 /**
  * K and V of all layers for one token: a block's bytes over its block
@@ -287,45 +243,6 @@ int paged_step(PagedServer *s, ServingRun *run, Err *err);
  * @return 0 on success, -1 on failure
  */
 int paged_serve(ServingRun *run, PagedServer **server, FILE *log, Err *err);
-
-/**
- * Plans one step: paged_schedule(), or the token budget's own scheduler
- * when its options are given (ext/budget.c).
- * @param s    the server
- * @param run  the run
- * @param err  receives the reason on failure
- * @return 0 on success, -1 on failure
- */
-int paged_plan(PagedServer *s, ServingRun *run, Err *err);
-
-/**
- * The chapter's schedule: room for every running request's next token
- * (growing, copying on write, preempting the newest when out of blocks),
- * then, unless that preempted, first-come, first-served admission of
- * waiting requests with their whole prompts (scheduler.h).
- * @param s    the server
- * @param run  the run
- * @param err  receives the reason on failure
- * @return 0 on success, -1 on failure
- */
-int paged_schedule(PagedServer *s, ServingRun *run, Err *err);
-
-/**
- * A request finished: its blocks go back to the pool at once.
- * @param s    the server
- * @param run  the run
- * @param r    the request
- */
-void paged_finished(PagedServer *s, ServingRun *run, Request *r);
-
-/**
- * After a step: KV reserved (blocks held) and used (rows holding tokens),
- * counting each physical block once however many tables share it; the
- * breakdown per block; the block and sharing numbers.
- * @param s    the server
- * @param run  the run
- */
-void paged_account(PagedServer *s, ServingRun *run);
 
 /**
  * Chapter 4's lines of the memory table: blocks total/used/free over time,

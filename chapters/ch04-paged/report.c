@@ -4,9 +4,6 @@
  * them (ext/beam.c). */
 #include <stdio.h>
 
-#include "ext/beam.h"
-#include "ext/budget.h"
-#include "ext/swap.h"
 #include "mem.h"
 #include "paged.h"
 
@@ -64,8 +61,8 @@ void paged_report_table(FILE *f, void *ctx, const ServingRun *run)
             cli_format_bytes(a, sizeof a, (double)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity)),
             cli_format_bytes(b, sizeof b, (double)mem_current(MEM_KV_METADATA, MEM_HOST)));
     fprintf(f, "  preemptions    %ld (%s)\n", s->preemptions,
-            s->swap ? swap_preemption_note() /* --preempt swap (ext/swap.c) */
-                    : "recomputed from prompt + generated tokens when readmitted");
+            s->hooks.preemption_note ? s->hooks.preemption_note /* an extension's way (ext/swap.c) */
+                                     : "recomputed from prompt + generated tokens when readmitted");
     fprintf(f, "  sharing        forks saved up to %d blocks at once (%.1f on average); %ld copy-on-write copies\n",
             s->blocks_saved_peak, s->steps_accounted ? s->blocks_saved_sum / (double)s->steps_accounted : 0.0,
             s->cow_copies);
@@ -73,8 +70,8 @@ void paged_report_table(FILE *f, void *ctx, const ServingRun *run)
         fprintf(f, "                 %.1f%% of the blocks the same sequences would hold unshared, at peak use "
                    "(step %ld); %.1f%% over all steps%s\n", 100.0 * saved_fraction_at_peak(s->sharing),
                 s->blocks_peak_step, 100.0 * saved_fraction_avg(s), s->sharing->note ? s->sharing->note : "");
-    if (s->budget) /* --max-num-batched-tokens, --max-num-seqs, --preempt (ext/budget.c) */
-        budget_report_table(f, s, run);
+    if (s->hooks.report_table) /* an extension's lines (ext/budget.c) */
+        s->hooks.report_table(f, s, run);
 }
 
 static void json_blocks_timeline(JsonWriter *j, const PagedServer *s, const KvTimeline *t)
@@ -109,8 +106,8 @@ void paged_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     if (s->sharing) { /* with forks only (PagedServer.sharing): the default report stays as it was */
         json_double(j, "sharing_saved_fraction", saved_fraction_at_peak(s->sharing));
         json_double(j, "sharing_saved_fraction_avg", saved_fraction_avg(s));
-        if (s->beam) /* --beam (ext/beam.c) */
-            beam_report_json(j, s->beam);
+        if (s->hooks.sharing_json) /* an extension's keys (ext/beam.c) */
+            s->hooks.sharing_json(j, s);
     }
     json_int(j, "watermark_blocks", s->watermark_blocks);
     json_int(j, "max_batched_tokens", s->max_batched_tokens);
@@ -118,6 +115,6 @@ void paged_report_json(JsonWriter *j, void *ctx, const ServingRun *run)
     json_int(j, "block_table_bytes", (long long)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity));
     json_int(j, "kv_metadata_bytes", (long long)mem_current(MEM_KV_METADATA, MEM_HOST));
     json_blocks_timeline(j, s, &run->timeline);
-    if (s->budget) /* --max-num-batched-tokens, --max-num-seqs, --preempt (ext/budget.c) */
-        budget_report_json(j, s, run);
+    if (s->hooks.report_json) /* an extension's keys (ext/budget.c) */
+        s->hooks.report_json(j, s, run);
 }

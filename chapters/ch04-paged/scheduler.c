@@ -11,7 +11,6 @@
  * are public, and who else schedules with them. */
 #include <string.h>
 
-#include "ext/swap.h"
 #include "scheduler.h"
 
 /* ------------------------------------------------------------ blocks in and out */
@@ -28,8 +27,8 @@ static void close_freed_block(void *ctx, int block)
 {
     ReleaseBooks *rb = ctx;
     paged_block_freed(rb->s, rb->breakdown, block, rb->preempted);
-    if (rb->s->swap) /* --preempt swap: a free block is nobody's copy any more (ext/swap.c) */
-        swap_forget_block(rb->s->swap, block);
+    if (rb->s->hooks.block_freed) /* an extension's books of the block (ext/swap.c) */
+        rb->s->hooks.block_freed(rb->s, block);
 }
 
 static void release_blocks(PagedServer *s, ServingRun *run, Request *r, int preempted)

@@ -18,6 +18,49 @@
 #include "ext/paged_cache.h"
 #include "paged.h"
 
+/* ------------------------------------------------------------ the phases of one step (paged_step()) */
+
+/**
+ * Plans one step: paged_schedule(), or the schedule an extension puts in
+ * its place (PagedHooks.plan: ext/budget.c).
+ * @param s    the server
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_plan(PagedServer *s, ServingRun *run, Err *err);
+
+/**
+ * The chapter's schedule: room for every running request's next token
+ * (growing, copying on write, preempting the newest when out of blocks),
+ * then, unless that preempted, first-come, first-served admission of
+ * waiting requests with their whole prompts (the pieces below).
+ * @param s    the server
+ * @param run  the run
+ * @param err  receives the reason on failure
+ * @return 0 on success, -1 on failure
+ */
+int paged_schedule(PagedServer *s, ServingRun *run, Err *err);
+
+/**
+ * A request finished: its blocks go back to the pool at once.
+ * @param s    the server
+ * @param run  the run
+ * @param r    the request
+ */
+void paged_finished(PagedServer *s, ServingRun *run, Request *r);
+
+/**
+ * After a step: KV reserved (blocks held) and used (rows holding tokens),
+ * counting each physical block once however many tables share it; the
+ * breakdown per block; the block and sharing numbers.
+ * @param s    the server
+ * @param run  the run
+ */
+void paged_account(PagedServer *s, ServingRun *run);
+
+/* ------------------------------------------------------------ the schedule, piece by piece (scheduler.c) */
+
 /**
  * Every running request with one token to feed (its newest) gets room for
  * it, oldest admission first, and is fed. When the pool runs dry the

@@ -1,7 +1,8 @@
 /* Chapter 4's server: setting up the pool, the block tables and the queue
  * for a run, and one step of the serving loop, written out in full. The
- * extensions its options ask for are opened, planned with and closed here,
- * each behind the guard paged.h lists. */
+ * extensions its options ask for are opened here, each by its one guarded
+ * call (paged.h lists them); after that the core reaches them only
+ * through the hooks they filled in (PagedServer.hooks). */
 #include <limits.h>
 #include <string.h>
 
@@ -43,8 +44,8 @@ void paged_print_setup(const PagedServer *s, const ServingRun *run, const char *
             s->kv.tables.capacity,
             cli_format_bytes(a, sizeof a, (double)block_tables_bytes(s->kv.tables.count, s->kv.tables.capacity)),
             kv_bytes_note);
-    if (s->budget) /* ext/budget.c */
-        budget_print_setup(log, s, run, name);
+    if (s->hooks.print_setup) /* an extension's lines (ext/budget.c) */
+        s->hooks.print_setup(log, s, run, name);
 }
 
 int paged_check(const ServingRun *run, Err *err)
@@ -91,7 +92,7 @@ int paged_open(ServingRun *run, PagedServer **server, FILE *log, Err *err)
     int max_step_tokens = s->max_batched_tokens > run->n_reqs ? s->max_batched_tokens : run->n_reqs;
     if (budget_wanted(o) && budget_open(s, run, &max_step_tokens, err)) /* ext/budget.c */
         return -1;
-    if ((o->n_samples > 1 || o->beam_width > 0) && !(s->sharing = mem_alloc(MEM_ACTIVATIONS, sizeof *s->sharing)))
+    if (o->n_samples > 1 && !(s->sharing = mem_alloc(MEM_ACTIVATIONS, sizeof *s->sharing))) /* --n: forks share blocks */
         return err_set(err, "out of memory");
     if (o->beam_width > 0 && beam_open(s, run, &max_step_tokens, err)) /* --beam (ext/beam.c) */
         return -1;
@@ -111,8 +112,8 @@ void paged_close(PagedServer *s)
 {
     if (!s)
         return;
-    budget_close(s);
-    beam_close(s->beam);
+    for (int i = 0; i < s->hooks.n_close; i++) /* the extensions' own state */
+        s->hooks.close[i](s);
     for (int i = 0; i < s->kv.tables.count; i++)
         block_table_release(&s->kv.pool, &s->kv.tables.tables[i], NULL, NULL);
     block_tables_free(&s->kv.tables);
@@ -128,15 +129,15 @@ void paged_close(PagedServer *s)
 
 int paged_plan(PagedServer *s, ServingRun *run, Err *err)
 {
-    if (s->budget) /* --max-num-batched-tokens, --max-num-seqs, --preempt: its own scheduler (ext/budget.c) */
-        return budget_schedule(s, run, err);
+    if (s->hooks.plan) /* a scheduler of its own over scheduler.h's phases (ext/budget.c) */
+        return s->hooks.plan(s, run, err);
     return paged_schedule(s, run, err);
 }
 
 int paged_step(PagedServer *s, ServingRun *run, Err *err)
 {
-    if (s->beam) /* --beam: a scheduler of its own, over scheduler.h's phases (ext/beam.c) */
-        return beam_step(s, run, err);
+    if (s->hooks.step) /* a step of its own over scheduler.h's phases (ext/beam.c) */
+        return s->hooks.step(s, run, err);
     if (!serving_step_begin(run)) /* requests that arrived join the queue; none left: done */
         return 0;
     /* Room for every running request's next token, then admissions

@@ -12,6 +12,7 @@
 #include "infile.h"
 #include "mem.h"
 #include "ops.h"
+#include "scheduler.h" /* chapter 4's phases, which window_step() runs */
 #include "tokenizer.h"
 #include "window.h"
 

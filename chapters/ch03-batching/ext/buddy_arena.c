@@ -14,7 +14,9 @@ static int slots_of(size_t budget, size_t bytes_per_token)
     return slots > (1u << 30) ? 1 << 30 : (int)slots;
 }
 
-int buddy_arena_open(BatchingState *b, size_t budget, Err *err)
+/* Makes b->buddy: a buddy allocator over the budget's token slots, for a
+ * full batch and the new region of a move in progress. */
+static int buddy_arena_open(BatchingState *b, size_t budget, Err *err)
 {
     if (!(b->buddy = mem_alloc(MEM_KV_METADATA, sizeof *b->buddy)))
         return err_set(err, "out of memory for the buddy arena");
@@ -22,7 +24,8 @@ int buddy_arena_open(BatchingState *b, size_t budget, Err *err)
     return buddy_init(b->buddy, slots_of(budget, b->bytes_per_token), b->max_batch + 1, err);
 }
 
-void buddy_arena_close(BatchingState *b)
+/* Frees b->buddy (none: nothing). */
+static void buddy_arena_close(BatchingState *b)
 {
     if (b->buddy)
         buddy_free(b->buddy);
@@ -30,7 +33,8 @@ void buddy_arena_close(BatchingState *b)
     b->buddy = NULL;
 }
 
-int buddy_arena_take(BatchingState *b, int tokens, KvRegion *reg)
+/* A block for a region of @p tokens positions. */
+static int buddy_arena_take(BatchingState *b, int tokens, KvRegion *reg)
 {
     int slot, slots = buddy_alloc(b->buddy, tokens, &slot);
     if (slots < 0)
@@ -39,27 +43,32 @@ int buddy_arena_take(BatchingState *b, int tokens, KvRegion *reg)
     return 0;
 }
 
-int buddy_arena_give_back(BatchingState *b, const KvRegion *reg, Err *err)
+/* A region's block goes back, merging with its buddy. */
+static int buddy_arena_give_back(BatchingState *b, const KvRegion *reg, Err *err)
 {
     return buddy_release(b->buddy, (int)(reg->offset / b->bytes_per_token), reg->slots, err);
 }
 
-size_t buddy_arena_free_bytes(const BatchingState *b)
+/* Free bytes: the free blocks' slots. */
+static size_t buddy_arena_free_bytes(const BatchingState *b)
 {
     return (size_t)b->buddy->free_slots * b->bytes_per_token;
 }
 
-int buddy_arena_free_pieces(const BatchingState *b)
+/* Free blocks now. */
+static int buddy_arena_free_pieces(const BatchingState *b)
 {
     return b->buddy->n_free;
 }
 
-size_t buddy_arena_largest_free(const BatchingState *b)
+/* Bytes of the largest free block. */
+static size_t buddy_arena_largest_free(const BatchingState *b)
 {
     return (size_t)buddy_largest_free(b->buddy) * b->bytes_per_token;
 }
 
-size_t buddy_arena_free_below(const BatchingState *b, size_t bytes)
+/* Free bytes in blocks too small for a region of @p bytes. */
+static size_t buddy_arena_free_below(const BatchingState *b, size_t bytes)
 {
     size_t sum = 0;
     for (int i = 0; i < b->buddy->n_free; i++) {
@@ -70,14 +79,18 @@ size_t buddy_arena_free_below(const BatchingState *b, size_t bytes)
     return sum;
 }
 
-size_t buddy_arena_largest_placeable(size_t budget, size_t bytes_per_token)
+/* The largest region a budget can ever place with blocks: its largest
+ * top-level block. */
+static size_t buddy_arena_largest_placeable(size_t budget, size_t bytes_per_token)
 {
     if (budget / bytes_per_token == 0)
         return 0;
     return (size_t)buddy_largest_top_for(slots_of(budget, bytes_per_token)) * bytes_per_token;
 }
 
-int buddy_arena_refuse(const ServingRun *run, ReservePolicy policy, size_t smallest, int id, Err *err)
+/* batching_check()'s refusal with blocks: the smallest request's block
+ * exceeds the budget's largest block. */
+static int buddy_arena_refuse(const ServingRun *run, ReservePolicy policy, size_t smallest, int id, Err *err)
 {
     size_t budget = serving_kv_budget(run), per_token = run->kv_bytes_per_token;
     size_t largest = buddy_arena_largest_placeable(budget, per_token);
@@ -91,11 +104,33 @@ int buddy_arena_refuse(const ServingRun *run, ReservePolicy policy, size_t small
                    largest / per_token, id);
 }
 
-void buddy_arena_reject(const BatchingState *b, ServingRun *run, Request *r, size_t bytes, size_t room)
+/* Rejects @p r, whose largest block (@p bytes) exceeds the budget's
+ * largest block (@p room). */
+static void buddy_arena_reject(const BatchingState *b, ServingRun *run, Request *r, size_t bytes, size_t room)
 {
     char need[32];
     serving_reject(run, r, "its largest block under --reserve %s, --arena buddy is %zu positions (%s) but the "
                    "largest block of the KV budget is %zu", reserve_policy_name(b->policy),
                    bytes / b->bytes_per_token, cli_format_bytes(need, sizeof need, (double)bytes),
                    room / b->bytes_per_token);
+}
+
+static const ArenaOps BUDDY = {
+    .open = buddy_arena_open,
+    .close = buddy_arena_close,
+    .slots = buddy_block_slots,
+    .largest_placeable = buddy_arena_largest_placeable,
+    .refuse = buddy_arena_refuse,
+    .reject = buddy_arena_reject,
+    .take = buddy_arena_take,
+    .give_back = buddy_arena_give_back,
+    .free_bytes = buddy_arena_free_bytes,
+    .free_pieces = buddy_arena_free_pieces,
+    .largest_free = buddy_arena_largest_free,
+    .free_bytes_below = buddy_arena_free_below,
+};
+
+const ArenaOps *buddy_arena_ops(void)
+{
+    return &BUDDY;
 }

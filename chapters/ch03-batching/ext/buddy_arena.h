@@ -15,16 +15,12 @@
  *
  * **Taught in** book/ch03-batching.md, "Extension: the buddy arena".
  *
- * **Where the core calls it** (each behind `if (b->buddy)`, or the arena
- * kind before the state exists): the arena's pieces in
- * chapters/ch03-batching/regions.c (buddy_arena_take(),
- * buddy_arena_give_back(), buddy_arena_free_bytes(),
- * buddy_arena_free_pieces(), buddy_arena_largest_free(),
- * buddy_arena_free_below(), buddy_block_slots()), and in server.c the
- * budget's largest region (buddy_arena_largest_placeable()), its refusal
- * and rejections (buddy_arena_refuse(), buddy_arena_reject()),
- * batching_open() (buddy_arena_open()) and batching_close()
- * (buddy_arena_close()).
+ * **Where the core calls it**: once, in arena_ops()
+ * (chapters/ch03-batching/regions.c), behind `--arena buddy`: it asks
+ * buddy_arena_ops() for the allocator's operations (::ArenaOps) instead
+ * of first fit's, and from then on reaches the buddy allocator only
+ * through them (placing, freeing, the free pieces, the budget's largest
+ * region, refusals and rejections, opening and closing its books).
  */
 #ifndef KVLAB_CH03_BUDDY_ARENA_H
 #define KVLAB_CH03_BUDDY_ARENA_H
@@ -33,98 +29,12 @@
 #include "buddy.h"
 
 /**
- * Makes b->buddy: a buddy allocator over the budget's token slots, for a
- * full batch and the new region of a move in progress.
- * @param b       the chapter (bytes_per_token, max_batch set)
- * @param budget  the KV budget in bytes
- * @param err     receives the reason on failure
- * @return 0 on success, -1 on failure
+ * The buddy allocator's operations over the chapter's regions: blocks of a
+ * power of two of positions (buddy_block_slots()), its own books in
+ * b->buddy (opened beside the core's arena, which keeps the capacity),
+ * and its own words for a budget or a request that no block holds.
+ * @return the operations (static: never freed)
  */
-int buddy_arena_open(BatchingState *b, size_t budget, Err *err);
-
-/**
- * Frees b->buddy (none: nothing).
- * @param b  the chapter
- */
-void buddy_arena_close(BatchingState *b);
-
-/**
- * A block for a region of @p tokens positions.
- * @param b       the chapter (b->buddy set)
- * @param tokens  positions the region holds, >= 1
- * @param reg     receives the region (offset in bytes, slots of its block)
- * @return 0 when placed, -1 when no free block holds it
- */
-int buddy_arena_take(BatchingState *b, int tokens, KvRegion *reg);
-
-/**
- * A region's block goes back, merging with its buddy.
- * @param b    the chapter (b->buddy set)
- * @param reg  a region buddy_arena_take() placed
- * @param err  receives the reason on a bookkeeping error
- * @return 0 on success, -1 on failure
- */
-int buddy_arena_give_back(BatchingState *b, const KvRegion *reg, Err *err);
-
-/**
- * Free bytes: the free blocks' slots.
- * @param b  the chapter (b->buddy set)
- * @return bytes
- */
-size_t buddy_arena_free_bytes(const BatchingState *b);
-
-/**
- * Free blocks now.
- * @param b  the chapter (b->buddy set)
- * @return blocks
- */
-int buddy_arena_free_pieces(const BatchingState *b);
-
-/**
- * Bytes of the largest free block.
- * @param b  the chapter (b->buddy set)
- * @return bytes
- */
-size_t buddy_arena_largest_free(const BatchingState *b);
-
-/**
- * Free bytes in blocks too small for a region of @p bytes.
- * @param b      the chapter (b->buddy set)
- * @param bytes  what was asked
- * @return bytes
- */
-size_t buddy_arena_free_below(const BatchingState *b, size_t bytes);
-
-/**
- * The largest region a budget can ever place with blocks: its largest
- * top-level block.
- * @param budget           the KV budget in bytes
- * @param bytes_per_token  bytes of one slot
- * @return bytes (0 when the budget holds no slot)
- */
-size_t buddy_arena_largest_placeable(size_t budget, size_t bytes_per_token);
-
-/**
- * batching_check()'s refusal with blocks: the smallest request's block
- * exceeds the budget's largest block.
- * @param run       the run
- * @param policy    --reserve
- * @param smallest  bytes of the smallest request's largest block
- * @param id        that request's id
- * @param err       receives the reason
- * @return 0 when some request fits, -1 otherwise
- */
-int buddy_arena_refuse(const ServingRun *run, ReservePolicy policy, size_t smallest, int id, Err *err);
-
-/**
- * Rejects @p r, whose largest block (@p bytes) exceeds the budget's
- * largest block (@p room).
- * @param b      the chapter
- * @param run    the run
- * @param r      the request
- * @param bytes  its largest block in bytes
- * @param room   the budget's largest block in bytes
- */
-void buddy_arena_reject(const BatchingState *b, ServingRun *run, Request *r, size_t bytes, size_t room);
+const ArenaOps *buddy_arena_ops(void);
 
 #endif

@@ -5,7 +5,7 @@
  * A scheduler and a step of its own over the core's phases (scheduler.h),
  * the way chapter 6's window_step() runs chapter 4's step with its own
  * seam. See beam.h for the rules; the core calls in here only when --beam
- * is given (paged_check(), paged_open(), paged_step(), the report). A
+ * is given (paged_check(), paged_open(); then the hooks beam_open() fills). A
  * prompt's W beams are the W consecutive requests of its group, and they
  * are admitted, run and preempted together, so a group's running beams are
  * consecutive in the server's running list too. */
@@ -429,9 +429,24 @@ void beam_report_json(JsonWriter *j, const BeamSearch *b)
     json_int(j, "beam_width", b->width);
 }
 
+/* The core's hooks: the JSON report's key, and the state freed. */
+static void write_beam_width(JsonWriter *j, const PagedServer *s)
+{
+    beam_report_json(j, s->beam);
+}
+
+static void close_beams(PagedServer *s)
+{
+    beam_close(s->beam);
+    s->beam = NULL;
+}
+
 int beam_open(PagedServer *s, ServingRun *run, int *max_step_tokens, Err *err)
 {
     const int w = run->opts->beam_width, n = run->n_reqs;
+    /* Beams fork, so the core keeps the books of what sharing saves. */
+    if (!s->sharing && !(s->sharing = mem_alloc(MEM_ACTIVATIONS, sizeof *s->sharing)))
+        return err_set(err, "out of memory");
     if (run->simulated)
         return err_set(err, "--beam needs a model: beams are chosen from logits");
     if (w < 1 || n % w != 0)
@@ -444,6 +459,9 @@ int beam_open(PagedServer *s, ServingRun *run, int *max_step_tokens, Err *err)
     if (!b)
         return err_set(err, "out of memory for beam search");
     s->beam = b;
+    s->hooks.close[s->hooks.n_close++] = close_beams; /* also when the rest of the opening fails */
+    s->hooks.step = beam_step;
+    s->hooks.sharing_json = write_beam_width;
     s->sharing->note = " (beams fork and share)";
     b->width = w;
     b->n_groups = n / w;

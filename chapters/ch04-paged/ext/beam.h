@@ -14,10 +14,11 @@
  *
  * **Taught in** book/ch04-paged.md, "Extension: beam search".
  *
- * **Where the core calls it** (each behind `--beam`, or `if (s->beam)`):
- * paged_check() beam_check(), paged_open() beam_open(), paged_step()
- * beam_step(), paged_report_json() beam_report_json(), paged_close()
- * beam_close().
+ * **Where the core calls it** (behind `--beam`): paged_check() calls
+ * beam_check() before the model loads, and paged_open() calls beam_open(),
+ * which fills in the server's hooks (PagedHooks): step (beam_step()
+ * instead of paged_step()'s own), sharing_json (the beam_width key) and a
+ * close. The core names nothing else of it.
  *
  * Each prompt runs as a **group** of W requests, one per beam. The prompt
  * runs once and every beam's block table points at its blocks (a fork,

@@ -76,6 +76,11 @@ int budget_open(PagedServer *s, ServingRun *run, int *max_step_tokens, Err *err)
     if (!b)
         return err_set(err, "out of memory");
     s->budget = b;
+    s->hooks.close[s->hooks.n_close++] = budget_close; /* also when the rest of the opening fails */
+    s->hooks.plan = budget_schedule;
+    s->hooks.print_setup = budget_print_setup;
+    s->hooks.report_table = budget_report_table;
+    s->hooks.report_json = budget_report_json;
     b->chunked_prefill = o->max_num_batched_tokens > 0;
     if (b->chunked_prefill)
         s->max_batched_tokens = o->max_num_batched_tokens;

@@ -23,12 +23,12 @@
  * **Taught in** book/ch04-paged.md, "Extension: a token budget and
  * chunked prefill" (and "Extension: swapping instead of recomputing").
  *
- * **Where the core calls it** (each behind `if (s->budget)`, or
- * budget_wanted() before it exists): paged_check() budget_check(),
- * paged_open() budget_open(), paged_print_setup() budget_print_setup(),
- * paged_plan() budget_schedule(), paged_report_table() and
- * paged_report_json() budget_report_table() and budget_report_json(),
- * paged_close() budget_close().
+ * **Where the core calls it** (behind budget_wanted()): paged_check()
+ * calls budget_check() before the model loads, and paged_open() calls
+ * budget_open(), which fills in the server's hooks (PagedHooks): plan
+ * (budget_schedule() instead of paged_schedule()), print_setup,
+ * report_table, report_json and a close. The core names nothing else of
+ * it.
  */
 #ifndef KVLAB_CH04_BUDGET_H
 #define KVLAB_CH04_BUDGET_H

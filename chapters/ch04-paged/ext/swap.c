@@ -95,6 +95,13 @@ void swap_forget_block(SwapSpace *sw, int block)
     sw->exact[block] = 0;
 }
 
+/* The core's hook: a block that becomes free is nobody's copy any more. */
+static void forget_block(PagedServer *s, int block)
+{
+    if (s->swap) /* NULL once swap_close() has run */
+        swap_forget_block(s->swap, block);
+}
+
 /* Slots are handed out and taken back by the chapter's own allocator
  * (block_pool_alloc(), block_pool_release()), run over the swap space's
  * books: a pool whose blocks are the slots, with no bytes of its own. */
@@ -302,6 +309,8 @@ int swap_open(PagedServer *s, const ServingRun *run, Err *err)
     const BlockPool *p = &s->kv.pool;
     if (!(s->swap = mem_alloc(MEM_ACTIVATIONS, sizeof *s->swap)))
         return err_set(err, "out of memory");
+    s->hooks.block_freed = forget_block;
+    s->hooks.preemption_note = swap_preemption_note();
     /* swap_check() refused a swap space that holds no block or too many. */
     int slots = (int)swap_slots(run, p->bytes_per_block);
     /* On the device the host holds the swapped bytes; in a simulation nobody does. */

@@ -18,10 +18,11 @@
  * **Taught in** book/ch04-paged.md, "Extension: swapping instead of
  * recomputing".
  *
- * **Where the core calls it**: the core frees blocks in one place
- * (scheduler.c, as a table lets go), and calls swap_forget_block() there
- * when PagedServer.swap is set; the report's preemption line asks
- * swap_preemption_note() likewise.
+ * **Where the core calls it**: never by name. budget_open() opens it
+ * (swap_open()), which fills in the server's hooks (PagedHooks):
+ * block_freed (swap_forget_block(), as a table lets a block go in
+ * scheduler.c) and preemption_note (swap_preemption_note(), for the
+ * report's preemption line).
  *
  * A block several tables share (forks) is copied out once: the first
  * holder to be swapped out copies it and links the device block to its
