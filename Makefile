@@ -8,6 +8,7 @@
 #   make lab CH=n     build chapter n with YOUR exercise files and grade them; also writes
 #                     build/lab/chNN/results.json for an autograder
 #                     (TEST=name runs one test; LAB=DIR grades DIR/chNN/ instead of exercises/);
+#                     CH=sampling (or 0): lab 0, the sampler;
 #                     CH=bughunt: the bug hunts; CH=cuda: the CUDA kernel, on the GPU or the CPU emulator (EMU_DIR)
 #   make grade        grade every lab against the solutions (must be full marks)
 #   make exercises    regenerate exercises/ from the LAB markers in solutions/
@@ -99,7 +100,9 @@ ALL_INCLUDES = $(COMMON_INCLUDES) $(addprefix -I,$(CHAPTER_DIRS)) -Itools/lib -I
 # solutions/ch03/x.c or build/stubs/ch03.admit/ch03/x.c), or nothing.
 chapter_of = $(lastword $(filter $(CHAPTER_IDS),$(subst -, ,$(subst /, ,$(dir $(1))))))
 chapter_dirs_of = $(foreach c,$(1) $(call chapter_uses,$(1)),$(filter chapters/$(c)-%,$(CHAPTER_DIRS)))
-includes_of = $(if $(filter common/%,$(1)),$(COMMON_INCLUDES) $(DEVICE_INCLUDES),$(if $(call chapter_of,$(1)),\
+# Lab 0's files (the sampler, LAB/ch00/) are common/ code.
+sampler_lab_of = $(filter ch00,$(subst /, ,$(dir $(1))))
+includes_of = $(if $(or $(filter common/%,$(1)),$(call sampler_lab_of,$(1))),$(COMMON_INCLUDES) $(DEVICE_INCLUDES),$(if $(call chapter_of,$(1)),\
               $(COMMON_INCLUDES) $(addprefix -I,$(call chapter_dirs_of,$(call chapter_of,$(1)))) $(DEVICE_INCLUDES),\
               $(ALL_INCLUDES)))
 
@@ -221,6 +224,11 @@ endif
 lab_default = $(if $(wildcard solutions/ch0$(1)/*.c),solutions,exercises)
 lab_dir = $(if $(LAB_ONLY),$(if $(filter $(1),$(LAB_ONLY)),$(LAB),$(call lab_default,$(1))),$(if $(LAB_GIVEN),$(LAB),$(call lab_default,$(1))))
 lab_srcs = $(sort $(wildcard $(call lab_dir,$(1))/ch0$(1)/*.c))
+# Lab 0 is the sampler (solutions/ch00/, `make lab CH=sampling`): every
+# program samples, so its lab files join common/: they see only common/,
+# and link wherever common/ does.
+SAMPLER_LAB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(call lab_srcs,0))
+COMMON_OBJS += $(SAMPLER_LAB_OBJS)
 # A chapter's core is its folder; its extensions (later features, each
 # turned on by an option) are in its ext/ folder, and link with it.
 chapter_srcs = $(filter-out %/main.c,$(sort $(wildcard chapters/ch0$(1)-*/*.c chapters/ch0$(1)-*/ext/*.c)))
@@ -322,7 +330,8 @@ $(MODE_STAMP):
 # or any LAB folder other than solutions/): there the compiler's warnings
 # are shown and the build goes on, so that an unused variable never costs a
 # student the lab (make check-exercises holds exercises/ itself to -Werror).
-lab_file = $(and $(or $(call chapter_of,$(1)),$(findstring /bughunt/,$(1))),$(filter-out chapters/% solutions/%,$(1)))
+lab_file = $(and $(or $(call chapter_of,$(1)),$(call sampler_lab_of,$(1)),$(findstring /bughunt/,$(1))),\
+                 $(filter-out chapters/% solutions/%,$(1)))
 werror_for = $(if $(call lab_file,$(1)),,$(CC_WERROR))
 
 $(BUILD)/obj/%.o: %.c $(MODE_STAMP)
@@ -460,7 +469,8 @@ LAB_SUPPORT_OBJS = $(BUILD)/obj/tests/lab/grader.o $(BUILD)/obj/tests/helpers.o
 # `make lab` grades exercises/ unless LAB is given.
 LAB_UNDER_TEST := $(if $(filter command line environment,$(origin LAB)),$(LAB),exercises)
 lab_two_digits = $(if $(filter 1 2 3 4 5 6 7 8 9,$(1)),0$(1),$(1))
-LAB_CH := $(call lab_two_digits,$(strip $(CH)))
+# CH=sampling (or 0) is lab 0, the sampler.
+LAB_CH := $(if $(filter sampling 0 00,$(strip $(CH))),00,$(call lab_two_digits,$(strip $(CH))))
 
 # In the handout (no solutions/) the targets that grade or regenerate from
 # the answers say so in one line instead of failing strangely.
@@ -776,7 +786,7 @@ $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_serve_request.o $(FUZZ_BUILD)/obj/tools/serve/
 FUZZ_LIB_SRCS := $(filter-out common/model/bpe_pretok_none.c,\
                    $(sort $(wildcard common/base/*.c common/accounting/*.c common/model/*.c) common/cpu/ops.c common/cpu/kv_dtype.c \
                    common/cpu/forward.c common/serving/requests.c common/serving/cli.c common/serving/arrivals.c \
-                   common/serving/cost_model.c common/serving/latency.c))
+                   common/serving/cost_model.c common/serving/latency.c $(call lab_srcs,0)))
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -march=native -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror \

@@ -517,16 +517,15 @@ START_TEST(penalties_by_hand)
     expect_logits("repetition 2", x, (const float[PEN_V]){1.0f, -2.0f, 0.5f, 0.0f, 1.5f, -4.0f}, PEN_V);
     /* Frequency 0.5: 0.5 per generated occurrence; the prompt's tokens untouched. */
     memcpy(x, PEN_LOGITS, sizeof x);
-    sampler_penalize_frequency(x, PEN_V, counts, 0.5f);
+    sampler_penalize_counts(x, PEN_V, counts, 0.5f, 0.0f);
     expect_logits("frequency 0.5", x, (const float[PEN_V]){2.0f, -2.5f, 0.5f, 0.0f, 2.0f, -2.0f}, PEN_V);
     /* Presence 0.25: once per generated token, however often. */
     memcpy(x, PEN_LOGITS, sizeof x);
-    sampler_penalize_presence(x, PEN_V, counts, 0.25f);
+    sampler_penalize_counts(x, PEN_V, counts, 0.0f, 0.25f);
     expect_logits("presence 0.25", x, (const float[PEN_V]){2.0f, -1.25f, 0.5f, 0.0f, 2.75f, -2.0f}, PEN_V);
     /* Negative frequency and presence reward repeats. */
     memcpy(x, PEN_LOGITS, sizeof x);
-    sampler_penalize_frequency(x, PEN_V, counts, -1.0f);
-    sampler_penalize_presence(x, PEN_V, counts, -0.5f);
+    sampler_penalize_counts(x, PEN_V, counts, -1.0f, -0.5f);
     expect_logits("frequency -1, presence -0.5", x, (const float[PEN_V]){2.0f, 2.5f, 0.5f, 0.0f, 5.5f, -2.0f}, PEN_V);
 }
 END_TEST
@@ -820,4 +819,6 @@ Suite *suite_sampler(void)
     return s;
 }
 
-REGISTER_SUITE(sampler)
+/* The filters and penalties are lab 0's functions: in the handout they are
+ * the untouched exercises. */
+REGISTER_LAB_SUITE(sampler)

@@ -48,6 +48,7 @@
 #define KVLAB_CH04_BLOCK_POOL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "err.h"
 
@@ -235,6 +236,32 @@ int block_pool_used(const BlockPool *p);
  * @return n_free + n_parked
  */
 int block_pool_available(const BlockPool *p);
+
+/**
+ * Checks the pool's books against the block tables, block by block, and
+ * says which invariant broke on which block. The invariants:
+ *
+ *  1. every block is free (on the free stack, once), held (reference count
+ *     above 0) or cached (parked by a cache above the pool: no holder, off
+ *     the stack), and exactly one of them;
+ *  2. each block's reference count equals the number of table entries
+ *     that name it (BLOCK_HOLE entries name none);
+ *  3. free + held + cached == the pool: the blocks found cached are exactly
+ *     BlockPool.n_parked (more: a block lost; fewer: one counted twice as
+ *     free);
+ *  4. with @p all_done, nothing is held.
+ *
+ * Call it after any step (the lab tests do, after every one); it
+ * allocates two arrays of n_blocks for the count, outside the ledger.
+ * @param p         the pool
+ * @param bt        every table that may hold a block of @p p (NULL: none)
+ * @param all_done  1 when every request has finished
+ * @param log       receives one line, "paged_check_invariants: broken:
+ *                  INVARIANT, at block B: DETAILS", for the first broken
+ *                  invariant (NULL: silent)
+ * @return 0 when all hold, -1 otherwise
+ */
+int paged_check_invariants(const BlockPool *p, const BlockTables *bt, int all_done, FILE *log);
 
 /**
  * Allocates @p count empty tables of @p capacity entries (charged to

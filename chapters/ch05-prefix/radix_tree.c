@@ -49,41 +49,19 @@ void radix_free(RadixTree *t)
     memset(t, 0, sizeof *t);
 }
 
-/* ------------------------------------------------------------ helpers */
-
-static int same_tokens(const RadixTree *t, int block, const int *tokens)
-{
-    return memcmp(hash_chain_tokens(&t->blocks, block), tokens, (size_t)t->block_size * sizeof(int)) == 0;
-}
-
-/* The child of @p node whose edge starts with @p tokens, or -1. */
-static int child_starting_with(const RadixTree *t, int node, const int *tokens)
-{
-    for (int c = t->nodes[node].first_child; c >= 0; c = t->nodes[c].next_sibling)
-        if (same_tokens(t, t->nodes[c].first_block, tokens))
-            return c;
-    return -1;
-}
+/* ------------------------------------------------------------ helpers
+ * (radix_same_tokens(), radix_child_starting_with() and radix_new_node()
+ * are in radix_nodes.c; the lab's radix_match() and radix_split() in
+ * solutions/ch05/) */
 
 /* The block that follows @p after on a path with @p tokens next, or -1:
  * the next block on the same edge, or the first block of a child edge. */
 static int next_on_path(const RadixTree *t, int after, const int *tokens)
 {
     if (after >= 0 && t->block_next[after] >= 0)
-        return same_tokens(t, t->block_next[after], tokens) ? t->block_next[after] : -1;
-    int c = child_starting_with(t, after >= 0 ? t->block_node[after] : RADIX_ROOT, tokens);
+        return radix_same_tokens(t, t->block_next[after], tokens) ? t->block_next[after] : -1;
+    int c = radix_child_starting_with(t, after >= 0 ? t->block_node[after] : RADIX_ROOT, tokens);
     return c >= 0 ? t->nodes[c].first_block : -1;
-}
-
-static int new_node(RadixTree *t, int parent)
-{
-    int n = t->free_nodes;
-    t->free_nodes = t->nodes[n].next_sibling;
-    t->nodes[n] = (RadixNode){.parent = parent, .first_child = -1, .next_sibling = t->nodes[parent].first_child,
-                              .first_block = -1, .last_block = -1};
-    t->nodes[parent].first_child = n;
-    t->n_nodes++;
-    return n;
 }
 
 static void unlink_child(RadixTree *t, int node)
@@ -124,65 +102,6 @@ static void append_block(RadixTree *t, int node, int after, int block, const int
     t->n_blocks_in_tree++;
 }
 
-/* Splits @p node's edge before @p block: a new node below it takes @p
- * block, the rest of the edge and @p node's children, and becomes its only
- * child. */
-static void split_before(RadixTree *t, int node, int block)
-{
-    int children = t->nodes[node].first_child;
-    int low = new_node(t, node);
-    RadixNode *up = &t->nodes[node], *n = &t->nodes[low];
-    n->next_sibling = -1;
-    n->first_child = children;
-    up->first_child = low;
-    for (int c = children; c >= 0; c = t->nodes[c].next_sibling)
-        t->nodes[c].parent = low;
-    n->first_block = block;
-    n->last_block = up->last_block;
-    up->last_block = t->block_prev[block];
-    t->block_next[up->last_block] = -1;
-    t->block_prev[block] = -1;
-    for (int b = block; b >= 0; b = t->block_next[b]) {
-        t->block_node[b] = low;
-        n->n_blocks++;
-    }
-    up->n_blocks -= n->n_blocks;
-    t->splits++;
-}
-
-/* ------------------------------------------------------------ lookup */
-
-/* Appends to blocks[n..] the blocks of @p node's edge that hold the
- * sequence's next tokens, up to @p room blocks in all; returns the new
- * count. */
-static int follow_edge(const RadixTree *t, int node, const int *tokens, int n, int room, int *blocks)
-{
-    const size_t bs = (size_t)t->block_size;
-    for (int block = t->nodes[node].first_block; block >= 0 && n < room; block = t->block_next[block]) {
-        if (!same_tokens(t, block, tokens + (size_t)n * bs))
-            break;
-        blocks[n++] = block;
-    }
-    return n;
-}
-
-int radix_match(const RadixTree *t, const int *tokens, int n_tokens, int *blocks)
-{
-    /* Whole blocks before the last position: that one is always computed. */
-    const int room = (n_tokens - 1) / t->block_size;
-    int n = 0, node = RADIX_ROOT;
-    while (n < room) {
-        node = child_starting_with(t, node, tokens + (size_t)n * (size_t)t->block_size);
-        if (node < 0)
-            break;
-        int before = n;
-        n = follow_edge(t, node, tokens, n, room, blocks);
-        if (n - before < t->nodes[node].n_blocks)
-            break; /* the sequence leaves this edge halfway: no child can follow */
-    }
-    return n;
-}
-
 void radix_take(RadixTree *t, BlockTable *tab, const int *blocks, int n)
 {
     hash_chain_take(&t->blocks, tab, blocks, n);
@@ -199,12 +118,12 @@ int radix_insert(RadixTree *t, int after, int block, const int *tokens)
         return equal;
     int node = after >= 0 ? t->block_node[after] : RADIX_ROOT;
     if (after >= 0 && t->block_next[after] >= 0)
-        split_before(t, node, t->block_next[after]); /* the path leaves this edge halfway */
+        radix_split(t, node, t->block_next[after]); /* the path leaves this edge halfway */
     else if (node != RADIX_ROOT && t->nodes[node].first_child < 0) {
         append_block(t, node, after, block, tokens); /* a leaf grows: edges stay compressed */
         return block;
     }
-    append_block(t, new_node(t, node), after, block, tokens);
+    append_block(t, radix_new_node(t, node), after, block, tokens);
     return block;
 }
 
@@ -240,7 +159,7 @@ static void forget_block(RadixTree *t, int b)
     if (node < 0)
         return;
     if (t->block_next[b] >= 0)
-        split_before(t, node, t->block_next[b]);
+        radix_split(t, node, t->block_next[b]);
     drop_subtree_below(t, node);
     RadixNode *n = &t->nodes[node];
     n->last_block = t->block_prev[b];

@@ -104,7 +104,7 @@ void radix_free(RadixTree *t);
  * root, never covering the sequence's last position (which must be
  * computed, for its logits): down one edge at a time, the child whose
  * first block holds the next tokens, then along its edge while the blocks
- * agree. Changes nothing.
+ * agree. Changes nothing. Lab 5: solutions/ch05/radix_match.c.
  * @param t         the tree
  * @param tokens    [n_tokens] the sequence
  * @param n_tokens  its length, >= 1
@@ -139,6 +139,47 @@ void radix_take(RadixTree *t, BlockTable *tab, const int *blocks, int n);
  *         the tree (an eviction took it: nothing may hang below it)
  */
 int radix_insert(RadixTree *t, int after, int block, const int *tokens);
+
+/**
+ * Splits @p node's edge before @p block (lab 5: solutions/ch05/radix_split.c):
+ * a new node below @p node (radix_new_node()) takes @p block, the blocks
+ * after it on the edge and @p node's children, and becomes @p node's only
+ * child; block_node, block_prev, block_next, both nodes' first_block,
+ * last_block and n_blocks, the children's parent and RadixTree.splits
+ * are all kept right. radix_insert() splits where a new path leaves an
+ * edge halfway; an eviction splits before the block after the one it takes.
+ * @param t      the tree
+ * @param node   a node whose edge holds @p block, not as its first block
+ * @param block  the first block of the new lower edge
+ */
+void radix_split(RadixTree *t, int node, int block);
+
+/**
+ * Whether @p block holds exactly @p tokens (block_size of them).
+ * @param t       the tree
+ * @param block   a block registered in the tree's hash chain
+ * @param tokens  [block_size] token ids
+ * @return 1 when equal, 0 otherwise
+ */
+int radix_same_tokens(const RadixTree *t, int block, const int *tokens);
+
+/**
+ * The child of @p node whose edge starts with a block holding @p tokens.
+ * @param t       the tree
+ * @param node    a node (RADIX_ROOT for the first block of a path)
+ * @param tokens  [block_size] token ids
+ * @return the child, or -1
+ */
+int radix_child_starting_with(const RadixTree *t, int node, const int *tokens);
+
+/**
+ * Takes a node off the free list and makes it the first child of
+ * @p parent, with no edge and no child yet.
+ * @param t       the tree (it has a free node: one per block is allocated)
+ * @param parent  the node above
+ * @return the new node
+ */
+int radix_new_node(RadixTree *t, int parent);
 
 /**
  * A table lets go of its blocks, last block first: a block of the tree

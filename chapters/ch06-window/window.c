@@ -271,77 +271,18 @@ KvSeam window_seam(WindowCache *w)
 
 /* ------------------------------------------------------------ eviction */
 
-/* Position @p pos of @p seq goes: its mask byte is cleared, and a block
- * left with no row goes back to the pool; its table entry becomes a hole.
- * The block that position @p next (written in the next step) falls in
- * stays, empty or not. */
-static void drop_position(WindowCache *w, ServingRun *run, int seq, int pos, int next)
-{
-    PagedServer *s = w->server;
-    BlockTable *t = &s->kv.tables.tables[seq];
-    int bs = s->kv.pool.shape.block_size, logical = pos / bs;
-    w->held[(size_t)seq * w->seq_len + pos] = 0;
-    w->n_held[seq]--;
-    w->evicted++;
-    if (--w->rows_held[(size_t)seq * w->capacity + logical] > 0 || logical == next / bs)
-        return;
-    int block = t->blocks[logical];
-    /* Its rows held tokens that were used and are done: the breakdown
-     * counts them as token states, as for a request that finished. */
-    kv_track_close(&s->block_track[block], (size_t)bs * paged_bytes_per_token(s), &run->breakdown);
-    s->block_filled[block] = 0;
-    block_pool_release(&s->kv.pool, block);
-    t->blocks[logical] = BLOCK_HOLE;
-    w->blocks_returned++;
-}
-
-/* The heavy-hitter score of a position: its attention summed over the
- * query heads in head order. */
-static double heavy_score(const WindowCache *w, int seq, int pos)
-{
-    double sum = 0.0;
-    for (int h = 0; h < w->n_heads; h++)
-        sum += w->attn[((size_t)seq * w->n_heads + h) * w->seq_len + pos];
-    return sum;
-}
-
-/* With h2o: of the held positions between the sinks and the window, keep
- * the H with the highest score; drop the lowest (the earlier on a tie). */
-static void evict_heavy(WindowCache *w, ServingRun *run, int seq, int window_start, int next)
-{
-    const unsigned char *held = w->held + (size_t)seq * w->seq_len;
-    int candidates = 0;
-    for (int pos = w->opt.sinks; pos < window_start; pos++)
-        candidates += held[pos];
-    for (; candidates > w->opt.heavy; candidates--) {
-        int lowest = -1;
-        double lowest_score = 0.0;
-        for (int pos = w->opt.sinks; pos < window_start; pos++) {
-            if (!held[pos])
-                continue;
-            double sc = heavy_score(w, seq, pos);
-            if (lowest < 0 || sc < lowest_score) {
-                lowest = pos;
-                lowest_score = sc;
-            }
-        }
-        drop_position(w, run, seq, lowest, next);
-    }
-}
-
-/* The positions of one sequence the query at @p next may not see. */
+/* The positions of one sequence the query at @p next may not see: those
+ * that left the window (window_slide()), or with h2o all but the heavy
+ * hitters among them (window_evict_heavy()). */
 static void evict_sequence(WindowCache *w, ServingRun *run, int seq, int next)
 {
     int window_start = next - w->opt.window + 1; /* the query at next sees window_start..next */
     if (window_start <= w->opt.sinks)
         return;
-    if (w->opt.evict == WINDOW_EVICT_H2O) {
-        evict_heavy(w, run, seq, window_start, next);
-        return;
-    }
-    const unsigned char *held = w->held + (size_t)seq * w->seq_len;
-    for (int pos = window_start - 1; pos >= w->opt.sinks && held[pos]; pos--)
-        drop_position(w, run, seq, pos, next); /* what left the window since the last step (held rows are contiguous) */
+    if (w->opt.evict == WINDOW_EVICT_H2O)
+        window_evict_heavy(w, run, seq, window_start, next);
+    else
+        window_slide(w, run, seq, window_start, next);
 }
 
 void window_evict(WindowCache *w, ServingRun *run)

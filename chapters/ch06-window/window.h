@@ -59,7 +59,10 @@
  * | one step: schedule, forward, sample, force, account, evict | chapters/ch06-window/window.c | window_step() |
  * | attention over the rows held only: gathered, then chapter 4's paged_attention() | chapters/ch06-window/window.c | window_attention() |
  * | which positions go: window, sinks, heavy hitters | chapters/ch06-window/window.c | window_evict() |
- * | a block gives its last row back: to the pool | chapters/ch06-window/window.c | drop_position() |
+ * | the window's step: what left it goes, the sinks stay (lab 6) | solutions/ch06/window_slide.c | window_slide() |
+ * | H2O: the heavy hitters stay (lab 6) | solutions/ch06/window_evict_heavy.c | window_evict_heavy() |
+ * | a position goes; a block gives its last row back (lab 6) | solutions/ch06/window_drop_position.c | window_drop_position() |
+ * | a block back to the pool; a position's score | chapters/ch06-window/books.c | window_return_block(), window_heavy_score() |
  * | teacher forcing, perplexity, agreement | chapters/ch06-window/window.c | window_force() |
  * | the memory bound, the table and JSON lines | chapters/ch06-window/report.c | window_report_table() |
  */
@@ -211,6 +214,71 @@ long window_attended(const WindowCache *w, const ServingRun *run);
  * @param run  the run
  */
 void window_evict(WindowCache *w, ServingRun *run);
+
+/* ------------------------------------------------------------ eviction: the lab's functions (`make lab CH=6`) */
+
+/**
+ * Drops position @p pos of sequence @p seq: clears its mask byte
+ * (WindowCache.held), takes it off WindowCache.n_held and its block's
+ * WindowCache.rows_held, counts it in WindowCache.evicted; and when that
+ * block holds no row any more, gives it back (window_return_block()),
+ * unless it is the block position @p next falls in (written in the next
+ * step: it stays, empty or not).
+ * @param w     the books
+ * @param run   the run
+ * @param seq   the sequence
+ * @param pos   a held position
+ * @param next  the position the sequence writes next (its n_cached)
+ */
+void window_drop_position(WindowCache *w, ServingRun *run, int seq, int pos, int next);
+
+/**
+ * The sliding window's eviction step: drops (window_drop_position()) every
+ * held position below @p window_start, from window_start - 1 down, but
+ * never the first opt.sinks positions (the attention sinks). The held
+ * rows between the sinks and the window are contiguous: once a position
+ * below the window is not held, none below it is.
+ * @param w             the books
+ * @param run           the run
+ * @param seq           the sequence
+ * @param window_start  the first position the query at @p next sees (above opt.sinks)
+ * @param next          the position the sequence writes next
+ */
+void window_slide(WindowCache *w, ServingRun *run, int seq, int window_start, int next);
+
+/**
+ * H2O's choice: of the held positions from opt.sinks to @p window_start - 1,
+ * keeps the opt.heavy with the highest window_heavy_score() and drops the
+ * others (window_drop_position()), the lowest score first; of two equal
+ * scores the earlier position goes.
+ * @param w             the books (with attention scores: opt.evict is h2o)
+ * @param run           the run
+ * @param seq           the sequence
+ * @param window_start  the first position the query at @p next sees (above opt.sinks)
+ * @param next          the position the sequence writes next
+ */
+void window_evict_heavy(WindowCache *w, ServingRun *run, int seq, int window_start, int next);
+
+/**
+ * Gives logical block @p logical of @p seq back to the pool: its history
+ * closed in the breakdown, block_pool_release(), the table entry a
+ * ::BLOCK_HOLE, WindowCache.blocks_returned counted.
+ * @param w        the books
+ * @param run      the run
+ * @param seq      the sequence
+ * @param logical  a logical block of its table that no held row is in
+ */
+void window_return_block(WindowCache *w, ServingRun *run, int seq, int logical);
+
+/**
+ * A position's heavy-hitter score: the attention it received, summed over
+ * the query heads in head order (the same bits whatever the thread count).
+ * @param w    the books (opt.evict is h2o)
+ * @param seq  the sequence
+ * @param pos  the position
+ * @return the score
+ */
+double window_heavy_score(const WindowCache *w, int seq, int pos);
 
 /**
  * One step of the windowed server: chapter 4's paged_plan(), the batch

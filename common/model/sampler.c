@@ -149,10 +149,8 @@ void sampler_penalize(Sampler *s, float *logits, const int *tokens, int n_prompt
     /* vLLM's order (vllm/model_executor/layers/utils.py, apply_penalties()). */
     if (p->repetition_penalty != 1.0f)
         sampler_penalize_repetition(logits, s->vocab_size, s->in_prompt, s->output_counts, p->repetition_penalty);
-    if (p->frequency_penalty != 0.0f)
-        sampler_penalize_frequency(logits, s->vocab_size, s->output_counts, p->frequency_penalty);
-    if (p->presence_penalty != 0.0f)
-        sampler_penalize_presence(logits, s->vocab_size, s->output_counts, p->presence_penalty);
+    if (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f)
+        sampler_penalize_counts(logits, s->vocab_size, s->output_counts, p->frequency_penalty, p->presence_penalty);
     count_tokens(s, tokens, n_prompt, n_tokens, 0);
 }
 

@@ -20,10 +20,12 @@
  *     token that crosses the threshold is kept);
  *  7. one token is drawn from what is left, renormalised.
  *
- * Each filter and each penalty is one function (sampler_filters.c) with
- * the contract in its comment below. Every setting has a neutral value
- * that leaves the step out, and with the neutral values the sampler draws
- * exactly what it drew before the filters and penalties existed.
+ * Each filter and each penalty is one function with the contract in its
+ * comment below: the sampler lab's (lab 0, `make lab CH=sampling`), one
+ * file each in solutions/ch00/, which every program links with common/.
+ * Every setting has a neutral value that leaves the step out, and with the
+ * neutral values the sampler draws exactly what it drew before the filters
+ * and penalties existed.
  *
  * The random numbers come from a seeded xorshift generator, so a seed gives
  * the same text on every run and every machine.
@@ -183,7 +185,7 @@ int sampler_argmax(const float *x, int n);
  */
 float sampler_random_f32(unsigned long long *state);
 
-/* ------------------------------------------------------------ one function per step (sampler_filters.c) */
+/* ------------------------------------------------------------ one function per step (lab 0: solutions/ch00/) */
 
 /**
  * Repetition penalty (vLLM, after the CTRL paper): for every token that
@@ -201,25 +203,19 @@ void sampler_penalize_repetition(float *logits, int vocab, const unsigned char *
                                  float penalty);
 
 /**
- * Frequency penalty (OpenAI API): subtracts @p penalty x (times the token
- * was generated) from each logit; prompt tokens do not count.
+ * Frequency and presence penalties, as the OpenAI API defines them
+ * (logit -= count x frequency + (count > 0) x presence), applied as vLLM
+ * applies them: for every token generated at least once, @p frequency is
+ * subtracted once per time it was generated, then @p presence once,
+ * however often. Prompt tokens do not count; tokens never generated keep
+ * their logits.
  * @param logits         [vocab] scores, changed in place
  * @param vocab          number of tokens
  * @param output_counts  [vocab] times each token was generated
- * @param penalty        in [-2, 2]; 0 changes nothing
+ * @param frequency      in [-2, 2]; 0 changes nothing
+ * @param presence       in [-2, 2]; 0 changes nothing
  */
-void sampler_penalize_frequency(float *logits, int vocab, const int *output_counts, float penalty);
-
-/**
- * Presence penalty (OpenAI API): subtracts @p penalty once from the logit
- * of every token generated at least once, however often; prompt tokens do
- * not count.
- * @param logits         [vocab] scores, changed in place
- * @param vocab          number of tokens
- * @param output_counts  [vocab] times each token was generated
- * @param penalty        in [-2, 2]; 0 changes nothing
- */
-void sampler_penalize_presence(float *logits, int vocab, const int *output_counts, float penalty);
+void sampler_penalize_counts(float *logits, int vocab, const int *output_counts, float frequency, float presence);
 
 /**
  * min-p: drops every token whose probability is below @p min_p times the

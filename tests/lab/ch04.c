@@ -302,11 +302,23 @@ static void serve_and_compare(const char *requests, int blocks, int n_samples, f
     ServingRun run;
     ck_assert(serving_run_init(&run, m, t, &o, &rf, &err) == 0);
     PagedServer *s = NULL;
-    int rc = paged_serve(&run, &s, NULL, &err);
+    int rc = paged_open(&run, &s, NULL, &err);
+    /* Step by step, the pool's books checked after every step: a broken
+     * invariant is printed (paged_check_invariants()) under the test. */
+    while (rc == 0 && serving_unfinished(&run)) {
+        rc = paged_step(s, &run, &err);
+        ck_assert_msg(rc != 0 || paged_check_invariants(&s->kv.pool, &s->kv.tables, 0, stdout) == 0,
+                      "expected the pool's books to hold after step %ld, got the broken invariant printed above; "
+                      "hint: block_pool_alloc() gives a block one holder, block_pool_release() frees it at 0, "
+                      "block_table_make_writable() moves one holder from the shared block to the copy", run.step);
+    }
     ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: this test runs the whole "
                            "chapter (block_pool_alloc(), block_pool_release(), paged_can_admit() and "
                            "block_table_make_writable() all take part): the unit tests above name the one at fault",
                   err.msg);
+    ck_assert_msg(paged_check_invariants(&s->kv.pool, &s->kv.tables, 1, stdout) == 0,
+                  "expected nothing held once every request is done, got the broken invariant printed above; "
+                  "hint: block_pool_release() returns a block to the free stack when its last holder lets go");
     if (want_preempt)
         ck_assert_msg(s->preemptions > 0, "expected preemptions in a pool of %d blocks, got none", blocks);
     for (int i = 0; i < run.n_reqs; i++) {

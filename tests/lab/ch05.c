@@ -403,6 +403,218 @@ START_TEST(evict_follows_frees_and_hits)
 }
 END_TEST
 
+/* ------------------------------------------------------------ radix tree */
+
+/* A radix tree over a pool of 16 blocks of 4 tokens. Its blocks come from
+ * your lab 4 block_pool_alloc() and join the tree with radix_insert() (the
+ * project's), which splits an edge with your radix_split() only where a
+ * path leaves an edge halfway: the first match test never needs one. */
+typedef struct {
+    BlockPool pool;
+    RadixTree t;
+} Radix;
+
+static void radix_open(Radix *r)
+{
+    Err err = {{0}};
+    BlockShape shape = {.block_size = 4, .n_layers = 1, .kv_dim = 2, .elem_bytes = sizeof(float)};
+    ck_assert(block_pool_init(&r->pool, &shape, 16, 0, &err) == 0);
+    ck_assert(radix_init(&r->t, &r->pool, &err) == 0);
+    int b = block_pool_alloc(&r->pool);
+    ck_assert_msg(b >= 0 && block_pool_release(&r->pool, b) == 0 && r->pool.n_free == 16,
+                  "expected chapter 4's block_pool_alloc() and block_pool_release() to work, got block %d and %d free; "
+                  "hint: chapter 5 runs on chapter 4's pool: finish lab 4 first (make lab CH=4)", b, r->pool.n_free);
+}
+
+static void radix_close(Radix *r)
+{
+    radix_free(&r->t);
+    block_pool_free(&r->pool);
+}
+
+/* Token ids of block k of a path: block k of path p holds 100p + 4k .. +3. */
+static void path_block(int path, int k, int *out)
+{
+    for (int i = 0; i < 4; i++)
+        out[i] = 100 * path + 4 * k + i;
+}
+
+/* Adds block k of @p path after @p after (-1: the root); returns it. */
+static int radix_add(Radix *r, int after, int path, int k)
+{
+    int tokens[4];
+    path_block(path, k, tokens);
+    int b = block_pool_alloc(&r->pool);
+    ck_assert(b >= 0);
+    int got = radix_insert(&r->t, after, b, tokens);
+    ck_assert_int_eq(got, b);
+    return b;
+}
+
+/* A query: the blocks (path, k) listed, then one more token. */
+static int radix_query(const Radix *r, const int (*blocks)[2], int n, int extra, int *out)
+{
+    int tokens[64];
+    for (int i = 0; i < n; i++)
+        path_block(blocks[i][0], blocks[i][1], tokens + 4 * i);
+    for (int i = 0; i < extra; i++)
+        tokens[4 * n + i] = 999;
+    return radix_match(&r->t, tokens, 4 * n + extra, out);
+}
+
+static void expect_match(const Radix *r, const char *what, const int (*query)[2], int n, int extra, const int *want,
+                         int n_want, const char *hint)
+{
+    int got[16] = {0};
+    int m = radix_query(r, query, n, extra, got);
+    int same = m == n_want;
+    for (int i = 0; same && i < m; i++)
+        same = got[i] == want[i];
+    ck_assert_msg(same, "expected %s to match %d blocks (first %d, last %d), got %d (first %d, last %d); hint: %s",
+                  what, n_want, n_want ? want[0] : -1, n_want ? want[n_want - 1] : -1, m, m ? got[0] : -1,
+                  m ? got[m - 1] : -1, hint);
+}
+
+#define RADIX_MATCH_HINT                                                                                            \
+    "radix_match() starts at RADIX_ROOT, takes the child whose edge starts with the next block's tokens "         \
+    "(radix_child_starting_with()), follows that edge's blocks while they hold the next tokens "                  \
+    "(radix_same_tokens()), goes on to a child only after the whole edge, and never covers the last position: "   \
+    "(n_tokens - 1) / block_size blocks at most"
+
+START_TEST(radix_match_follows_the_edges_from_the_root)
+{
+    Radix r;
+    radix_open(&r);
+    /* Two edges below the root: path 1 (3 blocks), path 2 (2 blocks). */
+    int a0 = radix_add(&r, -1, 1, 0), a1 = radix_add(&r, a0, 1, 1), a2 = radix_add(&r, a1, 1, 2);
+    int c0 = radix_add(&r, -1, 2, 0), c1 = radix_add(&r, c0, 2, 1);
+    ck_assert_msg(r.t.splits == 0 && r.t.n_nodes == 3, "the fixture needs no split");
+    expect_match(&r, "path 1's three blocks and one token", (const int[][2]){{1, 0}, {1, 1}, {1, 2}}, 3, 1,
+                 (const int[]){a0, a1, a2}, 3, RADIX_MATCH_HINT);
+    expect_match(&r, "path 1's three blocks exactly (12 tokens: the last position must be computed)",
+                 (const int[][2]){{1, 0}, {1, 1}, {1, 2}}, 3, 0, (const int[]){a0, a1}, 2, RADIX_MATCH_HINT);
+    expect_match(&r, "path 1's first two blocks, then path 2's second", (const int[][2]){{1, 0}, {1, 1}, {2, 1}}, 3,
+                 1, (const int[]){a0, a1}, 2, RADIX_MATCH_HINT);
+    expect_match(&r, "path 2's two blocks and two tokens", (const int[][2]){{2, 0}, {2, 1}}, 2, 2,
+                 (const int[]){c0, c1}, 2, RADIX_MATCH_HINT);
+    expect_match(&r, "a first block no edge starts with", (const int[][2]){{3, 0}, {1, 1}}, 2, 1, NULL, 0,
+                 RADIX_MATCH_HINT);
+    expect_match(&r, "path 1's second block first", (const int[][2]){{1, 1}, {1, 2}}, 2, 1, NULL, 0,
+                 RADIX_MATCH_HINT);
+    radix_close(&r);
+}
+END_TEST
+
+#define RADIX_SPLIT_HINT                                                                                            \
+    "radix_split() takes a new node (radix_new_node()) below node; it gets block and every block after it on the " \
+    "edge (their block_node), node's children (their parent), and is node's only child (next_sibling -1); the "   \
+    "upper edge ends at block's predecessor (block_next -1, block_prev[block] -1), both n_blocks add up, splits " \
+    "counts one more"
+
+/* Node @p n's edge is exactly @p blocks, linked both ways and owned. */
+static void expect_edge(const Radix *r, int n, const int *blocks, int count, const char *what)
+{
+    const RadixTree *t = &r->t;
+    const RadixNode *node = &t->nodes[n];
+    ck_assert_msg(node->first_block == blocks[0] && node->last_block == blocks[count - 1] && node->n_blocks == count,
+                  "expected %s's edge to run from block %d to %d, %d blocks, got %d to %d, %d blocks; hint: "
+                  RADIX_SPLIT_HINT, what, blocks[0], blocks[count - 1], count, node->first_block, node->last_block,
+                  node->n_blocks);
+    for (int i = 0; i < count; i++) {
+        int b = blocks[i];
+        ck_assert_msg(t->block_node[b] == n && t->block_prev[b] == (i ? blocks[i - 1] : -1) &&
+                          t->block_next[b] == (i + 1 < count ? blocks[i + 1] : -1),
+                      "expected block %d of %s's edge to be owned by node %d and linked to %d and %d, got node %d, "
+                      "links %d and %d; hint: " RADIX_SPLIT_HINT, b, what, n, i ? blocks[i - 1] : -1,
+                      i + 1 < count ? blocks[i + 1] : -1, t->block_node[b], t->block_prev[b], t->block_next[b]);
+    }
+}
+
+/* The children of @p n, as a sorted list, and each one's parent. */
+static int children_of(const Radix *r, int n, int *out)
+{
+    int k = 0;
+    for (int c = r->t.nodes[n].first_child; c >= 0 && k < 8; c = r->t.nodes[c].next_sibling) {
+        ck_assert_msg(r->t.nodes[c].parent == n, "expected node %d's child %d to have it as parent, got %d; hint: "
+                      RADIX_SPLIT_HINT, n, c, r->t.nodes[c].parent);
+        out[k++] = c;
+    }
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
+            int x = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = x;
+        }
+    return k;
+}
+
+START_TEST(radix_split_moves_the_rest_and_the_children)
+{
+    Radix r;
+    radix_open(&r);
+    int a0 = radix_add(&r, -1, 1, 0), a1 = radix_add(&r, a0, 1, 1), a2 = radix_add(&r, a1, 1, 2),
+        a3 = radix_add(&r, a2, 1, 3);
+    int top = r.t.block_node[a0], nodes = r.t.n_nodes;
+    radix_split(&r.t, top, a2);
+    int kids[8];
+    ck_assert_msg(children_of(&r, top, kids) == 1 && r.t.n_nodes == nodes + 1 && r.t.splits == 1,
+                  "expected one new node, the only child of the split node, and 1 split, got %d children, %d nodes "
+                  "(were %d), %ld splits; hint: " RADIX_SPLIT_HINT, children_of(&r, top, kids), r.t.n_nodes, nodes,
+                  r.t.splits);
+    int low = kids[0];
+    expect_edge(&r, top, (const int[]){a0, a1}, 2, "the upper node");
+    expect_edge(&r, low, (const int[]){a2, a3}, 2, "the new lower node");
+    /* A path that leaves after a1 hangs below the upper node now. */
+    int b2 = radix_add(&r, a1, 2, 2);
+    int nb = r.t.block_node[b2];
+    /* Split the upper node again, before a1: its two children move down. */
+    radix_split(&r.t, top, a1);
+    ck_assert_msg(children_of(&r, top, kids) == 1 && r.t.splits == 2,
+                  "expected the split node to have one child after a second split, got %d; hint: " RADIX_SPLIT_HINT,
+                  children_of(&r, top, kids));
+    int mid = kids[0];
+    expect_edge(&r, top, (const int[]){a0}, 1, "the upper node after the second split");
+    expect_edge(&r, mid, (const int[]){a1}, 1, "the middle node");
+    int want[2] = {low < nb ? low : nb, low < nb ? nb : low};
+    ck_assert_msg(children_of(&r, mid, kids) == 2 && kids[0] == want[0] && kids[1] == want[1],
+                  "expected the middle node to have the split node's two children (nodes %d and %d), got %d children; "
+                  "hint: " RADIX_SPLIT_HINT, want[0], want[1], children_of(&r, mid, kids));
+    expect_edge(&r, low, (const int[]){a2, a3}, 2, "the lowest node");
+    radix_close(&r);
+}
+END_TEST
+
+START_TEST(radix_match_descends_below_split_edges)
+{
+    Radix r;
+    radix_open(&r);
+    /* Path 1: 4 blocks; path 2 leaves it after block 1; path 3 after block 0;
+     * path 4: 2 blocks, and path 5 leaves it after block 0. The tree:
+     * [a0] -> {[a1] -> {[a2 a3], [b2 b3]}, [d1]}, [g0 g1] ... */
+    int a0 = radix_add(&r, -1, 1, 0), a1 = radix_add(&r, a0, 1, 1), a2 = radix_add(&r, a1, 1, 2),
+        a3 = radix_add(&r, a2, 1, 3);
+    int b2 = radix_add(&r, a1, 2, 2), b3 = radix_add(&r, b2, 2, 3);
+    int d1 = radix_add(&r, a0, 3, 1);
+    int g0 = radix_add(&r, -1, 4, 0), g1 = radix_add(&r, g0, 4, 1), g2 = radix_add(&r, g1, 4, 2);
+    int h2 = radix_add(&r, g1, 5, 2);
+    (void)g2;
+    const char *hint = RADIX_MATCH_HINT " (this tree was built with your radix_split(): pass its test first)";
+    expect_match(&r, "path 1 whole", (const int[][2]){{1, 0}, {1, 1}, {1, 2}, {1, 3}}, 4, 1,
+                 (const int[]){a0, a1, a2, a3}, 4, hint);
+    expect_match(&r, "path 1's first two blocks, then path 2's last two", (const int[][2]){{1, 0}, {1, 1}, {2, 2},
+                 {2, 3}}, 4, 1, (const int[]){a0, a1, b2, b3}, 4, hint);
+    expect_match(&r, "path 1's first block, then path 3's", (const int[][2]){{1, 0}, {3, 1}}, 2, 1,
+                 (const int[]){a0, d1}, 2, hint);
+    expect_match(&r, "path 4's first block, then path 5's third (below the edge [g0 g1], not after g0)",
+                 (const int[][2]){{4, 0}, {5, 2}}, 2, 1, (const int[]){g0}, 1, hint);
+    expect_match(&r, "path 4's two blocks, then path 5's third", (const int[][2]){{4, 0}, {4, 1}, {5, 2}}, 3, 1,
+                 (const int[]){g0, g1, h2}, 3, hint);
+    expect_match(&r, "path 1's first two blocks, then path 2's third, then a miss",
+                 (const int[][2]){{1, 0}, {1, 1}, {2, 2}, {6, 3}}, 4, 1, (const int[]){a0, a1, b2}, 3, hint);
+    radix_close(&r);
+}
+END_TEST
+
 /* ------------------------------------------------------------ end to end */
 
 typedef struct {
@@ -424,7 +636,7 @@ static const char *SHARED = "20\tthe quick brown fox jumps over the lazy dog and
                             "40\tsomething else entirely\n"
                             "25\tthe quick brown fox jumps over the lazy dog and then\n";
 
-static void serve(Served *sv, int block_size, int blocks)
+static void serve_mode(Served *sv, int block_size, int blocks, PrefixCacheMode mode)
 {
     memset(sv, 0, sizeof *sv);
     SynthSpec spec = {.cfg = CFG, .seed = 11};
@@ -440,20 +652,38 @@ static void serve(Served *sv, int block_size, int blocks)
     sv->o.watermark = 0;
     sv->o.kv_budget = (size_t)blocks * (size_t)block_size * model_kv_bytes_per_token(&CFG, sizeof(float));
     ck_assert(serving_run_init(&sv->run, &sv->m, &sv->t, &sv->o, &sv->rf, &err) == 0);
-    int rc = prefix_serve(&sv->run, PREFIX_CACHE_HASH, &sv->server, &sv->cache, &err);
+    /* prefix_serve(), step by step, the pool's books checked after every
+     * step: a broken invariant is printed (paged_check_invariants()). */
+    int rc = prefix_check(&sv->run, &err) || paged_open(&sv->run, &sv->server, NULL, &err) ||
+             prefix_cache_open(sv->server, &sv->run, mode, &sv->cache, &err);
+    while (rc == 0 && serving_unfinished(&sv->run)) {
+        rc = paged_step(sv->server, &sv->run, &err);
+        const PagedKv *kv = &sv->server->kv;
+        ck_assert_msg(rc != 0 || paged_check_invariants(&kv->pool, &kv->tables, 0, stdout) == 0,
+                      "expected the pool's books to hold after step %ld (every block free, held or parked), got "
+                      "the broken invariant printed above; hint: hash_chain_take() unparks a block, "
+                      "hash_chain_release() parks it when its last holder lets go, hash_chain_evict() frees a "
+                      "parked one: their tests above name the one at fault", sv->run.step);
+    }
     ck_assert_msg(rc == 0, "expected the server to finish every request, got: %s; hint: this test runs the whole "
                   "chapter: hash_chain_take(), hash_chain_release() and hash_chain_evict() keep the pool's books "
                   "(every block held, parked or free); their tests above name the one at fault", err.msg);
 }
 
+static void serve(Served *sv, int block_size, int blocks)
+{
+    serve_mode(sv, block_size, blocks, PREFIX_CACHE_HASH);
+}
+
 static void served_close(Served *sv)
 {
     const BlockPool *p = &sv->server->kv.pool;
-    ck_assert_msg(p->n_free + p->n_parked == p->n_blocks && p->n_parked == sv->cache->hash.n_queued,
+    const HashChain *queue = sv->cache->mode == PREFIX_CACHE_RADIX ? &sv->cache->radix.blocks : &sv->cache->hash;
+    ck_assert_msg(p->n_free + p->n_parked == p->n_blocks && p->n_parked == queue->n_queued,
                   "expected every block free or parked in the queue at the end, got %d free, %d parked, %d queued of "
                   "%d; hint: this test runs the whole chapter: a block is parked and queued together, unparked and "
                   "dequeued together (the release, take and evict tests above name the function at fault)",
-                  p->n_free, p->n_parked, sv->cache->hash.n_queued, p->n_blocks);
+                  p->n_free, p->n_parked, queue->n_queued, p->n_blocks);
     prefix_cache_close(sv->cache);
     paged_close(sv->server);
     serving_run_free(&sv->run);
@@ -540,6 +770,26 @@ START_TEST(server_gives_solo_tokens_while_evicting)
 }
 END_TEST
 
+START_TEST(radix_server_saves_what_the_hash_chain_saves)
+{
+    for (int bs = 1; bs <= 8; bs *= 2) {
+        Served sv;
+        serve_mode(&sv, bs, 512 / bs, PREFIX_CACHE_RADIX);
+        long want = expected_hits(&sv.run, bs), got = sv.cache->hit_tokens;
+        ck_assert_msg(got == want, "expected %ld prompt positions found cached by the radix tree at block size %d, "
+                      "got %ld; hint: this test runs the whole chapter with --prefix-cache radix: radix_match() finds "
+                      "every full block an earlier prompt shares, radix_split() lets paths branch (their tests above "
+                      "name the function at fault)", want, bs, got);
+        expect_solo_tokens(&sv);
+        served_close(&sv);
+    }
+    Served sv;
+    serve_mode(&sv, 4, 20, PREFIX_CACHE_RADIX); /* with evictions */
+    expect_solo_tokens(&sv);
+    served_close(&sv);
+}
+END_TEST
+
 /* What the end-to-end tests exercise. */
 #define WHOLE_CHAPTER "chapter 4's server with your hash chain above its pool (every function of the lab)"
 
@@ -557,7 +807,13 @@ Suite *lab_suite(void)
     lab_add_test(s, take_gets_parked_blocks_out_of_the_queue, LAB_UNIT_S, 1, "hash_chain_take()");
     lab_add_test(s, evict_takes_the_least_recently_freed, LAB_UNIT_S, 1, "hash_chain_evict()");
     lab_add_test(s, evict_follows_frees_and_hits, LAB_UNIT_S, 1, "hash_chain_evict()");
+    lab_add_test(s, radix_match_follows_the_edges_from_the_root, LAB_UNIT_S, 1, "radix_match()");
+    lab_add_test(s, radix_split_moves_the_rest_and_the_children, LAB_UNIT_S, 1, "radix_split()");
+    lab_add_test(s, radix_match_descends_below_split_edges, LAB_UNIT_S, 1,
+                 "radix_match() (the tree is built with your radix_split(): pass its test first)");
     lab_add_test(s, server_saves_exactly_the_shared_full_blocks, LAB_RUN_S, 2, WHOLE_CHAPTER);
     lab_add_test(s, server_gives_solo_tokens_while_evicting, LAB_RUN_S, 2, WHOLE_CHAPTER);
+    lab_add_test(s, radix_server_saves_what_the_hash_chain_saves, LAB_RUN_S, 2,
+                 "chapter 4's server with your radix tree above its pool (radix_match(), radix_split())");
     return s;
 }
