@@ -200,9 +200,15 @@ if [ -x "$BUILD/kvlab-loadgen" ]; then
         rss[round]=$(awk '/^VmRSS:/ {print $2}' "/proc/$PID/status")
     done
     [ "$(metric kvlab:blocks_used)" = 0 ] && [ "$(metric vllm:num_requests_running)" = 0 ] || fail "blocks held after the load"
-    # Rounds 2 to 5 serve the same requests: the server's memory must not grow with them.
-    [ "${rss[5]}" -le $((rss[2] + 2048)) ] || fail "memory grew over the load rounds: ${rss[*]} kB"
-    echo "test-serve: 5 load rounds of 20 requests, every answer chapter 4's tokens; server RSS after each: ${rss[*]} kB"
+    # Rounds 2 to 5 serve the same requests: the server's memory must not grow with them. Not under
+    # AddressSanitizer, whose quarantine holds freed memory back on purpose (its leak check at exit
+    # is the test there).
+    if grep -q __asan_init "$SERVE"; then
+        echo "test-serve: 5 load rounds of 20 requests, every answer chapter 4's tokens; memory not compared (an ASan build)"
+    else
+        [ "${rss[5]}" -le $((rss[2] + 2048)) ] || fail "memory grew over the load rounds: ${rss[*]} kB"
+        echo "test-serve: 5 load rounds of 20 requests, every answer chapter 4's tokens; server RSS after each: ${rss[*]} kB"
+    fi
     pass
 else
     echo "test-serve: SKIP the load rounds: no $BUILD/kvlab-loadgen (it needs libcurl4-openssl-dev)"

@@ -439,8 +439,14 @@ static int check_identity(const Options *o, const Flight *fl, long n, long lines
     char *line = NULL;
     size_t cap = 0;
     long got = 0;
-    while (want && got < lines && getline(&line, &cap, f) > 0)
-        want[got++] = json_object_get(json_loads(line, 0, NULL), "tokens") ? json_loads(line, 0, NULL) : NULL;
+    while (want && got < lines && getline(&line, &cap, f) > 0) {
+        json_t *record = json_loads(line, 0, NULL); /* one request's line of --out */
+        if (record && !json_object_get(record, "tokens")) {
+            json_decref(record);
+            record = NULL;
+        }
+        want[got++] = record;
+    }
     free(line);
     fclose(f);
     long bad = 0, first_bad = -1;
